@@ -1,0 +1,2 @@
+//! Benchmarks of inec.
+#![forbid(unsafe_code)]

@@ -1,0 +1,6 @@
+//! The `inec` command-line tool.
+#![forbid(unsafe_code)]
+
+fn main() {
+    println!("inec");
+}

@@ -1,0 +1,79 @@
+//! A coefficient matrix with the per-kernel tables prepared once.
+
+use crate::field;
+
+/// A `rows × cols` matrix over GF(2^8), row-major, with its multiplication tables prepared
+/// for every kernel (32 bytes of nibble tables and an 8-byte affine matrix per coefficient),
+/// so that a region operation never builds tables on the hot path.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Matrix {
+    rows: usize,
+    cols: usize,
+    coeffs: Vec<u8>,
+    /// `nibbles[i * cols + j]`: lo/hi nibble tables of coefficient (i, j).
+    nibbles: Vec<[u8; 32]>,
+    /// `affine[i * cols + j]`: `vgf2p8affineqb` bit matrix of coefficient (i, j).
+    affine: Vec<u64>,
+}
+
+impl std::fmt::Debug for Matrix {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        writeln!(f, "Matrix {}x{} [", self.rows, self.cols)?;
+        for r in 0..self.rows {
+            writeln!(f, "  {:02x?}", self.row(r))?;
+        }
+        write!(f, "]")
+    }
+}
+
+impl Matrix {
+    /// Prepares the matrix. Panics if `coeffs.len() != rows * cols`.
+    pub fn new(rows: usize, cols: usize, coeffs: &[u8]) -> Matrix {
+        assert_eq!(
+            coeffs.len(),
+            rows * cols,
+            "matrix: {rows}x{cols} needs {} coefficients",
+            rows * cols
+        );
+        Matrix {
+            rows,
+            cols,
+            coeffs: coeffs.to_vec(),
+            nibbles: coeffs.iter().map(|&c| field::nibble_tables(c)).collect(),
+            affine: coeffs.iter().map(|&c| field::affine_matrix(c)).collect(),
+        }
+    }
+
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Coefficient (row, col).
+    pub fn get(&self, row: usize, col: usize) -> u8 {
+        self.coeffs[row * self.cols + col]
+    }
+
+    /// One row of coefficients.
+    pub fn row(&self, row: usize) -> &[u8] {
+        &self.coeffs[row * self.cols..(row + 1) * self.cols]
+    }
+
+    /// All coefficients, row-major.
+    pub fn coeffs(&self) -> &[u8] {
+        &self.coeffs
+    }
+
+    /// Nibble tables of coefficient (row, col).
+    pub fn nibble_tables(&self, row: usize, col: usize) -> &[u8; 32] {
+        &self.nibbles[row * self.cols + col]
+    }
+
+    /// Affine bit matrix of coefficient (row, col).
+    pub fn affine(&self, row: usize, col: usize) -> u64 {
+        self.affine[row * self.cols + col]
+    }
+}

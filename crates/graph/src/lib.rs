@@ -1,0 +1,2 @@
+//! Dynamic EC Graphs.
+#![forbid(unsafe_code)]
