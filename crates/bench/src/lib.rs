@@ -1,2 +1,4 @@
-//! Benchmarks of inec.
+//! Benchmarks of inec: the codec against peer libraries; later the primitives and YCSB.
 #![forbid(unsafe_code)]
+
+pub mod codec;

@@ -1,6 +1,51 @@
-//! The `inec` command-line tool.
+//! The `inec` command-line tool: thin wiring of the crates.
 #![forbid(unsafe_code)]
 
-fn main() {
-    println!("inec");
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+mod cmd_bench;
+mod cmd_file;
+mod cmd_plan;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "inec",
+    version,
+    about = "Erasure coding for distributed storage"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Split a file into erasure-coded chunk files.
+    Encode(cmd_file::EncodeArgs),
+    /// Rebuild a file from its chunk files, tolerating missing or corrupt ones.
+    Decode(cmd_file::DecodeArgs),
+    /// Check every chunk file of a directory and report what can be recovered.
+    Verify(cmd_file::VerifyArgs),
+    /// Benchmarks.
+    #[command(subcommand)]
+    Bench(cmd_bench::BenchCommand),
+    /// Print the plan (Dynamic EC Graph) of one encode or repair.
+    Plan(cmd_plan::PlanArgs),
+    /// Print the alpha-beta model's predictions beside the simulator's times.
+    Model(cmd_plan::ModelArgs),
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    // Refuse a forced kernel the CPU lacks before anything runs.
+    gf::try_kernel()?;
+    match cli.command {
+        Command::Encode(a) => cmd_file::encode(a),
+        Command::Decode(a) => cmd_file::decode(a),
+        Command::Verify(a) => cmd_file::verify(a),
+        Command::Bench(b) => cmd_bench::run(b),
+        Command::Plan(a) => cmd_plan::plan(a),
+        Command::Model(a) => cmd_plan::model(a),
+    }
 }

@@ -10,6 +10,8 @@
 
 #![forbid(unsafe_code)]
 
+pub mod chunk_file;
+
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;

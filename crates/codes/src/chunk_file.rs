@@ -1,0 +1,1 @@
+//! The on-disk chunk file header (see docs/chunk-format.md).
