@@ -1,0 +1,2 @@
+//! The per-node engine of inec.
+#![forbid(unsafe_code)]
