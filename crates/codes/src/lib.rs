@@ -7,23 +7,73 @@
 //!
 //! Codes print and parse as `rs:6,3` (Cauchy, the default), `rs-vand:10,4` (ISA-L
 //! `gf_gen_rs_matrix`) and `lrc:12,2,2`.
+//!
+//! Every operation is a [`Calculator`]: a prepared matrix mapping some chunks of a stripe
+//! (its inputs, in a fixed order) to others (its outputs). A [`Codec`] holds the encode
+//! calculator of one code and builds decode calculators on demand, keeping the most recently
+//! used ones in a bounded cache.
+//!
+//! ```
+//! use codes::{Code, Codec};
+//!
+//! let codec = Codec::new("rs:4,2".parse::<Code>().unwrap());
+//! let data: Vec<Vec<u8>> = (0..4u8).map(|j| vec![j * 10 + 1; 64]).collect();
+//! let mut parity = vec![vec![0u8; 64]; 2];
+//! {
+//!     let data_refs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+//!     let mut parity_refs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+//!     codec.encode(&data_refs, &mut parity_refs).unwrap();
+//! }
+//!
+//! // Lose data chunks 1 and 3; rebuild only those two from the survivors.
+//! let chunks: Vec<Option<&[u8]>> = vec![
+//!     Some(&data[0]), None, Some(&data[2]), None, Some(&parity[0]), Some(&parity[1]),
+//! ];
+//! let (mut c1, mut c3) = (vec![0u8; 64], vec![0u8; 64]);
+//! codec.reconstruct(&chunks, &[1, 3], &mut [&mut c1, &mut c3]).unwrap();
+//! assert_eq!((c1, c3), (data[1].clone(), data[3].clone()));
+//!
+//! // The minimal read set: any 4 survivors, data chunks first.
+//! assert_eq!(codec.repair_set(&[0, 2, 4, 5], &[1]).unwrap(), vec![0, 2, 4, 5]);
+//! assert!(codec.is_recoverable(&[1, 3]));
+//! assert!(!codec.is_recoverable(&[0, 1, 2]));
+//! ```
 
 #![forbid(unsafe_code)]
 
 pub mod chunk_file;
+mod linalg;
+mod lru;
+pub mod matrices;
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 pub use gf::{Kernel, Matrix};
+pub use linalg::{invert, multiply};
+
+use linalg::Basis;
+use lru::Lru;
+use matrices::VandermondeVerdict;
+
+/// Most chunks a stripe can have: GF(2^8) has 256 elements, and ISA-L's Cauchy construction
+/// needs distinct `i XOR j`.
+pub const MAX_CHUNKS: usize = 256;
+
+/// How many decode calculators a [`Codec`] keeps by default.
+pub const DEFAULT_DECODER_CACHE_CAPACITY: usize = 1024;
+
+/// Longest code string [`Code::from_str`] accepts.
+pub const MAX_CODE_STRING_BYTES: usize = 64;
 
 /// Which generator matrix an RS code uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatrixKind {
     /// ISA-L `gf_gen_cauchy1_matrix`: parity (i, j) = inv(i ^ j), i ≥ k. MDS for n ≤ 256.
     Cauchy,
-    /// ISA-L `gf_gen_rs_matrix`: parity (r, j) = 2^(r·j). Only MDS for some (k, m).
+    /// ISA-L `gf_gen_rs_matrix`: parity (r, j) = 2^(r·j). Only MDS for some (k, m); see
+    /// [`matrices::vandermonde_verdict`] for the rule.
     Vandermonde,
 }
 
@@ -63,6 +113,18 @@ pub enum CodeError {
         n: usize,
         code: String,
     },
+    /// A buffer list of the wrong length that is not a shortage of input chunks (too many
+    /// inputs, the wrong number of outputs, a chunk list not of length n).
+    #[error("wrong number of {what}: have {have}, expected {expected}")]
+    CountMismatch {
+        what: &'static str,
+        have: usize,
+        expected: usize,
+    },
+}
+
+fn bad(reason: String) -> CodeError {
+    CodeError::BadParameters { reason }
 }
 
 impl Code {
@@ -74,14 +136,63 @@ impl Code {
     /// RS(k, m) with the given matrix; `Vandermonde` is refused where it is not MDS, with
     /// the limit in the message.
     pub fn rs_with(k: usize, m: usize, matrix: MatrixKind) -> Result<Code, CodeError> {
-        let _ = (k, m, matrix);
-        todo!("codes: rs_with")
+        let code = Code::Rs { k, m, matrix };
+        code.validate()?;
+        Ok(code)
     }
 
     /// Azure LRC(k, l, r): l | k, l ≥ 1, r ≥ 0, k + l + r ≤ 256.
     pub fn lrc(k: usize, l: usize, r: usize) -> Result<Code, CodeError> {
-        let _ = (k, l, r);
-        todo!("codes: lrc")
+        let code = Code::Lrc { k, l, r };
+        code.validate()?;
+        Ok(code)
+    }
+
+    /// Checks the parameters of a code built directly from the enum (the constructors and the
+    /// parser already do).
+    pub fn validate(&self) -> Result<(), CodeError> {
+        if self.k() == 0 {
+            return Err(bad(format!(
+                "{self}: k = 0, a stripe needs at least 1 data chunk"
+            )));
+        }
+        let n = self.k().saturating_add(self.parity_count());
+        if n > MAX_CHUNKS {
+            return Err(bad(format!(
+                "{self}: {n} chunks per stripe, at most {MAX_CHUNKS} in GF(2^8)"
+            )));
+        }
+        match *self {
+            Code::Rs { m: 0, .. } => Err(bad(format!(
+                "{self}: m = 0, a stripe needs at least 1 parity chunk"
+            ))),
+            Code::Rs {
+                k,
+                m,
+                matrix: MatrixKind::Vandermonde,
+            } => match matrices::vandermonde_verdict(k, m) {
+                VandermondeVerdict::Mds => Ok(()),
+                VandermondeVerdict::Singular { rows, cols, max_k } => Err(bad(format!(
+                    "{self}: ISA-L gf_gen_rs_matrix is not MDS for k = {k}, m = {m}: with \
+                     m = {m} it is MDS only up to k = {max_k} (parity rows {rows:?} × data \
+                     columns {cols:?} are singular); use rs:{k},{m} (Cauchy)"
+                ))),
+                VandermondeVerdict::TooLarge { minors } => Err(bad(format!(
+                    "{self}: cannot verify that ISA-L gf_gen_rs_matrix is MDS for k = {k}, \
+                     m = {m}: {minors} square submatrices exceed the check limit of {} \
+                     (MDS for m ≤ 3 with any k, m = 4 up to k = 21); use rs:{k},{m} (Cauchy)",
+                    matrices::VANDERMONDE_CHECK_LIMIT
+                ))),
+            },
+            Code::Rs { .. } => Ok(()),
+            Code::Lrc { l: 0, .. } => Err(bad(format!(
+                "{self}: l = 0, an lrc needs at least 1 local group"
+            ))),
+            Code::Lrc { k, l, .. } if k % l != 0 => Err(bad(format!(
+                "{self}: l = {l} does not divide k = {k}; local groups must be of equal size"
+            ))),
+            Code::Lrc { .. } => Ok(()),
+        }
     }
 
     /// Number of data chunks.
@@ -95,7 +206,7 @@ impl Code {
     pub fn parity_count(&self) -> usize {
         match *self {
             Code::Rs { m, .. } => m,
-            Code::Lrc { l, r, .. } => l + r,
+            Code::Lrc { l, r, .. } => l.saturating_add(r),
         }
     }
 
@@ -104,16 +215,56 @@ impl Code {
         self.k() + self.parity_count()
     }
 
-    /// The n × k generator matrix, row-major, identity on top.
+    /// The n × k generator matrix, row-major, identity on top. Panics if the code's
+    /// parameters are invalid (see [`Code::validate`]).
     pub fn generator(&self) -> Vec<u8> {
-        todo!("codes: generator")
+        if let Err(e) = self.validate() {
+            panic!("{e}");
+        }
+        match *self {
+            Code::Rs {
+                k,
+                m,
+                matrix: MatrixKind::Cauchy,
+            } => matrices::cauchy1(k, m),
+            Code::Rs {
+                k,
+                m,
+                matrix: MatrixKind::Vandermonde,
+            } => matrices::rs_vandermonde(k, m),
+            Code::Lrc { k, l, r } => matrices::azure_lrc(k, l, r),
+        }
     }
 
     /// For LRC: the local group of a data chunk or local parity (None for global parity);
     /// for RS: None.
     pub fn group_of(&self, index: usize) -> Option<usize> {
-        let _ = index;
-        todo!("codes: group_of")
+        match *self {
+            Code::Rs { .. } => None,
+            Code::Lrc { k, l, .. } => {
+                if index < k {
+                    Some(index / (k / l))
+                } else if index < k + l {
+                    Some(index - k)
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// For LRC: the chunks of local group g — its data chunks in order, then its local
+    /// parity. None for RS or g ≥ l.
+    pub fn local_group(&self, group: usize) -> Option<Vec<usize>> {
+        match *self {
+            Code::Lrc { k, l, .. } if group < l => {
+                let size = k / l;
+                let mut members: Vec<usize> = (group * size..(group + 1) * size).collect();
+                members.push(k + group);
+                Some(members)
+            }
+            _ => None,
+        }
     }
 }
 
@@ -137,9 +288,59 @@ impl fmt::Display for Code {
 
 impl FromStr for Code {
     type Err = CodeError;
+
+    /// Parses `rs:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (surrounding spaces allowed), then checks
+    /// the parameters as the constructors do.
     fn from_str(s: &str) -> Result<Code, CodeError> {
-        let _ = s;
-        todo!("codes: parse")
+        const EXPECTED: &str = "expected rs:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3";
+        if s.len() > MAX_CODE_STRING_BYTES {
+            return Err(bad(format!(
+                "code string of {} bytes is longer than the limit of {MAX_CODE_STRING_BYTES}",
+                s.len()
+            )));
+        }
+        let text = s.trim();
+        let Some((name, params)) = text.split_once(':') else {
+            return Err(bad(format!("{text:?} has no ':'; {EXPECTED}")));
+        };
+        let numbers = params
+            .split(',')
+            .map(|p| {
+                let p = p.trim();
+                p.parse::<usize>().map_err(|_| {
+                    bad(format!(
+                        "{p:?} in {text:?} is not a non-negative integer; {EXPECTED}"
+                    ))
+                })
+            })
+            .collect::<Result<Vec<usize>, CodeError>>()?;
+        let arity = |want: usize, names: &str| -> Result<(), CodeError> {
+            if numbers.len() == want {
+                Ok(())
+            } else {
+                Err(bad(format!(
+                    "{name} takes {want} parameters ({names}), {text:?} gives {}",
+                    numbers.len()
+                )))
+            }
+        };
+        match name.trim() {
+            "rs" => {
+                arity(2, "k,m")?;
+                Code::rs(numbers[0], numbers[1])
+            }
+            "rs-vand" => {
+                arity(2, "k,m")?;
+                Code::rs_with(numbers[0], numbers[1], MatrixKind::Vandermonde)
+            }
+            "lrc" => {
+                arity(3, "k,l,r")?;
+                Code::lrc(numbers[0], numbers[1], numbers[2])
+            }
+            other => Err(bad(format!(
+                "unknown code {other:?} in {text:?}; {EXPECTED}"
+            ))),
+        }
     }
 }
 
@@ -157,7 +358,8 @@ pub struct Calculator {
 }
 
 impl Calculator {
-    /// A calculator for an explicit matrix (rows = outputs, cols = inputs).
+    /// A calculator for an explicit matrix (rows = outputs, cols = inputs). Panics if
+    /// `coeffs.len() != outputs.len() · inputs.len()`.
     pub fn new(
         kernel: Kernel,
         inputs: Vec<usize>,
@@ -188,21 +390,77 @@ impl Calculator {
     pub fn coeff(&self, output_pos: usize, input_pos: usize) -> u8 {
         self.matrix.get(output_pos, input_pos)
     }
+    /// Whether every coefficient is 0 or 1, so that the map is plain XOR.
+    pub fn is_xor(&self) -> bool {
+        self.matrix.coeffs().iter().all(|&c| c <= 1)
+    }
+
+    /// Checks buffer counts and lengths against the calculator's shape.
+    fn check(&self, inputs: &[&[u8]], outputs: &[&mut [u8]]) -> Result<(), CodeError> {
+        let need = self.inputs.len();
+        if inputs.len() < need {
+            return Err(CodeError::TooFewChunks {
+                have: inputs.len(),
+                need,
+            });
+        }
+        if inputs.len() > need {
+            return Err(CodeError::CountMismatch {
+                what: "input chunks",
+                have: inputs.len(),
+                expected: need,
+            });
+        }
+        if outputs.len() != self.outputs.len() {
+            return Err(CodeError::CountMismatch {
+                what: "output chunks",
+                have: outputs.len(),
+                expected: self.outputs.len(),
+            });
+        }
+        let expected = inputs
+            .first()
+            .map(|b| b.len())
+            .or_else(|| outputs.first().map(|b| b.len()))
+            .unwrap_or(0);
+        let lengths = inputs
+            .iter()
+            .map(|b| b.len())
+            .zip(&self.inputs)
+            .chain(outputs.iter().map(|b| b.len()).zip(&self.outputs));
+        for (len, &index) in lengths {
+            if len != expected {
+                return Err(CodeError::UnequalLengths {
+                    index,
+                    len,
+                    expected,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// `outputs = matrix · inputs`; checks counts and lengths.
     pub fn compute(&self, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) -> Result<(), CodeError> {
-        let _ = (inputs, outputs);
-        todo!("codes: compute")
+        self.check(inputs, outputs)?;
+        self.kernel.dot_prod(&self.matrix, inputs, outputs);
+        Ok(())
     }
+
     /// `outputs ^= matrix · inputs`.
     pub fn compute_add(
         &self,
         inputs: &[&[u8]],
         outputs: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
-        let _ = (inputs, outputs);
-        todo!("codes: compute_add")
+        self.check(inputs, outputs)?;
+        self.kernel.dot_prod_add(&self.matrix, inputs, outputs);
+        Ok(())
     }
 }
+
+/// Key of a decode calculator: (chunks read, in order; chunks wanted, in order).
+type DecoderKey = (Vec<usize>, Vec<usize>);
 
 /// A code with its prepared encode calculator and a bounded LRU of decode calculators, keyed
 /// by (chunks read, chunks wanted). Thread-safe.
@@ -210,16 +468,56 @@ impl Calculator {
 pub struct Codec {
     code: Code,
     kernel: Kernel,
+    /// The n × k generator matrix, row-major; row i expresses chunk i in the data chunks.
+    generator: Vec<u8>,
+    /// Data chunks `0..k` → parity chunks `k..n`.
+    encoder: Arc<Calculator>,
+    /// Decode calculators by (inputs, wanted). Built outside the lock; the first one stored
+    /// for a key wins, so every caller of one key shares one `Arc`.
+    decoders: Mutex<Lru<DecoderKey, Arc<Calculator>>>,
 }
 
 impl Codec {
-    /// With the process-wide kernel (`gf::kernel()`).
+    /// With the process-wide kernel (`gf::kernel()`). Panics if the code's parameters are
+    /// invalid (codes from [`Code::rs`], [`Code::lrc`] or parsing always are valid).
     pub fn new(code: Code) -> Codec {
         Codec::with_kernel(code, gf::kernel())
     }
+
+    /// With the given kernel and the default cache capacity. Panics like [`Codec::new`].
     pub fn with_kernel(code: Code, kernel: Kernel) -> Codec {
-        Codec { code, kernel }
+        Codec::with_cache_capacity(code, kernel, DEFAULT_DECODER_CACHE_CAPACITY)
     }
+
+    /// With the given kernel, keeping at most `capacity` decode calculators (0 disables the
+    /// cache). Panics like [`Codec::new`].
+    pub fn with_cache_capacity(code: Code, kernel: Kernel, capacity: usize) -> Codec {
+        match Codec::try_new(code, kernel, capacity) {
+            Ok(codec) => codec,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`Codec::with_cache_capacity`], returning invalid parameters as an error.
+    pub fn try_new(code: Code, kernel: Kernel, capacity: usize) -> Result<Codec, CodeError> {
+        code.validate()?;
+        let generator = code.generator();
+        let (k, n) = (code.k(), code.n());
+        let encoder = Calculator::new(
+            kernel,
+            (0..k).collect(),
+            (k..n).collect(),
+            &generator[k * k..],
+        );
+        Ok(Codec {
+            code,
+            kernel,
+            generator,
+            encoder: Arc::new(encoder),
+            decoders: Mutex::new(Lru::new(capacity)),
+        })
+    }
+
     pub fn code(&self) -> Code {
         self.code
     }
@@ -227,55 +525,312 @@ impl Codec {
         self.kernel
     }
 
+    /// The n × k generator matrix, row-major (row i: chunk i as a combination of the data).
+    pub fn generator(&self) -> &[u8] {
+        &self.generator
+    }
+
+    fn row(&self, index: usize) -> &[u8] {
+        let k = self.code.k();
+        &self.generator[index * k..(index + 1) * k]
+    }
+
+    /// Number of decode calculators cached now.
+    pub fn decoder_cache_len(&self) -> usize {
+        self.lock_decoders().len()
+    }
+
+    /// Most decode calculators the cache holds.
+    pub fn decoder_cache_capacity(&self) -> usize {
+        self.lock_decoders().capacity()
+    }
+
+    fn lock_decoders(&self) -> std::sync::MutexGuard<'_, Lru<DecoderKey, Arc<Calculator>>> {
+        // The cache holds no invariant a panicking holder could break half-way (entries are
+        // inserted whole), so a poisoned lock is still usable.
+        self.decoders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     /// The calculator that maps the k data chunks to all parity chunks.
     pub fn encoder(&self) -> Arc<Calculator> {
-        todo!("codes: encoder")
+        Arc::clone(&self.encoder)
     }
 
     /// Computes all parity chunks from k data chunks of equal length.
     pub fn encode(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodeError> {
-        let _ = (data, parity);
-        todo!("codes: encode")
+        self.encoder.compute(data, parity)
+    }
+
+    fn check_index(&self, index: usize) -> Result<(), CodeError> {
+        if index < self.code.n() {
+            Ok(())
+        } else {
+            Err(CodeError::BadIndex {
+                index,
+                n: self.code.n(),
+                code: self.code.to_string(),
+            })
+        }
+    }
+
+    /// The error for wanted chunks that `available` cannot rebuild.
+    fn unrecoverable(&self, available: &[bool]) -> CodeError {
+        let have = available.iter().filter(|&&a| a).count();
+        let need = self.code.k();
+        if have < need {
+            CodeError::TooFewChunks { have, need }
+        } else {
+            CodeError::Unrecoverable {
+                code: self.code.to_string(),
+                erased: (0..available.len()).filter(|&i| !available[i]).collect(),
+            }
+        }
     }
 
     /// The minimal set of available chunks to read to rebuild `wanted` (LRC: a single data or
     /// local-parity loss reads its group only; otherwise k chunks, preferring data chunks and
     /// then lower indices). Errors if unrecoverable.
+    ///
+    /// The result is sorted ascending. Wanted chunks that are available are read (and copied)
+    /// rather than rebuilt; if every wanted chunk is available the result is `wanted` itself.
+    /// For LRC, when every missing wanted chunk is a data chunk or local parity whose group has
+    /// no other loss, the result is the union of those groups' survivors (plus the available
+    /// wanted chunks). Otherwise it is the first k available chunks that are independent
+    /// (greedy by rank in ascending index order: data, then local, then global parities); and
+    /// if the survivors have rank below k but still span the wanted chunks (an LRC whose other
+    /// groups are damaged), the greedy basis pruned of every chunk not needed.
+    /// Errors: [`CodeError::TooFewChunks`] if fewer than k chunks are available and the wanted
+    /// chunks cannot be rebuilt, [`CodeError::Unrecoverable`] otherwise, and
+    /// [`CodeError::BadIndex`] for an index ≥ n.
     pub fn repair_set(
         &self,
         available: &[usize],
         wanted: &[usize],
     ) -> Result<Vec<usize>, CodeError> {
-        let _ = (available, wanted);
-        todo!("codes: repair_set")
+        let (k, n) = (self.code.k(), self.code.n());
+        let mut is_available = vec![false; n];
+        for &i in available {
+            self.check_index(i)?;
+            is_available[i] = true;
+        }
+        let mut want = wanted.to_vec();
+        for &w in &want {
+            self.check_index(w)?;
+        }
+        want.sort_unstable();
+        want.dedup();
+        let missing: Vec<usize> = want.iter().copied().filter(|&w| !is_available[w]).collect();
+        if missing.is_empty() {
+            return Ok(want);
+        }
+        let survivors = (0..n).filter(|&i| is_available[i]);
+
+        if let Code::Rs { .. } = self.code {
+            // MDS: any k survivors are independent.
+            let reads: Vec<usize> = survivors.take(k).collect();
+            return if reads.len() == k {
+                Ok(reads)
+            } else {
+                Err(self.unrecoverable(&is_available))
+            };
+        }
+
+        if let Some(reads) = self.local_repair_set(&is_available, &want, &missing) {
+            return Ok(reads);
+        }
+
+        let mut basis = Basis::new(k, 0);
+        let mut reads = Vec::with_capacity(k);
+        for i in survivors {
+            if basis.insert(self.row(i), 0) {
+                reads.push(i);
+                if reads.len() == k {
+                    return Ok(reads);
+                }
+            }
+        }
+        // Rank below k: the data is not recoverable, but the wanted chunks may be.
+        if !missing.iter().all(|&w| basis.contains(self.row(w))) {
+            return Err(self.unrecoverable(&is_available));
+        }
+        let spans_wanted = |set: &[usize]| {
+            let mut b = Basis::new(k, 0);
+            for &i in set {
+                b.insert(self.row(i), 0);
+            }
+            missing.iter().all(|&w| b.contains(self.row(w)))
+        };
+        let mut pos = reads.len();
+        while pos > 0 {
+            pos -= 1;
+            let removed = reads.remove(pos);
+            if want.contains(&removed) || !spans_wanted(&reads) {
+                reads.insert(pos, removed);
+            }
+        }
+        Ok(reads)
+    }
+
+    /// LRC: the reads when every missing wanted chunk is a data chunk or local parity whose
+    /// group has no other loss (its group's survivors), else `None`.
+    fn local_repair_set(
+        &self,
+        is_available: &[bool],
+        want: &[usize],
+        missing: &[usize],
+    ) -> Option<Vec<usize>> {
+        let mut reads = vec![false; is_available.len()];
+        for &w in missing {
+            let group = self.code.local_group(self.code.group_of(w)?)?;
+            for member in group.into_iter().filter(|&x| x != w) {
+                if !is_available[member] {
+                    return None;
+                }
+                reads[member] = true;
+            }
+        }
+        for &w in want {
+            if is_available[w] {
+                reads[w] = true;
+            }
+        }
+        Some((0..reads.len()).filter(|&i| reads[i]).collect())
     }
 
     /// A calculator that rebuilds `wanted` from exactly the chunks `inputs` (as returned by
     /// `repair_set`, or any set that suffices); cached per (inputs, wanted) in a bounded LRU.
+    ///
+    /// The calculator's inputs are `inputs` in the order given and its outputs `wanted` in
+    /// the order given; it computes only those rows. A wanted chunk that is also an input is
+    /// copied (coefficient 1 on it). Otherwise the input rows are taken greedily in the order
+    /// given, skipping any that does not raise the rank (those get coefficient 0), and each
+    /// wanted row is solved in their span by Gauss-Jordan elimination; a wanted chunk outside
+    /// the span is an error ([`CodeError::TooFewChunks`] with fewer than k distinct inputs,
+    /// else [`CodeError::Unrecoverable`] naming the chunks not read).
     pub fn decoder(
         &self,
         inputs: &[usize],
         wanted: &[usize],
     ) -> Result<Arc<Calculator>, CodeError> {
-        let _ = (inputs, wanted);
-        todo!("codes: decoder")
+        for &i in inputs.iter().chain(wanted) {
+            self.check_index(i)?;
+        }
+        let key: DecoderKey = (inputs.to_vec(), wanted.to_vec());
+        if let Some(found) = self.lock_decoders().get(&key) {
+            return Ok(found);
+        }
+        let calculator = Arc::new(self.build_decoder(inputs, wanted)?);
+        Ok(self.lock_decoders().get_or_insert(key, calculator))
+    }
+
+    fn build_decoder(&self, inputs: &[usize], wanted: &[usize]) -> Result<Calculator, CodeError> {
+        let k = self.code.k();
+        let mut basis = Basis::new(k, inputs.len());
+        for (pos, &i) in inputs.iter().enumerate() {
+            if basis.rank() == k {
+                break;
+            }
+            basis.insert(self.row(i), pos);
+        }
+        let width = inputs.len();
+        let mut coeffs = vec![0u8; wanted.len() * width];
+        for (out, &w) in wanted.iter().enumerate() {
+            let row = &mut coeffs[out * width..(out + 1) * width];
+            if let Some(pos) = inputs.iter().position(|&i| i == w) {
+                row[pos] = 1;
+                continue;
+            }
+            match basis.express(self.row(w)) {
+                Some(c) => row.copy_from_slice(&c),
+                None => {
+                    let mut read = vec![false; self.code.n()];
+                    for &i in inputs {
+                        read[i] = true;
+                    }
+                    return Err(self.unrecoverable(&read));
+                }
+            }
+        }
+        Ok(Calculator::new(
+            self.kernel,
+            inputs.to_vec(),
+            wanted.to_vec(),
+            &coeffs,
+        ))
     }
 
     /// Rebuilds `wanted` chunks. `chunks[i]` is `Some` for available chunk i (length n);
     /// computes only the chunks asked for, reading the minimal repair set.
+    ///
+    /// `outputs[i]` receives chunk `wanted[i]`. Every available chunk and every output must
+    /// have the same length.
     pub fn reconstruct(
         &self,
         chunks: &[Option<&[u8]>],
         wanted: &[usize],
         outputs: &mut [&mut [u8]],
     ) -> Result<(), CodeError> {
-        let _ = (chunks, wanted, outputs);
-        todo!("codes: reconstruct")
+        let n = self.code.n();
+        if chunks.len() != n {
+            return Err(CodeError::CountMismatch {
+                what: "chunk slots",
+                have: chunks.len(),
+                expected: n,
+            });
+        }
+        if outputs.len() != wanted.len() {
+            return Err(CodeError::CountMismatch {
+                what: "output chunks",
+                have: outputs.len(),
+                expected: wanted.len(),
+            });
+        }
+        let available: Vec<usize> = (0..n).filter(|&i| chunks[i].is_some()).collect();
+        let expected = available
+            .first()
+            .and_then(|&i| chunks[i].map(|c| c.len()))
+            .or_else(|| outputs.first().map(|o| o.len()))
+            .unwrap_or(0);
+        let lengths = available
+            .iter()
+            .filter_map(|&i| chunks[i].map(|c| (i, c.len())))
+            .chain(wanted.iter().copied().zip(outputs.iter().map(|o| o.len())));
+        for (index, len) in lengths {
+            if len != expected {
+                return Err(CodeError::UnequalLengths {
+                    index,
+                    len,
+                    expected,
+                });
+            }
+        }
+        let reads = self.repair_set(&available, wanted)?;
+        let calculator = self.decoder(&reads, wanted)?;
+        let inputs: Vec<&[u8]> = reads
+            .iter()
+            .map(|&i| chunks[i].expect("repair set reads available chunks"))
+            .collect();
+        calculator.compute(&inputs, outputs)
     }
 
-    /// Whether the erasure pattern `erased` leaves every chunk recoverable.
+    /// Whether the erasure pattern `erased` leaves every chunk recoverable (the survivors have
+    /// rank k). An index ≥ n makes the pattern meaningless: false.
     pub fn is_recoverable(&self, erased: &[usize]) -> bool {
-        let _ = erased;
-        todo!("codes: is_recoverable")
+        let (k, n) = (self.code.k(), self.code.n());
+        let mut lost = vec![false; n];
+        for &e in erased {
+            if e >= n {
+                return false;
+            }
+            lost[e] = true;
+        }
+        match self.code {
+            Code::Rs { m, .. } => lost.iter().filter(|&&x| x).count() <= m,
+            Code::Lrc { .. } => {
+                linalg::rank_of(&self.generator, k, (0..n).filter(|&i| !lost[i])) == k
+            }
+        }
     }
 }

@@ -1,0 +1,301 @@
+//! Generator matrices (n × k, row-major, identity on top) and the MDS check of ISA-L's
+//! Vandermonde-style matrix.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
+
+use gf::field;
+
+use crate::linalg::Basis;
+
+/// ISA-L `gf_gen_cauchy1_matrix`: parity row i (i = k..n−1), column j = inv(i XOR j).
+/// Every square submatrix of the parity part is a Cauchy matrix, so the code is MDS for
+/// n ≤ 256 (i XOR j is never 0 because i ≥ k > j).
+pub fn cauchy1(k: usize, m: usize) -> Vec<u8> {
+    let n = k + m;
+    assert!(n <= 256, "cauchy1: n = {n} exceeds 256");
+    let mut g = identity_on_top(k, m);
+    for i in k..n {
+        for j in 0..k {
+            g[i * k + j] = field::inv((i ^ j) as u8);
+        }
+    }
+    g
+}
+
+/// ISA-L `gf_gen_rs_matrix`: parity row r (matrix row k + r), column j = 2^(r·j). ISA-L builds
+/// it with `gen = 1` for the first parity row and `gen *= 2` per row, each row being
+/// `1, gen, gen², …`; row r therefore has `gen = 2^r` and entry j is `(2^r)^j`.
+pub fn rs_vandermonde(k: usize, m: usize) -> Vec<u8> {
+    let mut g = identity_on_top(k, m);
+    for r in 0..m {
+        for j in 0..k {
+            g[(k + r) * k + j] = vandermonde_entry(r, j);
+        }
+    }
+    g
+}
+
+fn vandermonde_entry(r: usize, j: usize) -> u8 {
+    field::exp2(((r * j) % 255) as u32)
+}
+
+/// Azure LRC(k, l, r): l local parities (row k + g: 1 in the columns of group g, the data
+/// chunks `g·k/l .. (g+1)·k/l`), then r global parities (row k + l + t, column j:
+/// α_j^(t+1) with α_j = 2^(j+1)).
+pub fn azure_lrc(k: usize, l: usize, r: usize) -> Vec<u8> {
+    let group = k / l;
+    let mut g = identity_on_top(k, l + r);
+    for grp in 0..l {
+        for j in grp * group..(grp + 1) * group {
+            g[(k + grp) * k + j] = 1;
+        }
+    }
+    for t in 0..r {
+        for j in 0..k {
+            g[(k + l + t) * k + j] = field::exp2((((j + 1) * (t + 1)) % 255) as u32);
+        }
+    }
+    g
+}
+
+fn identity_on_top(k: usize, parity: usize) -> Vec<u8> {
+    let mut g = vec![0u8; (k + parity) * k];
+    for i in 0..k {
+        g[i * k + i] = 1;
+    }
+    g
+}
+
+/// Largest number of square submatrices of the Vandermonde parity part the exact MDS check
+/// examines (C(k+m, m) − 1 for k data and m parity chunks). Beyond it the configuration is
+/// refused as unverified. The check of the largest allowed configuration takes well under a
+/// second and its result is remembered for the life of the process.
+pub const VANDERMONDE_CHECK_LIMIT: u128 = 2_000_000;
+
+/// The verdict of the exact check for one (k, m).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VandermondeVerdict {
+    /// Every square submatrix of the parity part is invertible.
+    Mds,
+    /// A singular square submatrix: its parity rows and data columns. `max_k` is the largest
+    /// k for which this m is still MDS (all singular minors found use column `max_k` or later).
+    Singular {
+        rows: Vec<usize>,
+        cols: Vec<usize>,
+        max_k: usize,
+    },
+    /// Too many submatrices to check (their count is given).
+    TooLarge { minors: u128 },
+}
+
+/// Binomial coefficient, saturating at `u128::MAX`.
+pub fn binomial(n: usize, r: usize) -> u128 {
+    let r = r.min(n - r.min(n));
+    let mut acc: u128 = 1;
+    for i in 0..r {
+        // acc · (n − i) / (i + 1) stays exact because acc = C(n, i) at this point.
+        acc = match acc.checked_mul((n - i) as u128) {
+            Some(x) => x / (i as u128 + 1),
+            None => return u128::MAX,
+        };
+    }
+    acc
+}
+
+/// Whether ISA-L's `gf_gen_rs_matrix` gives an MDS code for k data and m parity chunks.
+///
+/// The rule: m ≤ 3 is MDS for every k with k + m ≤ 256 (every square submatrix of the rows
+/// 1, x, x² with the distinct x_j = 2^j is a Vandermonde or a 2×2 with determinant
+/// x_a^s + x_b^s ≠ 0, since 2 and 4 both generate the multiplicative group); k = 1 is MDS
+/// (every entry is non-zero). Otherwise every square submatrix of the parity part is checked,
+/// if there are at most [`VANDERMONDE_CHECK_LIMIT`] of them, and refused as unverified if
+/// there are more. Verdicts are cached per (k, m).
+pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
+    if m <= 3 || k <= 1 {
+        return VandermondeVerdict::Mds;
+    }
+    let minors = binomial(k + m, m).saturating_sub(1);
+    if minors > VANDERMONDE_CHECK_LIMIT {
+        return VandermondeVerdict::TooLarge { minors };
+    }
+    static CACHE: OnceLock<Mutex<HashMap<(usize, usize), VandermondeVerdict>>> = OnceLock::new();
+    let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
+    if let Some(v) = cache.lock().expect("verdict cache").get(&(k, m)) {
+        return v.clone();
+    }
+    let verdict = match first_singular_minor(k, m) {
+        None => VandermondeVerdict::Mds,
+        Some((rows, cols)) => {
+            let max_k = *cols.iter().max().expect("non-empty minor");
+            VandermondeVerdict::Singular { rows, cols, max_k }
+        }
+    };
+    cache
+        .lock()
+        .expect("verdict cache")
+        .insert((k, m), verdict.clone());
+    verdict
+}
+
+/// The first singular square submatrix of the m × k Vandermonde parity part, in order of its
+/// largest column (so the answer also says up to which k the matrix is MDS), or `None`.
+///
+/// For each largest column `last`, each size s and each set R of s parity rows, a depth-first
+/// walk picks s − 1 columns below `last` in increasing order, inserting each column (restricted
+/// to R) into an incremental basis; a column that does not raise the rank makes every s × s
+/// submatrix containing the chosen columns singular. Prefixes share their elimination work.
+fn first_singular_minor(k: usize, m: usize) -> Option<(Vec<usize>, Vec<usize>)> {
+    for last in 0..k {
+        for s in 1..=m.min(last + 1) {
+            let mut rows: Vec<usize> = (0..s).collect();
+            loop {
+                let mut basis = Basis::new(s, 0);
+                let mut cols = Vec::with_capacity(s);
+                if singular_walk(&rows, last, 0, &mut basis, &mut cols) {
+                    return Some((rows, cols));
+                }
+                if !next_combination(&mut rows, m) {
+                    break;
+                }
+            }
+        }
+    }
+    None
+}
+
+/// Extends `cols` (already in `basis`) with columns from `start..last` up to s − 1 of them,
+/// then column `last`. Returns true, leaving the singular choice in `cols`, on dependence.
+fn singular_walk(
+    rows: &[usize],
+    last: usize,
+    start: usize,
+    basis: &mut Basis,
+    cols: &mut Vec<usize>,
+) -> bool {
+    let s = rows.len();
+    let column = |c: usize| -> Vec<u8> { rows.iter().map(|&r| vandermonde_entry(r, c)).collect() };
+    let depth = cols.len();
+    if depth == s - 1 {
+        cols.push(last);
+        if !basis.insert(&column(last), 0) {
+            return true;
+        }
+        basis.truncate(depth);
+        cols.pop();
+        return false;
+    }
+    // Leave room for the remaining s − 1 − depth − 1 columns below `last`.
+    let need_after = s - 1 - depth - 1;
+    for c in start..last.saturating_sub(need_after) {
+        cols.push(c);
+        if !basis.insert(&column(c), 0) {
+            // Any completion to s columns is singular.
+            let filler: Vec<usize> = (0..=last)
+                .filter(|x| !cols.contains(x))
+                .take(s - cols.len())
+                .collect();
+            cols.extend(filler);
+            cols.sort_unstable();
+            return true;
+        }
+        if singular_walk(rows, last, c + 1, basis, cols) {
+            return true;
+        }
+        basis.truncate(depth);
+        cols.pop();
+    }
+    false
+}
+
+/// Advances `comb` (strictly increasing, values < n) to the next combination in lexicographic
+/// order; false when it was the last.
+pub(crate) fn next_combination(comb: &mut [usize], n: usize) -> bool {
+    let s = comb.len();
+    for i in (0..s).rev() {
+        if comb[i] < n - s + i {
+            comb[i] += 1;
+            for j in i + 1..s {
+                comb[j] = comb[j - 1] + 1;
+            }
+            return true;
+        }
+    }
+    false
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::linalg::invert;
+
+    #[test]
+    fn binomials() {
+        assert_eq!(binomial(14, 4), 1001);
+        assert_eq!(binomial(5, 0), 1);
+        assert_eq!(binomial(5, 5), 1);
+        assert_eq!(binomial(28, 8), 3_108_105);
+    }
+
+    #[test]
+    fn combinations_in_order() {
+        let mut c = vec![0, 1];
+        let mut seen = vec![c.clone()];
+        while next_combination(&mut c, 4) {
+            seen.push(c.clone());
+        }
+        assert_eq!(seen.len(), 6);
+        assert_eq!(seen[5], vec![2, 3]);
+    }
+
+    /// Determinant-free brute force: every square submatrix of the parity part inverts.
+    fn brute_force_mds(k: usize, m: usize) -> bool {
+        for s in 1..=m.min(k) {
+            let mut rows: Vec<usize> = (0..s).collect();
+            loop {
+                let mut cols: Vec<usize> = (0..s).collect();
+                loop {
+                    let sub: Vec<u8> = rows
+                        .iter()
+                        .flat_map(|&r| cols.iter().map(move |&c| vandermonde_entry(r, c)))
+                        .collect();
+                    if invert(&sub, s).is_none() {
+                        return false;
+                    }
+                    if !next_combination(&mut cols, k) {
+                        break;
+                    }
+                }
+                if !next_combination(&mut rows, m) {
+                    break;
+                }
+            }
+        }
+        true
+    }
+
+    #[test]
+    fn exact_check_agrees_with_brute_force() {
+        for m in 4..=6 {
+            for k in 2..=12 {
+                let fast = first_singular_minor(k, m).is_none();
+                assert_eq!(fast, brute_force_mds(k, m), "k = {k}, m = {m}");
+            }
+        }
+    }
+
+    #[test]
+    fn reported_minor_is_singular() {
+        // m = 4 fails first at k = 22 (the known ISA-L limit k ≤ 21).
+        let VandermondeVerdict::Singular { rows, cols, max_k } = vandermonde_verdict(22, 4) else {
+            panic!("rs-vand 22,4 must not be MDS");
+        };
+        assert_eq!(max_k, 21);
+        let sub: Vec<u8> = rows
+            .iter()
+            .flat_map(|&r| cols.iter().map(move |&c| vandermonde_entry(r, c)))
+            .collect();
+        assert_eq!(invert(&sub, rows.len()), None);
+        assert_eq!(vandermonde_verdict(21, 4), VandermondeVerdict::Mds);
+    }
+}
