@@ -106,13 +106,16 @@ pub fn mul_slow(mut a: u8, mut b: u8) -> u8 {
 /// The 8×8 bit matrix of "multiply by c", packed as `vgf2p8affineqb` expects: byte 7−i of the
 /// result holds row i, and bit j of row i is bit i of c·2^j.
 pub fn affine_matrix(c: u8) -> u64 {
+    // Column j of the matrix is c·2^j; eight products, then a bit transpose.
+    let mut cols = [0u8; 8];
+    for (j, col) in cols.iter_mut().enumerate() {
+        *col = mul(c, 1 << j);
+    }
     let mut m = 0u64;
     for i in 0..8 {
         let mut row = 0u8;
-        for j in 0..8 {
-            if mul(c, 1 << j) & (1 << i) != 0 {
-                row |= 1 << j;
-            }
+        for (j, col) in cols.iter().enumerate() {
+            row |= ((col >> i) & 1) << j;
         }
         m |= (row as u64) << (8 * (7 - i));
     }
@@ -121,10 +124,16 @@ pub fn affine_matrix(c: u8) -> u64 {
 
 /// The two 16-entry nibble tables of "multiply by c": `lo[x] = c·x`, `hi[x] = c·(x << 4)`.
 pub fn nibble_tables(c: u8) -> [u8; 32] {
+    // Multiplication is linear over GF(2): each entry is the XOR of the products of c with the
+    // set bits of its index, so eight products fill both tables.
     let mut t = [0u8; 32];
-    for x in 0..16u8 {
-        t[x as usize] = mul(c, x);
-        t[16 + x as usize] = mul(c, x << 4);
+    for bit in 0..4 {
+        let (lo, hi) = (mul(c, 1 << bit), mul(c, 1 << (bit + 4)));
+        let step = 1usize << bit;
+        for x in step..2 * step {
+            t[x] = t[x - step] ^ lo;
+            t[16 + x] = t[16 + x - step] ^ hi;
+        }
     }
     t
 }
@@ -168,7 +177,7 @@ mod tests {
 
     #[test]
     fn nibble_tables_compose_a_product() {
-        for c in [0u8, 1, 2, 0x1d, 0x8e, 0xff] {
+        for c in 0..=255u8 {
             let t = nibble_tables(c);
             for x in 0..=255u8 {
                 assert_eq!(t[(x & 15) as usize] ^ t[16 + (x >> 4) as usize], mul(c, x));
@@ -180,7 +189,7 @@ mod tests {
     fn affine_matrix_applies_multiplication() {
         // Apply the packed matrix as the instruction does: bit i of the result is the parity
         // of (row i & x), with row i in byte 7 − i.
-        for c in [0u8, 1, 2, 3, 0x53, 0xca, 0xff] {
+        for c in 0..=255u8 {
             let m = affine_matrix(c);
             for x in 0..=255u8 {
                 let mut r = 0u8;

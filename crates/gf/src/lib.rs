@@ -95,7 +95,7 @@ impl FromStr for KernelKind {
 /// Why a kernel could not be chosen.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KernelError {
-    #[error("unknown kernel {name:?}: expected one of reference, avx2, avx512, gfni")]
+    #[error("unknown kernel {name:?}: expected one of reference, avx2, avx512, gfni, gfni256")]
     UnknownKernel { name: String },
     #[error("kernel {kind} is not supported by this CPU (it lacks {missing})")]
     Unsupported {
@@ -105,51 +105,84 @@ pub enum KernelError {
 }
 
 /// A region-kernel implementation the CPU is known to support.
+///
+/// Each [`KernelKind`] has one implementation, except GFNI, which has a 512-bit form (chosen
+/// when the CPU has AVX-512) and a 256-bit form (chosen otherwise, and forcible with
+/// [`Kernel::try_gfni256`] or `INEC_KERNEL=gfni256` so that it can be tested and measured on
+/// AVX-512 machines too). Both report [`KernelKind::Gfni`]; [`Kernel::name`] tells them apart.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Kernel {
-    /// Invariant: `kind.is_available()` was true when this value was made.
-    kind: KernelKind,
+    /// Invariant: the CPU was checked to have every feature `imp` needs before this value was
+    /// made (the SIMD code checks again before running).
+    imp: arch::Imp,
 }
 
 impl fmt::Debug for Kernel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Kernel({})", self.kind)
+        write!(f, "Kernel({})", self.name())
     }
 }
 
 /// The environment variable that forces a kernel.
 pub const KERNEL_ENV: &str = "INEC_KERNEL";
 
+/// The name of the 256-bit GFNI form in `INEC_KERNEL` and [`Kernel::name`].
+pub const GFNI256_NAME: &str = "gfni256";
+
 impl Kernel {
     /// The kernel of the given kind, or an error if this CPU cannot run it.
+    ///
+    /// For [`KernelKind::Gfni`] this is the 512-bit form if the CPU has AVX-512F and
+    /// AVX-512BW, else the 256-bit form.
     pub fn try_new(kind: KernelKind) -> Result<Kernel, KernelError> {
-        match arch::missing_feature(kind) {
-            None => Ok(Kernel { kind }),
-            Some(missing) => Err(KernelError::Unsupported { kind, missing }),
+        match arch::resolve(kind) {
+            Ok(imp) => Ok(Kernel { imp }),
+            Err(missing) => Err(KernelError::Unsupported { kind, missing }),
+        }
+    }
+
+    /// The 256-bit form of the GFNI kernel (GFNI and AVX2), even where the 512-bit form could
+    /// run: for tests and benchmarks of the code CPUs without AVX-512 run.
+    pub fn try_gfni256() -> Result<Kernel, KernelError> {
+        match arch::resolve_gfni256() {
+            Ok(imp) => Ok(Kernel { imp }),
+            Err(missing) => Err(KernelError::Unsupported {
+                kind: KernelKind::Gfni,
+                missing,
+            }),
+        }
+    }
+
+    /// The kernel of a name: a [`KernelKind`] name, or `gfni256` for [`Kernel::try_gfni256`].
+    pub fn try_from_name(name: &str) -> Result<Kernel, KernelError> {
+        if name == GFNI256_NAME {
+            Kernel::try_gfni256()
+        } else {
+            Kernel::try_new(name.parse()?)
         }
     }
 
     /// The reference kernel, which every CPU runs.
     pub fn reference() -> Kernel {
         Kernel {
-            kind: KernelKind::Reference,
+            imp: arch::Imp::Reference,
         }
     }
 
     /// The fastest kernel this CPU supports.
     pub fn best() -> Kernel {
-        let kind = *KernelKind::ALL
+        KernelKind::ALL
             .iter()
             .rev()
-            .find(|k| k.is_available())
-            .unwrap_or(&KernelKind::Reference);
-        Kernel { kind }
+            .find_map(|&k| Kernel::try_new(k).ok())
+            .unwrap_or_else(Kernel::reference)
     }
 
-    /// The kernel named by `INEC_KERNEL`, or the best one when it is unset or empty.
+    /// The kernel named by `INEC_KERNEL` (see [`Kernel::try_from_name`]), or the best one when
+    /// it is unset or empty.
     pub fn from_env() -> Result<Kernel, KernelError> {
         match std::env::var(KERNEL_ENV) {
-            Ok(name) if !name.is_empty() => Kernel::try_new(name.parse()?),
+            Ok(name) if !name.is_empty() => Kernel::try_from_name(&name),
             _ => Ok(Kernel::best()),
         }
     }
@@ -162,12 +195,31 @@ impl Kernel {
             .collect()
     }
 
-    pub fn kind(self) -> KernelKind {
-        self.kind
+    /// Every implementation this CPU supports, slowest first: [`Kernel::available`] plus the
+    /// 256-bit GFNI form when the 512-bit one is the GFNI kernel. For tests and benchmarks.
+    pub fn forms() -> Vec<Kernel> {
+        let mut forms = Kernel::available();
+        if let Ok(narrow) = Kernel::try_gfni256() {
+            if !forms.contains(&narrow) {
+                let at = forms.len().saturating_sub(1);
+                forms.insert(at, narrow);
+            }
+        }
+        forms
     }
 
+    pub fn kind(self) -> KernelKind {
+        self.imp.kind()
+    }
+
+    /// The kind's name, or `gfni256` for the 256-bit GFNI form.
     pub fn name(self) -> &'static str {
-        self.kind.name()
+        self.imp.name()
+    }
+
+    /// Bytes per SIMD register of the implementation (1 for the reference).
+    pub fn vector_bytes(self) -> usize {
+        self.imp.vector_bytes()
     }
 
     /// `dst ^= src`. Panics if the lengths differ.
@@ -177,7 +229,7 @@ impl Kernel {
             dst.len(),
             "xor: source and destination lengths differ"
         );
-        arch::xor(self.kind, src, dst);
+        arch::xor(self.imp, src, dst);
     }
 
     /// `dst = c · src`. Panics if the lengths differ.
@@ -190,7 +242,7 @@ impl Kernel {
         match c {
             0 => dst.fill(0),
             1 => dst.copy_from_slice(src),
-            _ => arch::mul(self.kind, c, src, dst, false),
+            _ => arch::mul(self.imp, c, src, dst, false),
         }
     }
 
@@ -203,8 +255,8 @@ impl Kernel {
         );
         match c {
             0 => {}
-            1 => arch::xor(self.kind, src, dst),
-            _ => arch::mul(self.kind, c, src, dst, true),
+            1 => arch::xor(self.imp, src, dst),
+            _ => arch::mul(self.imp, c, src, dst, true),
         }
     }
 
@@ -212,13 +264,13 @@ impl Kernel {
     /// and one column per input. Panics if the shapes or lengths disagree.
     pub fn dot_prod(self, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
         check_shapes(m, inputs, outputs);
-        arch::dot_prod(self.kind, m, inputs, outputs, false);
+        arch::dot_prod(self.imp, m, inputs, outputs, false);
     }
 
     /// `outputs[i] ^= Σ_j m[i][j] · inputs[j]`: accumulate into partial results.
     pub fn dot_prod_add(self, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8]]) {
         check_shapes(m, inputs, outputs);
-        arch::dot_prod(self.kind, m, inputs, outputs, true);
+        arch::dot_prod(self.imp, m, inputs, outputs, true);
     }
 }
 

@@ -1,0 +1,317 @@
+//! AVX-512BW kernels: the nibble-table method of [`super::avx2`] on 64-byte registers, two
+//! registers per step, `vpternlogd` merging both lookups into the accumulator in one
+//! instruction, and masked loads and stores for the last partial vector.
+
+use std::arch::x86_64::*;
+
+use super::{dispatch_block, Simd};
+use crate::{field, Matrix};
+
+/// Proof that the CPU has AVX-512F and AVX-512BW.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Avx512(());
+
+impl Avx512 {
+    /// The token, if this CPU has AVX-512F and AVX-512BW.
+    pub(crate) fn new() -> Option<Avx512> {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
+            Some(Avx512(()))
+        } else {
+            None
+        }
+    }
+}
+
+impl Simd for Avx512 {
+    const VECTOR_BYTES: usize = 64;
+    // Two vectors per step: 16 accumulators, 4 index registers, the mask and two tables fit
+    // the 32 zmm registers.
+    const MAX_BLOCK: usize = 8;
+    const SPLIT_XOR_ROWS: bool = true;
+    const ANY_LENGTH: bool = true;
+
+    /// Where the coefficient's 32 bytes of nibble tables are.
+    type Coef = *const [u8; 32];
+    const UNUSED: Self::Coef = std::ptr::null();
+
+    fn coef(m: &Matrix, row: usize, col: usize) -> Self::Coef {
+        m.nibble_tables(row, col)
+    }
+
+    fn with_const<R>(c: u8, f: impl FnOnce(Self::Coef) -> R) -> R {
+        let tables = field::nibble_tables(c);
+        f(&tables)
+    }
+
+    unsafe fn dot(
+        self,
+        add: bool,
+        coef: &[Self::Coef],
+        srcs: &[*const u8],
+        dsts: &[*mut u8],
+        len: usize,
+    ) {
+        // SAFETY: the token proves AVX-512F and AVX-512BW; the caller upholds `Simd::dot`'s
+        // contract, which is `dot_avx512`'s.
+        unsafe {
+            dispatch_block!(dot_avx512, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5 6 7 8])
+        }
+    }
+
+    unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize) {
+        // SAFETY: the token proves AVX-512F and AVX-512BW; the caller upholds `Simd::xor`'s
+        // contract, which is `xor_avx512`'s.
+        unsafe {
+            if add {
+                xor_avx512::<true>(srcs, dst, len)
+            } else {
+                xor_avx512::<false>(srcs, dst, len)
+            }
+        }
+    }
+}
+
+/// Loads the 64 bytes at `p`.
+///
+/// # Safety
+///
+/// 64 bytes at `p` are readable; the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn load(p: *const u8) -> __m512i {
+    // SAFETY: the caller guarantees 64 readable bytes; the load is unaligned.
+    unsafe { _mm512_loadu_si512(p.cast()) }
+}
+
+/// Stores 64 bytes at `p`.
+///
+/// # Safety
+///
+/// 64 bytes at `p` are writable; the CPU has AVX-512F.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) unsafe fn store(p: *mut u8, v: __m512i) {
+    // SAFETY: the caller guarantees 64 writable bytes; the store is unaligned.
+    unsafe { _mm512_storeu_si512(p.cast(), v) }
+}
+
+/// Loads the bytes of `p .. p + 64` selected by `mask`, zero elsewhere.
+///
+/// # Safety
+///
+/// The selected bytes are readable (the others are not touched: masked-off elements of a
+/// masked load do not fault); the CPU has AVX-512BW.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn load_masked(p: *const u8, mask: __mmask64) -> __m512i {
+    // SAFETY: the caller guarantees the selected bytes are readable.
+    unsafe { _mm512_maskz_loadu_epi8(mask, p.cast()) }
+}
+
+/// Stores the bytes of `v` selected by `mask` at `p .. p + 64`.
+///
+/// # Safety
+///
+/// The selected bytes are writable; the CPU has AVX-512BW.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn store_masked(p: *mut u8, mask: __mmask64, v: __m512i) {
+    // SAFETY: the caller guarantees the selected bytes are writable.
+    unsafe { _mm512_mask_storeu_epi8(p.cast(), mask, v) }
+}
+
+/// The mask of the first `min(r, 64)` bytes.
+#[inline]
+pub(crate) fn head_mask(r: usize) -> __mmask64 {
+    if r >= 64 {
+        !0
+    } else {
+        (1u64 << r) - 1
+    }
+}
+
+/// `a ^ b ^ c` in one instruction.
+#[inline]
+#[target_feature(enable = "avx512f")]
+pub(crate) fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
+    _mm512_ternarylogic_epi64::<0x96>(a, b, c)
+}
+
+/// The nibble tables at `t`, each broadcast to the four 128-bit lanes.
+///
+/// # Safety
+///
+/// `t` points at 32 readable bytes.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn tables(t: *const [u8; 32]) -> (__m512i, __m512i) {
+    // SAFETY: the caller guarantees 32 readable bytes at `t`.
+    unsafe {
+        (
+            _mm512_broadcast_i32x4(_mm_loadu_si128(t.cast())),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(t.cast::<u8>().add(16).cast())),
+        )
+    }
+}
+
+/// `x & 15` and `x >> 4` of every byte.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+fn nibbles(x: __m512i) -> (__m512i, __m512i) {
+    let nibble = _mm512_set1_epi8(0x0f);
+    (
+        _mm512_and_si512(x, nibble),
+        _mm512_and_si512(_mm512_srli_epi16::<4>(x), nibble),
+    )
+}
+
+/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs, any length.
+///
+/// # Safety
+///
+/// The CPU has AVX-512F and AVX-512BW; `coef.len() == srcs.len() * B`, `dsts.len() == B`;
+/// every source is readable and every destination readable and writable for `len` bytes; the
+/// destinations overlap nothing else; the coefficients point at live nibble tables.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn dot_avx512<const B: usize, const ADD: bool>(
+    coef: &[*const [u8; 32]],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
+    let (coef, rest) = coef.as_chunks::<B>();
+    assert!(rest.is_empty() && coef.len() == srcs.len());
+    let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
+    // for p in steps of 128 bytes (two vectors, a and b):
+    //     acc_a[·] = acc_b[·] = 0
+    //     for each source s: split s[p..p+64] and s[p+64..p+128] into nibbles
+    //         for each output i: acc[i] = acc[i] ^ pshufb(T_lo[i][s], lo) ^ pshufb(T_hi[i][s], hi)
+    //     dst[i][p..p+128] (^)= acc[i]
+    let mut p = 0;
+    while p + 128 <= len {
+        let mut acc_a = [_mm512_setzero_si512(); B];
+        let mut acc_b = [_mm512_setzero_si512(); B];
+        for (c, &s) in coef.iter().zip(srcs) {
+            // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
+            let (xa, xb) = unsafe { (load(s.add(p)), load(s.add(p + 64))) };
+            let (lo_a, hi_a) = nibbles(xa);
+            let (lo_b, hi_b) = nibbles(xb);
+            for i in 0..B {
+                // SAFETY: the caller guarantees live tables.
+                let (t_lo, t_hi) = unsafe { tables(c[i]) };
+                acc_a[i] = xor3(
+                    acc_a[i],
+                    _mm512_shuffle_epi8(t_lo, lo_a),
+                    _mm512_shuffle_epi8(t_hi, hi_a),
+                );
+                acc_b[i] = xor3(
+                    acc_b[i],
+                    _mm512_shuffle_epi8(t_lo, lo_b),
+                    _mm512_shuffle_epi8(t_hi, hi_b),
+                );
+            }
+        }
+        for i in 0..B {
+            let d = dsts[i];
+            // SAFETY: `p + 128 ≤ len` bytes of every destination are readable and writable.
+            unsafe {
+                if ADD {
+                    acc_a[i] = _mm512_xor_si512(acc_a[i], load(d.add(p)));
+                    acc_b[i] = _mm512_xor_si512(acc_b[i], load(d.add(p + 64)));
+                }
+                store(d.add(p), acc_a[i]);
+                store(d.add(p + 64), acc_b[i]);
+            }
+        }
+        p += 128;
+    }
+    // The rest (< 128 bytes), one vector at a time; the last one masked to the bytes left.
+    while p < len {
+        let mask = head_mask(len - p);
+        let mut acc = [_mm512_setzero_si512(); B];
+        for (c, &s) in coef.iter().zip(srcs) {
+            // SAFETY: `mask` selects only bytes below `len`.
+            let (lo, hi) = nibbles(unsafe { load_masked(s.add(p), mask) });
+            for i in 0..B {
+                // SAFETY: the caller guarantees live tables.
+                let (t_lo, t_hi) = unsafe { tables(c[i]) };
+                acc[i] = xor3(
+                    acc[i],
+                    _mm512_shuffle_epi8(t_lo, lo),
+                    _mm512_shuffle_epi8(t_hi, hi),
+                );
+            }
+        }
+        for i in 0..B {
+            let d = dsts[i];
+            // SAFETY: `mask` selects only bytes below `len`.
+            unsafe {
+                if ADD {
+                    acc[i] = _mm512_xor_si512(acc[i], load_masked(d.add(p), mask));
+                }
+                store_masked(d.add(p), mask, acc[i]);
+            }
+        }
+        p += 64;
+    }
+}
+
+/// `dst (^)= Σ srcs`, any length.
+///
+/// # Safety
+///
+/// The CPU has AVX-512F and AVX-512BW; every source is readable and `dst` readable and
+/// writable for `len` bytes; `dst` overlaps no source.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(crate) unsafe fn xor_avx512<const ADD: bool>(srcs: &[*const u8], dst: *mut u8, len: usize) {
+    // for p in steps of 256 bytes: acc[0..4] = ADD ? dst[p..] : 0
+    //     for sources s, t in pairs: acc = acc ^ s[p..] ^ t[p..]   (one vpternlog)
+    //     dst[p..] = acc
+    let mut p = 0;
+    while p + 256 <= len {
+        let mut acc = [_mm512_setzero_si512(); 4];
+        if ADD {
+            for (v, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `p + 256 ≤ len`.
+                *a = unsafe { load(dst.add(p + 64 * v)) };
+            }
+        }
+        let mut pairs = srcs.chunks_exact(2);
+        for pair in &mut pairs {
+            for (v, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `p + 256 ≤ len`.
+                let (x, y) =
+                    unsafe { (load(pair[0].add(p + 64 * v)), load(pair[1].add(p + 64 * v))) };
+                *a = xor3(*a, x, y);
+            }
+        }
+        for &s in pairs.remainder() {
+            for (v, a) in acc.iter_mut().enumerate() {
+                // SAFETY: `p + 256 ≤ len`.
+                *a = _mm512_xor_si512(*a, unsafe { load(s.add(p + 64 * v)) });
+            }
+        }
+        for (v, a) in acc.into_iter().enumerate() {
+            // SAFETY: `p + 256 ≤ len`.
+            unsafe { store(dst.add(p + 64 * v), a) };
+        }
+        p += 256;
+    }
+    // The rest, one vector at a time; the last one masked to the bytes left.
+    while p < len {
+        let mask = head_mask(len - p);
+        let mut acc = if ADD {
+            // SAFETY: `mask` selects only bytes below `len`.
+            unsafe { load_masked(dst.add(p), mask) }
+        } else {
+            _mm512_setzero_si512()
+        };
+        for &s in srcs {
+            // SAFETY: `mask` selects only bytes below `len`.
+            acc = _mm512_xor_si512(acc, unsafe { load_masked(s.add(p), mask) });
+        }
+        // SAFETY: `mask` selects only bytes below `len`.
+        unsafe { store_masked(dst.add(p), mask, acc) };
+        p += 64;
+    }
+}

@@ -1,0 +1,342 @@
+//! GFNI kernels: `vgf2p8affineqb` multiplies every byte of a register by a constant, given as
+//! an 8×8 bit matrix ([`crate::field::affine_matrix`]) broadcast to each 64-bit lane — one
+//! instruction per product, against four for the nibble tables.
+//!
+//! Two forms: [`Gfni512`] (EVEX, 64-byte registers, `vpternlogq` adding two products to an
+//! accumulator at once, masked tails) and [`Gfni256`] (VEX, 32-byte registers, for CPUs with
+//! GFNI but without AVX-512, such as Alder Lake; tails as in [`super::avx2`]).
+//!
+//! Coefficients 0 and 1 are not special-cased inside a block: their matrices (zero and the
+//! identity) give the right products, and a branch per coefficient would cost more than the
+//! one instruction it saves. The driver skips inputs whose coefficients in a block are all 0.
+
+use std::arch::x86_64::*;
+
+use super::avx2::{self, xor_avx2};
+use super::avx512::{self, head_mask, load_masked, store_masked, xor3, xor_avx512};
+use super::{dispatch_block, Simd};
+use crate::{field, Matrix};
+
+/// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gfni512(());
+
+impl Gfni512 {
+    /// The token, if this CPU has GFNI, AVX-512F and AVX-512BW.
+    pub(crate) fn new() -> Option<Gfni512> {
+        if is_x86_feature_detected!("gfni")
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+        {
+            Some(Gfni512(()))
+        } else {
+            None
+        }
+    }
+}
+
+/// Proof that the CPU has GFNI and AVX2 (and so AVX).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Gfni256(());
+
+impl Gfni256 {
+    /// The token, if this CPU has GFNI and AVX2.
+    pub(crate) fn new() -> Option<Gfni256> {
+        if is_x86_feature_detected!("gfni") && is_x86_feature_detected!("avx2") {
+            Some(Gfni256(()))
+        } else {
+            None
+        }
+    }
+}
+
+impl Simd for Gfni512 {
+    const VECTOR_BYTES: usize = 64;
+    // Two vectors per step: 16 accumulators, 4 inputs and 2 matrices fit the 32 registers.
+    const MAX_BLOCK: usize = 8;
+    const SPLIT_XOR_ROWS: bool = false;
+    const ANY_LENGTH: bool = true;
+
+    /// The coefficient's affine bit matrix.
+    type Coef = u64;
+    const UNUSED: u64 = 0;
+
+    fn coef(m: &Matrix, row: usize, col: usize) -> u64 {
+        m.affine(row, col)
+    }
+
+    fn with_const<R>(c: u8, f: impl FnOnce(u64) -> R) -> R {
+        f(field::affine_matrix(c))
+    }
+
+    unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
+        // SAFETY: the token proves GFNI, AVX-512F and AVX-512BW; the caller upholds
+        // `Simd::dot`'s contract, which is `dot_gfni512`'s.
+        unsafe {
+            dispatch_block!(dot_gfni512, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5 6 7 8])
+        }
+    }
+
+    unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize) {
+        // SAFETY: the token proves AVX-512F and AVX-512BW; the caller upholds `Simd::xor`'s
+        // contract, which is `xor_avx512`'s.
+        unsafe {
+            if add {
+                xor_avx512::<true>(srcs, dst, len)
+            } else {
+                xor_avx512::<false>(srcs, dst, len)
+            }
+        }
+    }
+}
+
+impl Simd for Gfni256 {
+    const VECTOR_BYTES: usize = 32;
+    // Two vectors per step: 10 accumulators, 2 inputs, a matrix and a product fit the 16
+    // registers.
+    const MAX_BLOCK: usize = 5;
+    const SPLIT_XOR_ROWS: bool = false;
+    const ANY_LENGTH: bool = false;
+
+    /// The coefficient's affine bit matrix.
+    type Coef = u64;
+    const UNUSED: u64 = 0;
+
+    fn coef(m: &Matrix, row: usize, col: usize) -> u64 {
+        m.affine(row, col)
+    }
+
+    fn with_const<R>(c: u8, f: impl FnOnce(u64) -> R) -> R {
+        f(field::affine_matrix(c))
+    }
+
+    unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
+        // SAFETY: the token proves GFNI and AVX2; the caller upholds `Simd::dot`'s contract,
+        // which is `dot_gfni256`'s.
+        unsafe {
+            dispatch_block!(dot_gfni256, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5])
+        }
+    }
+
+    unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize) {
+        // SAFETY: the token proves AVX2; the caller upholds `Simd::xor`'s contract, which is
+        // `xor_avx2`'s.
+        unsafe {
+            if add {
+                xor_avx2::<true>(srcs, dst, len)
+            } else {
+                xor_avx2::<false>(srcs, dst, len)
+            }
+        }
+    }
+}
+
+/// The product of every byte of `x` with the constant whose bit matrix is `m`.
+#[inline]
+#[target_feature(enable = "gfni,avx512f")]
+fn affine512(x: __m512i, m: u64) -> __m512i {
+    _mm512_gf2p8affine_epi64_epi8::<0>(x, _mm512_set1_epi64(m as i64))
+}
+
+/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs, any length.
+///
+/// # Safety
+///
+/// The CPU has GFNI, AVX-512F and AVX-512BW; `coef.len() == srcs.len() * B`,
+/// `dsts.len() == B`; every source is readable and every destination readable and writable for
+/// `len` bytes; the destinations overlap nothing else.
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
+    coef: &[u64],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
+    let (coef, rest) = coef.as_chunks::<B>();
+    assert!(rest.is_empty() && coef.len() == srcs.len());
+    let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
+    // for p in steps of 128 bytes (two vectors, a and b):
+    //     acc_a[·] = acc_b[·] = 0
+    //     for sources s, t in pairs, with matrices M[i][s], M[i][t]:
+    //         for each output i: acc[i] = acc[i] ^ affine(s[p..], M[i][s]) ^ affine(t[p..], M[i][t])
+    //     for a last unpaired source s: acc[i] ^= affine(s[p..], M[i][s])
+    //     dst[i][p..p+128] (^)= acc[i]
+    let mut p = 0;
+    while p + 128 <= len {
+        let mut acc_a = [_mm512_setzero_si512(); B];
+        let mut acc_b = [_mm512_setzero_si512(); B];
+        let mut c_pairs = coef.chunks_exact(2);
+        let mut s_pairs = srcs.chunks_exact(2);
+        for (c, s) in (&mut c_pairs).zip(&mut s_pairs) {
+            // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
+            let (sa, sb, ta, tb) = unsafe {
+                (
+                    avx512::load(s[0].add(p)),
+                    avx512::load(s[0].add(p + 64)),
+                    avx512::load(s[1].add(p)),
+                    avx512::load(s[1].add(p + 64)),
+                )
+            };
+            for i in 0..B {
+                let (ms, mt) = (
+                    _mm512_set1_epi64(c[0][i] as i64),
+                    _mm512_set1_epi64(c[1][i] as i64),
+                );
+                acc_a[i] = xor3(
+                    acc_a[i],
+                    _mm512_gf2p8affine_epi64_epi8::<0>(sa, ms),
+                    _mm512_gf2p8affine_epi64_epi8::<0>(ta, mt),
+                );
+                acc_b[i] = xor3(
+                    acc_b[i],
+                    _mm512_gf2p8affine_epi64_epi8::<0>(sb, ms),
+                    _mm512_gf2p8affine_epi64_epi8::<0>(tb, mt),
+                );
+            }
+        }
+        if let (Some(c), Some(&s)) = (c_pairs.remainder().first(), s_pairs.remainder().first()) {
+            // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
+            let (sa, sb) = unsafe { (avx512::load(s.add(p)), avx512::load(s.add(p + 64))) };
+            for i in 0..B {
+                let ms = _mm512_set1_epi64(c[i] as i64);
+                acc_a[i] = _mm512_xor_si512(acc_a[i], _mm512_gf2p8affine_epi64_epi8::<0>(sa, ms));
+                acc_b[i] = _mm512_xor_si512(acc_b[i], _mm512_gf2p8affine_epi64_epi8::<0>(sb, ms));
+            }
+        }
+        for i in 0..B {
+            let d = dsts[i];
+            // SAFETY: `p + 128 ≤ len` bytes of every destination are readable and writable.
+            unsafe {
+                if ADD {
+                    acc_a[i] = _mm512_xor_si512(acc_a[i], avx512::load(d.add(p)));
+                    acc_b[i] = _mm512_xor_si512(acc_b[i], avx512::load(d.add(p + 64)));
+                }
+                avx512::store(d.add(p), acc_a[i]);
+                avx512::store(d.add(p + 64), acc_b[i]);
+            }
+        }
+        p += 128;
+    }
+    // The rest (< 128 bytes), one vector at a time; the last one masked to the bytes left:
+    //     acc[i] = Σ_s affine(s[p..] & mask, M[i][s]); dst[i][p..] (^)= acc[i] under mask
+    while p < len {
+        let mask = head_mask(len - p);
+        let mut acc = [_mm512_setzero_si512(); B];
+        for (c, &s) in coef.iter().zip(srcs) {
+            // SAFETY: `mask` selects only bytes below `len`.
+            let x = unsafe { load_masked(s.add(p), mask) };
+            for i in 0..B {
+                acc[i] = _mm512_xor_si512(acc[i], affine512(x, c[i]));
+            }
+        }
+        for i in 0..B {
+            let d = dsts[i];
+            // SAFETY: `mask` selects only bytes below `len`.
+            unsafe {
+                if ADD {
+                    acc[i] = _mm512_xor_si512(acc[i], load_masked(d.add(p), mask));
+                }
+                store_masked(d.add(p), mask, acc[i]);
+            }
+        }
+        p += 64;
+    }
+}
+
+/// The products of the 32 bytes at offset `p` of every source with a block of `B` outputs.
+///
+/// # Safety
+///
+/// Every source has 32 readable bytes at `p`; the CPU has GFNI and AVX2.
+#[inline]
+#[target_feature(enable = "gfni,avx,avx2")]
+unsafe fn products256<const B: usize>(
+    coef: &[[u64; B]],
+    srcs: &[*const u8],
+    p: usize,
+) -> [__m256i; B] {
+    let mut acc = [_mm256_setzero_si256(); B];
+    // for each source s: x = s[p..p+32]; acc[i] ^= affine(x, M[i][s])
+    for (c, &s) in coef.iter().zip(srcs) {
+        // SAFETY: the caller guarantees 32 readable bytes at `s + p`.
+        let x = unsafe { avx2::load(s.add(p)) };
+        for i in 0..B {
+            let m = _mm256_set1_epi64x(c[i] as i64);
+            acc[i] = _mm256_xor_si256(acc[i], _mm256_gf2p8affine_epi64_epi8::<0>(x, m));
+        }
+    }
+    acc
+}
+
+/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs.
+///
+/// # Safety
+///
+/// The CPU has GFNI and AVX2; `len ≥ 32`; `coef.len() == srcs.len() * B`, `dsts.len() == B`;
+/// every source is readable and every destination readable and writable for `len` bytes; the
+/// destinations overlap nothing else.
+#[target_feature(enable = "gfni,avx,avx2")]
+unsafe fn dot_gfni256<const B: usize, const ADD: bool>(
+    coef: &[u64],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
+    let (coef, rest) = coef.as_chunks::<B>();
+    assert!(rest.is_empty() && coef.len() == srcs.len() && len >= 32);
+    let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
+    // for p in steps of 64 bytes (two vectors, a and b):
+    //     for each source s: for each output i: acc[i] ^= affine(s[p..], M[i][s])
+    //     dst[i][p..p+64] (^)= acc[i]
+    let mut p = 0;
+    while p + 64 <= len {
+        let mut acc_a = [_mm256_setzero_si256(); B];
+        let mut acc_b = [_mm256_setzero_si256(); B];
+        for (c, &s) in coef.iter().zip(srcs) {
+            // SAFETY: `p + 64 ≤ len` bytes of every source are readable.
+            let (xa, xb) = unsafe { (avx2::load(s.add(p)), avx2::load(s.add(p + 32))) };
+            for i in 0..B {
+                let m = _mm256_set1_epi64x(c[i] as i64);
+                acc_a[i] = _mm256_xor_si256(acc_a[i], _mm256_gf2p8affine_epi64_epi8::<0>(xa, m));
+                acc_b[i] = _mm256_xor_si256(acc_b[i], _mm256_gf2p8affine_epi64_epi8::<0>(xb, m));
+            }
+        }
+        for i in 0..B {
+            let d = dsts[i];
+            // SAFETY: `p + 64 ≤ len` bytes of every destination are readable and writable.
+            unsafe {
+                if ADD {
+                    acc_a[i] = _mm256_xor_si256(acc_a[i], avx2::load(d.add(p)));
+                    acc_b[i] = _mm256_xor_si256(acc_b[i], avx2::load(d.add(p + 32)));
+                }
+                avx2::store(d.add(p), acc_a[i]);
+                avx2::store(d.add(p + 32), acc_b[i]);
+            }
+        }
+        p += 64;
+    }
+    // One more full vector if 32 or more bytes are left, then the last r < 32 bytes through
+    // the vector at len - 32, changing only its last r bytes.
+    while p < len {
+        let (q, mask) = if p + 32 <= len {
+            (p, _mm256_set1_epi8(-1))
+        } else {
+            (len - 32, avx2::tail_mask(len - p))
+        };
+        // SAFETY: `q + 32 ≤ len`; the caller's guarantees.
+        let acc = unsafe { products256::<B>(coef, srcs, q) };
+        for (&d, a) in dsts.iter().zip(acc) {
+            // SAFETY: `q + 32 ≤ len` bytes of `d` are readable and writable.
+            unsafe {
+                let old = avx2::load(d.add(q));
+                let v = if ADD {
+                    _mm256_xor_si256(old, _mm256_and_si256(a, mask))
+                } else {
+                    _mm256_blendv_epi8(old, a, mask)
+                };
+                avx2::store(d.add(q), v);
+            }
+        }
+        p += 32;
+    }
+}

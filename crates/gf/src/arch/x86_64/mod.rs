@@ -1,0 +1,417 @@
+//! x86_64 SIMD kernels and the driver that splits a matrix into register-sized blocks.
+//!
+//! Each implementation is a zero-sized token ([`avx2::Avx2`], [`avx512::Avx512`],
+//! [`gfni::Gfni512`], [`gfni::Gfni256`]) made only by a `new()` that checks the CPU, so holding
+//! one proves its instructions can run. The tokens implement [`Simd`]: a `dot` over one block
+//! of at most `MAX_BLOCK` outputs and at most [`TILE`] inputs, and an `xor` of several inputs
+//! into one output. The driver here, shared by all of them, does the rest:
+//!
+//! - outputs are grouped into blocks of nearly equal size, each computed in one pass over the
+//!   inputs with its accumulators in registers (10 outputs on a 8-output kernel: 5 + 5);
+//! - inputs are taken [`TILE`] at a time (one pass for any k ≤ 32; beyond, later tiles
+//!   accumulate into the outputs);
+//! - an input whose coefficients in a block are all 0 is skipped;
+//! - rows of only 0s and 1s become plain XOR passes: always for the nibble-table kernels, where
+//!   a product costs several instructions, and for GFNI only when the whole matrix is 0/1
+//!   (there a product is one instruction, so keeping a 1 inside the block, where the loaded
+//!   input is shared, is cheaper than a separate pass that reads the inputs again);
+//! - buffers shorter than one vector go through small stack buffers on the 256-bit kernels (the
+//!   512-bit ones use masked loads and stores).
+//!
+//! Nothing here allocates: block plans, coefficient tiles and pointer lists live on the stack.
+
+pub(crate) mod avx2;
+pub(crate) mod avx512;
+pub(crate) mod gfni;
+
+use super::Imp;
+use crate::Matrix;
+
+/// Inputs per call of a kernel's `dot`.
+pub(crate) const TILE: usize = 32;
+/// The largest `MAX_BLOCK` of any kernel.
+pub(crate) const MAX_BLOCK: usize = 8;
+/// Bytes of the stack buffers for short regions; the `VECTOR_BYTES` of every kernel that
+/// needs them.
+const SHORT_BYTES: usize = 32;
+
+/// A SIMD implementation of the block kernels.
+pub(crate) trait Simd: Copy {
+    /// Bytes per register.
+    const VECTOR_BYTES: usize;
+    /// The most outputs one `dot` pass holds in registers (≤ [`MAX_BLOCK`]).
+    const MAX_BLOCK: usize;
+    /// Whether rows of 0s and 1s are computed by `xor` passes even when other rows are not.
+    const SPLIT_XOR_ROWS: bool;
+    /// Whether `dot` and `xor` accept regions shorter than `VECTOR_BYTES`.
+    const ANY_LENGTH: bool;
+
+    /// What a block kernel needs of one coefficient (a bit matrix, or where its nibble tables
+    /// are); `Copy` and plain so that tiles of them live on the stack.
+    type Coef: Copy;
+    /// A filler for unused tile slots; never read by a kernel.
+    const UNUSED: Self::Coef;
+
+    /// The prepared form of coefficient (`row`, `col`) of `m`.
+    fn coef(m: &Matrix, row: usize, col: usize) -> Self::Coef;
+
+    /// Runs `f` with the prepared form of the constant `c`.
+    fn with_const<R>(c: u8, f: impl FnOnce(Self::Coef) -> R) -> R;
+
+    /// For each output `i`: `dsts[i] (^)= Σ_j coef[j·B + i] · srcs[j]` over `len` bytes, with
+    /// `B = dsts.len()`; `=` or `^=` as `add` says.
+    ///
+    /// # Safety
+    ///
+    /// `1 ≤ dsts.len() ≤ MAX_BLOCK`, `srcs.len() ≤ TILE`, `coef.len() == srcs.len() *
+    /// dsts.len()`; every `srcs[j]` is valid for reading and every `dsts[i]` for reading and
+    /// writing `len` bytes; the destinations overlap neither each other nor any source; if
+    /// `!ANY_LENGTH`, `len ≥ VECTOR_BYTES`; the `Coef`s point at live data if they are
+    /// pointers.
+    unsafe fn dot(
+        self,
+        add: bool,
+        coef: &[Self::Coef],
+        srcs: &[*const u8],
+        dsts: &[*mut u8],
+        len: usize,
+    );
+
+    /// `dst (^)= Σ_j srcs[j]` over `len` bytes; `=` or `^=` as `add` says.
+    ///
+    /// # Safety
+    ///
+    /// `srcs.len() ≤ TILE`; every source is valid for reading and `dst` for reading and
+    /// writing `len` bytes; `dst` overlaps no source; if `!ANY_LENGTH`, `len ≥ VECTOR_BYTES`.
+    unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize);
+}
+
+/// One checked x86_64 implementation.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Token {
+    Avx2(avx2::Avx2),
+    Avx512(avx512::Avx512),
+    Gfni512(gfni::Gfni512),
+    Gfni256(gfni::Gfni256),
+}
+
+impl Token {
+    /// The token of a SIMD implementation (`None` for the reference). The CPU check is
+    /// repeated here (it is a cached load): a `Kernel` holding `imp` was only made after the
+    /// same check, so the panic is unreachable, and no path can run an instruction the CPU
+    /// lacks.
+    pub(crate) fn for_imp(imp: Imp) -> Option<Token> {
+        let token = match imp {
+            Imp::Reference => return None,
+            Imp::Avx2 => avx2::Avx2::new().map(Token::Avx2),
+            Imp::Avx512 => avx512::Avx512::new().map(Token::Avx512),
+            Imp::Gfni512 => gfni::Gfni512::new().map(Token::Gfni512),
+            Imp::Gfni256 => gfni::Gfni256::new().map(Token::Gfni256),
+        };
+        match token {
+            Some(t) => Some(t),
+            None => panic!("kernel {} was chosen on a CPU that lacks it", imp.name()),
+        }
+    }
+
+    pub(crate) fn xor(self, src: &[u8], dst: &mut [u8]) {
+        match self {
+            Token::Avx2(t) => xor(t, src, dst),
+            Token::Avx512(t) => xor(t, src, dst),
+            Token::Gfni512(t) => xor(t, src, dst),
+            Token::Gfni256(t) => xor(t, src, dst),
+        }
+    }
+
+    pub(crate) fn mul(self, c: u8, src: &[u8], dst: &mut [u8], add: bool) {
+        match self {
+            Token::Avx2(t) => mul(t, c, src, dst, add),
+            Token::Avx512(t) => mul(t, c, src, dst, add),
+            Token::Gfni512(t) => mul(t, c, src, dst, add),
+            Token::Gfni256(t) => mul(t, c, src, dst, add),
+        }
+    }
+
+    pub(crate) fn dot_prod(
+        self,
+        m: &Matrix,
+        inputs: &[&[u8]],
+        outputs: &mut [&mut [u8]],
+        add: bool,
+    ) {
+        match self {
+            Token::Avx2(t) => dot_prod(t, m, inputs, outputs, add),
+            Token::Avx512(t) => dot_prod(t, m, inputs, outputs, add),
+            Token::Gfni512(t) => dot_prod(t, m, inputs, outputs, add),
+            Token::Gfni256(t) => dot_prod(t, m, inputs, outputs, add),
+        }
+    }
+}
+
+/// `dst ^= src`.
+fn xor<K: Simd>(k: K, src: &[u8], dst: &mut [u8]) {
+    assert_eq!(src.len(), dst.len(), "xor: lengths differ");
+    if dst.is_empty() {
+        return;
+    }
+    // SAFETY: one source of `dst.len()` readable bytes; `dst` is a distinct `&mut` of that
+    // length, so it overlaps no source.
+    unsafe { run_xor(k, true, &[src.as_ptr()], dst.as_mut_ptr(), dst.len()) }
+}
+
+/// `dst (^)= c · src`.
+fn mul<K: Simd>(k: K, c: u8, src: &[u8], dst: &mut [u8], add: bool) {
+    assert_eq!(src.len(), dst.len(), "mul: lengths differ");
+    if dst.is_empty() {
+        return;
+    }
+    K::with_const(c, |coef| {
+        // SAFETY: one block of one output and one input, both `dst.len()` bytes and distinct
+        // (`&` and `&mut`); `coef` is live for the closure.
+        unsafe {
+            run_dot(
+                k,
+                add,
+                &[coef],
+                &[src.as_ptr()],
+                &[dst.as_mut_ptr()],
+                dst.len(),
+            )
+        }
+    })
+}
+
+/// `outputs (^)= m · inputs`.
+fn dot_prod<K: Simd>(k: K, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8]], add: bool) {
+    assert_eq!(m.rows(), outputs.len(), "dot_prod: matrix rows ≠ outputs");
+    assert_eq!(m.cols(), inputs.len(), "dot_prod: matrix columns ≠ inputs");
+    let Some(len) = outputs.first().map(|o| o.len()) else {
+        return;
+    };
+    // The kernels read and write `len` bytes through every pointer: these checks are what
+    // makes that sound.
+    assert!(
+        inputs.iter().all(|i| i.len() == len) && outputs.iter().all(|o| o.len() == len),
+        "dot_prod: buffers of unequal length"
+    );
+    if len == 0 {
+        return;
+    }
+
+    let is_01 = |r: usize| m.row(r).iter().all(|&c| c <= 1);
+    let split = K::SPLIT_XOR_ROWS || m.coeffs().iter().all(|&c| c <= 1);
+    let general = (0..m.rows()).filter(|&r| !(split && is_01(r))).count();
+    let blocks = general.div_ceil(K::MAX_BLOCK);
+
+    let mut block = [0usize; MAX_BLOCK];
+    let (mut filled, mut done) = (0, 0);
+    for r in 0..m.rows() {
+        if split && is_01(r) {
+            xor_row(k, m, r, inputs, outputs, add);
+            continue;
+        }
+        block[filled] = r;
+        filled += 1;
+        // Block b of `blocks` holds ⌈general / blocks⌉ or ⌊general / blocks⌋ rows.
+        let size = general / blocks + usize::from(done < general % blocks);
+        if filled == size {
+            dot_block(k, m, &block[..filled], inputs, outputs, add);
+            filled = 0;
+            done += 1;
+        }
+    }
+    debug_assert_eq!(filled, 0);
+}
+
+/// Output `r`, a row of 0s and 1s: the XOR of the inputs whose coefficient is 1.
+fn xor_row<K: Simd>(
+    k: K,
+    m: &Matrix,
+    r: usize,
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    add: bool,
+) {
+    let len = outputs[r].len();
+    let dst = outputs[r].as_mut_ptr();
+    let mut written = false;
+    for t0 in (0..m.cols()).step_by(TILE) {
+        let mut srcs = [std::ptr::null(); TILE];
+        let mut n = 0;
+        for (c, input) in inputs.iter().enumerate().skip(t0).take(TILE) {
+            if m.get(r, c) == 1 {
+                srcs[n] = input.as_ptr();
+                n += 1;
+            }
+        }
+        if n == 0 {
+            continue;
+        }
+        // SAFETY: `dot_prod` checked that every input and output has `len` bytes; `dst` comes
+        // from a `&mut` output, distinct from the `&` inputs; `n ≤ TILE`.
+        unsafe { run_xor(k, add || written, &srcs[..n], dst, len) };
+        written = true;
+    }
+    if !written && !add {
+        outputs[r].fill(0);
+    }
+}
+
+/// Outputs `rows` (at most `K::MAX_BLOCK`), one pass over the inputs per tile.
+fn dot_block<K: Simd>(
+    k: K,
+    m: &Matrix,
+    rows: &[usize],
+    inputs: &[&[u8]],
+    outputs: &mut [&mut [u8]],
+    add: bool,
+) {
+    let b = rows.len();
+    debug_assert!((1..=K::MAX_BLOCK).contains(&b));
+    let len = outputs[rows[0]].len();
+    let mut dsts = [std::ptr::null_mut(); MAX_BLOCK];
+    for (d, &r) in dsts.iter_mut().zip(rows) {
+        *d = outputs[r].as_mut_ptr();
+    }
+    let mut written = false;
+    for t0 in (0..m.cols()).step_by(TILE) {
+        let mut coef = [K::UNUSED; TILE * MAX_BLOCK];
+        let mut srcs = [std::ptr::null(); TILE];
+        let mut n = 0;
+        for (c, input) in inputs.iter().enumerate().skip(t0).take(TILE) {
+            if rows.iter().all(|&r| m.get(r, c) == 0) {
+                continue;
+            }
+            for (i, &r) in rows.iter().enumerate() {
+                coef[n * b + i] = K::coef(m, r, c);
+            }
+            srcs[n] = input.as_ptr();
+            n += 1;
+        }
+        if n == 0 {
+            continue;
+        }
+        // SAFETY: `dot_prod` checked that every input and output has `len` bytes; the
+        // destinations are distinct rows of `outputs` (`&mut`, so distinct from each other and
+        // from the `&` inputs); `b ≤ MAX_BLOCK`, `n ≤ TILE`, `coef` has `n·b` entries made by
+        // `K::coef` from `m`, which outlives the call.
+        unsafe {
+            run_dot(
+                k,
+                add || written,
+                &coef[..n * b],
+                &srcs[..n],
+                &dsts[..b],
+                len,
+            )
+        };
+        written = true;
+    }
+    if !written && !add {
+        for &r in rows {
+            outputs[r].fill(0);
+        }
+    }
+}
+
+/// `K::dot`, through stack buffers when the region is shorter than the kernel accepts.
+///
+/// # Safety
+///
+/// As for [`Simd::dot`], without the length requirement.
+unsafe fn run_dot<K: Simd>(
+    k: K,
+    add: bool,
+    coef: &[K::Coef],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
+    if K::ANY_LENGTH || len >= K::VECTOR_BYTES {
+        // SAFETY: the caller's guarantees, and the length is acceptable.
+        return unsafe { k.dot(add, coef, srcs, dsts, len) };
+    }
+    assert!(K::VECTOR_BYTES <= SHORT_BYTES && dsts.len() <= MAX_BLOCK && srcs.len() <= TILE);
+    let mut src_buf = [[0u8; SHORT_BYTES]; TILE];
+    let mut dst_buf = [[0u8; SHORT_BYTES]; MAX_BLOCK];
+    let mut src_ptrs = [std::ptr::null(); TILE];
+    let mut dst_ptrs = [std::ptr::null_mut(); MAX_BLOCK];
+    for ((buf, ptr), &src) in src_buf.iter_mut().zip(&mut src_ptrs).zip(srcs) {
+        // SAFETY: the caller guarantees `len` readable bytes at `src`; `len < SHORT_BYTES`.
+        buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+        *ptr = buf.as_ptr();
+    }
+    for ((buf, ptr), &dst) in dst_buf.iter_mut().zip(&mut dst_ptrs).zip(dsts) {
+        // SAFETY: the caller guarantees `len` readable bytes at `dst`; `len < SHORT_BYTES`.
+        buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(dst, len) });
+        *ptr = buf.as_mut_ptr();
+    }
+    let (srcs_short, dsts_short) = (&src_ptrs[..srcs.len()], &dst_ptrs[..dsts.len()]);
+    // SAFETY: the stack buffers hold `SHORT_BYTES ≥ VECTOR_BYTES` bytes each and are distinct;
+    // block and tile sizes and coefficients are the caller's.
+    unsafe { k.dot(add, coef, srcs_short, dsts_short, SHORT_BYTES) };
+    for (buf, &dst) in dst_buf.iter().zip(dsts) {
+        // SAFETY: the caller guarantees `len` writable bytes at `dst`, overlapping no buffer.
+        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, len) };
+    }
+}
+
+/// `K::xor`, through stack buffers when the region is shorter than the kernel accepts.
+///
+/// # Safety
+///
+/// As for [`Simd::xor`], without the length requirement.
+unsafe fn run_xor<K: Simd>(k: K, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize) {
+    if K::ANY_LENGTH || len >= K::VECTOR_BYTES {
+        // SAFETY: the caller's guarantees, and the length is acceptable.
+        return unsafe { k.xor(add, srcs, dst, len) };
+    }
+    assert!(K::VECTOR_BYTES <= SHORT_BYTES && srcs.len() <= TILE);
+    let mut src_buf = [[0u8; SHORT_BYTES]; TILE];
+    let mut src_ptrs = [std::ptr::null(); TILE];
+    for ((buf, ptr), &src) in src_buf.iter_mut().zip(&mut src_ptrs).zip(srcs) {
+        // SAFETY: the caller guarantees `len` readable bytes at `src`; `len < SHORT_BYTES`.
+        buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(src, len) });
+        *ptr = buf.as_ptr();
+    }
+    let mut dst_buf = [0u8; SHORT_BYTES];
+    // SAFETY: the caller guarantees `len` readable bytes at `dst`; `len < SHORT_BYTES`.
+    dst_buf[..len].copy_from_slice(unsafe { std::slice::from_raw_parts(dst, len) });
+    // SAFETY: stack buffers of `SHORT_BYTES ≥ VECTOR_BYTES` bytes, all distinct.
+    unsafe {
+        k.xor(
+            add,
+            &src_ptrs[..srcs.len()],
+            dst_buf.as_mut_ptr(),
+            SHORT_BYTES,
+        )
+    };
+    // SAFETY: the caller guarantees `len` writable bytes at `dst`, overlapping no buffer.
+    unsafe { std::ptr::copy_nonoverlapping(dst_buf.as_ptr(), dst, len) };
+}
+
+/// Calls `$f::<B, ADD>($args)` for the runtime block size `$b` in `1..=$max` and flag `$add`.
+macro_rules! dispatch_block {
+    ($f:ident, $b:expr, $add:expr, $args:tt, [$($n:literal)*]) => {
+        match ($b, $add) {
+            $(
+                ($n, false) => $f::<$n, false> $args,
+                ($n, true) => $f::<$n, true> $args,
+            )*
+            (b, _) => unreachable!("block of {b} outputs"),
+        }
+    };
+}
+pub(crate) use dispatch_block;
+
+/// `0x00` in the first 32 bytes, `0xFF` in the last 32: loading 32 bytes at offset `r` gives
+/// a mask of the last `r` bytes of a vector.
+pub(crate) static TAIL_MASK: [u8; 64] = {
+    let mut t = [0u8; 64];
+    let mut i = 32;
+    while i < 64 {
+        t[i] = 0xFF;
+        i += 1;
+    }
+    t
+};
