@@ -1,0 +1,430 @@
+//! A discrete-event network simulator that executes a plan with real bytes.
+//!
+//! The model of the network, stated once:
+//! - every node has one NIC, full duplex: a transmit side and a receive side, each with the
+//!   node's bandwidth (`NetConfig::bandwidth_bytes_s`, overridable per node; a link between two
+//!   nodes can be made slower still);
+//! - a message (one slice of one edge) occupies the sender's transmit side and the receiver's
+//!   receive side for `bytes / rate + message_overhead`, starting when both are free (messages
+//!   are taken in the order they become ready: FIFO, no preemption), and arrives `latency`
+//!   later;
+//! - an edge between two vertices on the same node costs nothing and moves no network bytes;
+//! - every node has one calculator that runs one computation at a time; computing a slice
+//!   costs `slice / xor_rate` per coefficient 1 and `slice / mul_add_rate` per other non-zero
+//!   coefficient;
+//! - a vertex computes slice s once slice s of every input has arrived, and sends slice s of
+//!   its outputs as soon as it is computed (coherent, pipelined execution).
+//!
+//! The bytes are real: the simulator runs the `gf` kernels on the chunks given to it, so its
+//! outputs can be compared with the codec's.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap};
+
+use crate::plan::{Buffer, CalcKind, Plan, Source};
+use crate::PlanError;
+
+/// The simulated cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub struct NetConfig {
+    /// Every NIC's bandwidth, each direction, in bytes per second.
+    pub bandwidth_bytes_s: f64,
+    /// One-way latency of a message, in seconds.
+    pub latency_s: f64,
+    /// Time a message occupies the NIC besides its bytes (per-message software cost).
+    pub message_overhead_s: f64,
+    /// XOR throughput of a node's calculator, bytes of source per second (`INFINITY`: free).
+    pub xor_bytes_s: f64,
+    /// GF(2^8) multiply-accumulate throughput, bytes of source per second (`INFINITY`: free).
+    pub mul_add_bytes_s: f64,
+    /// Nodes whose NIC is slower (or faster) than `bandwidth_bytes_s`.
+    pub node_bandwidth_bytes_s: BTreeMap<usize, f64>,
+    /// Directed links (from node, to node) slower than the NICs at their ends.
+    pub link_bandwidth_bytes_s: BTreeMap<(usize, usize), f64>,
+}
+
+impl NetConfig {
+    /// A network with the given bandwidth and latency, free computation and no per-message
+    /// cost.
+    pub fn ideal(bandwidth_bytes_s: f64, latency_s: f64) -> NetConfig {
+        NetConfig {
+            bandwidth_bytes_s,
+            latency_s,
+            message_overhead_s: 0.0,
+            xor_bytes_s: f64::INFINITY,
+            mul_add_bytes_s: f64::INFINITY,
+            node_bandwidth_bytes_s: BTreeMap::new(),
+            link_bandwidth_bytes_s: BTreeMap::new(),
+        }
+    }
+
+    /// The rate of a message from `from` to `to`.
+    pub fn link_rate(&self, from: usize, to: usize) -> f64 {
+        let node = |n: usize| {
+            *self
+                .node_bandwidth_bytes_s
+                .get(&n)
+                .unwrap_or(&self.bandwidth_bytes_s)
+        };
+        let mut rate = node(from).min(node(to));
+        if let Some(&r) = self.link_bandwidth_bytes_s.get(&(from, to)) {
+            rate = rate.min(r);
+        }
+        rate
+    }
+
+    /// Seconds per byte of one coefficient's work.
+    pub fn coeff_s_per_byte(&self, coeff: u8) -> f64 {
+        match coeff {
+            0 => 0.0,
+            1 => 1.0 / self.xor_bytes_s,
+            _ => 1.0 / self.mul_add_bytes_s,
+        }
+    }
+}
+
+/// What a simulation produced.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SimResult {
+    /// Every chunk stored by the plan, keyed by (node, chunk index).
+    pub outputs: BTreeMap<(usize, usize), Vec<u8>>,
+    /// Simulated completion time: when the last computation or message finished.
+    pub time_s: f64,
+    /// Network bytes received per node.
+    pub bytes_in: BTreeMap<usize, u64>,
+    /// Network bytes sent per node.
+    pub bytes_out: BTreeMap<usize, u64>,
+    /// Network messages (slices) sent.
+    pub messages: usize,
+}
+
+/// Executes the plan with real bytes. `chunks` holds the content of the chunks the plan reads
+/// (for encode the data chunks; for repair at least the helpers'), each `plan.chunk_bytes`
+/// long.
+pub fn simulate(
+    plan: &Plan,
+    chunks: &BTreeMap<usize, Vec<u8>>,
+    net: &NetConfig,
+) -> Result<SimResult, PlanError> {
+    for v in &plan.vertices {
+        for &c in &v.local {
+            match chunks.get(&c) {
+                None => {
+                    return Err(PlanError::MissingChunk {
+                        chunk: c,
+                        vertex: v.id,
+                    })
+                }
+                Some(b) if b.len() != plan.chunk_bytes => {
+                    return Err(PlanError::BadSize {
+                        what: "input chunk length",
+                        value: b.len(),
+                        limit: plan.chunk_bytes,
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(run(plan, Some(chunks), net))
+}
+
+/// The completion time alone (no bytes are computed).
+pub fn simulate_time(plan: &Plan, net: &NetConfig) -> f64 {
+    run(plan, None, net).time_s
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Event {
+    /// Every input of slice `slice` has reached vertex `v`.
+    Ready { v: usize, slice: usize },
+    /// Vertex `v` has computed slice `slice`.
+    Computed { v: usize, slice: usize },
+    /// Slice `slice` of edge `e` has arrived.
+    Arrive { e: usize, slice: usize },
+}
+
+struct Queued {
+    time: f64,
+    seq: u64,
+    event: Event,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Queued {
+    /// Reversed, so the `BinaryHeap` pops the earliest event (then the first queued).
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .time
+            .total_cmp(&self.time)
+            .then(other.seq.cmp(&self.seq))
+    }
+}
+
+struct Sim<'a> {
+    plan: &'a Plan,
+    net: &'a NetConfig,
+    data: Option<&'a BTreeMap<usize, Vec<u8>>>,
+    kernel: gf::Kernel,
+    matrices: Vec<Option<gf::Matrix>>,
+    heap: BinaryHeap<Queued>,
+    seq: u64,
+    /// `pending[v][s]`: inputs of slice s vertex v still waits for.
+    pending: Vec<Vec<usize>>,
+    tx_free: BTreeMap<usize, f64>,
+    rx_free: BTreeMap<usize, f64>,
+    cpu_free: BTreeMap<usize, f64>,
+    /// Computed outputs, per vertex, per output row.
+    vbufs: Vec<Vec<Vec<u8>>>,
+    /// What each edge delivered.
+    ebufs: Vec<Vec<u8>>,
+    result: SimResult,
+}
+
+fn run(plan: &Plan, data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) -> SimResult {
+    let slices = plan.slice_count();
+    let real = data.is_some();
+    let c = plan.chunk_bytes;
+    let mut sim = Sim {
+        plan,
+        net,
+        data,
+        kernel: gf::kernel(),
+        matrices: plan
+            .vertices
+            .iter()
+            .map(|v| {
+                v.calc
+                    .as_ref()
+                    .filter(|_| real)
+                    .map(|k| gf::Matrix::new(k.rows, k.cols, &k.coeffs))
+            })
+            .collect(),
+        heap: BinaryHeap::new(),
+        seq: 0,
+        pending: plan
+            .vertices
+            .iter()
+            .map(|v| vec![v.inputs.len(); slices])
+            .collect(),
+        tx_free: BTreeMap::new(),
+        rx_free: BTreeMap::new(),
+        cpu_free: BTreeMap::new(),
+        vbufs: plan
+            .vertices
+            .iter()
+            .map(|v| vec![vec![0u8; if real { c } else { 0 }]; v.outputs.len()])
+            .collect(),
+        ebufs: vec![vec![0u8; if real { c } else { 0 }]; plan.edges.len()],
+        result: SimResult {
+            outputs: BTreeMap::new(),
+            time_s: 0.0,
+            bytes_in: BTreeMap::new(),
+            bytes_out: BTreeMap::new(),
+            messages: 0,
+        },
+    };
+    for v in &plan.vertices {
+        if v.inputs.is_empty() {
+            for s in 0..slices {
+                sim.push(0.0, Event::Ready { v: v.id, slice: s });
+            }
+        }
+    }
+    while let Some(q) = sim.heap.pop() {
+        sim.result.time_s = sim.result.time_s.max(q.time);
+        match q.event {
+            Event::Ready { v, slice } => sim.compute(q.time, v, slice),
+            Event::Computed { v, slice } => sim.send(q.time, v, slice),
+            Event::Arrive { e, slice } => {
+                let to = plan.edges[e].to;
+                sim.pending[to][slice] -= 1;
+                if sim.pending[to][slice] == 0 {
+                    sim.push(q.time, Event::Ready { v: to, slice });
+                }
+            }
+        }
+    }
+    if real {
+        for v in &plan.vertices {
+            for &chunk in &v.stores {
+                let bytes = if let Some(p) = v
+                    .outputs
+                    .iter()
+                    .position(|o| o.buffer == Buffer::Chunk(chunk))
+                {
+                    sim.vbufs[v.id][p].clone()
+                } else {
+                    let e = v
+                        .inputs
+                        .iter()
+                        .copied()
+                        .find(|&e| plan.edges[e].buffer == Buffer::Chunk(chunk))
+                        .expect("plan invariant: a stored chunk is computed or received");
+                    sim.ebufs[e].clone()
+                };
+                sim.result.outputs.insert((v.node, chunk), bytes);
+            }
+        }
+    }
+    sim.result
+}
+
+impl Sim<'_> {
+    fn push(&mut self, time: f64, event: Event) {
+        self.seq += 1;
+        self.heap.push(Queued {
+            time,
+            seq: self.seq,
+            event,
+        });
+    }
+
+    fn range(&self, slice: usize) -> std::ops::Range<usize> {
+        let s = self.plan.slice_bytes;
+        slice * s..((slice + 1) * s).min(self.plan.chunk_bytes)
+    }
+
+    fn compute(&mut self, now: f64, v: usize, slice: usize) {
+        let vertex = &self.plan.vertices[v];
+        let Some(calc) = &vertex.calc else {
+            self.push(now, Event::Computed { v, slice });
+            return;
+        };
+        let range = self.range(slice);
+        let len = range.len() as f64;
+        let cost: f64 = calc
+            .coeffs
+            .iter()
+            .map(|&a| len * self.net.coeff_s_per_byte(a))
+            .sum();
+        let cpu = self.cpu_free.entry(vertex.node).or_insert(0.0);
+        let start = cpu.max(now);
+        *cpu = start + cost;
+        self.push(start + cost, Event::Computed { v, slice });
+        let Some(data) = self.data else { return };
+        let mut sources: Vec<&[u8]> = vertex
+            .local
+            .iter()
+            .map(|c| &data[c][range.clone()])
+            .collect();
+        sources.extend(vertex.inputs.iter().map(|&e| &self.ebufs[e][range.clone()]));
+        let mut outs: Vec<&mut [u8]> = self.vbufs[v]
+            .iter_mut()
+            .map(|b| &mut b[range.clone()])
+            .collect();
+        match calc.kind {
+            CalcKind::Ec => {
+                let m = self.matrices[v]
+                    .as_ref()
+                    .expect("prepared for every calculator");
+                self.kernel.dot_prod(m, &sources, &mut outs);
+            }
+            CalcKind::Xor => {
+                for (r, out) in outs.iter_mut().enumerate() {
+                    out.fill(0);
+                    for (col, src) in sources.iter().enumerate() {
+                        if calc.coeff(r, col) == 1 {
+                            self.kernel.xor(src, out);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, now: f64, v: usize, slice: usize) {
+        let range = self.range(slice);
+        let vertex = &self.plan.vertices[v];
+        for &e in &vertex.sends {
+            let edge = &self.plan.edges[e];
+            if let Some(data) = self.data {
+                let bytes: Vec<u8> = match self.plan.edge_source(e) {
+                    Source::Local(p) => data[&vertex.local[p]][range.clone()].to_vec(),
+                    Source::Input(p) => self.ebufs[vertex.inputs[p]][range.clone()].to_vec(),
+                    Source::Output(p) => self.vbufs[v][p][range.clone()].to_vec(),
+                };
+                self.ebufs[e][range.clone()].copy_from_slice(&bytes);
+            }
+            let (from, to) = (vertex.node, self.plan.vertices[edge.to].node);
+            if from == to {
+                self.push(now, Event::Arrive { e, slice });
+                continue;
+            }
+            let d = range.len() as f64 / self.net.link_rate(from, to) + self.net.message_overhead_s;
+            let tx = *self.tx_free.get(&from).unwrap_or(&0.0);
+            let rx = *self.rx_free.get(&to).unwrap_or(&0.0);
+            let start = now.max(tx).max(rx);
+            self.tx_free.insert(from, start + d);
+            self.rx_free.insert(to, start + d);
+            *self.result.bytes_out.entry(from).or_insert(0) += range.len() as u64;
+            *self.result.bytes_in.entry(to).or_insert(0) += range.len() as u64;
+            self.result.messages += 1;
+            self.push(start + d + self.net.latency_s, Event::Arrive { e, slice });
+        }
+    }
+}
+
+/// A stripe of seeded pseudo-random data and its parity, computed by the codec.
+pub fn random_stripe(
+    codec: &codes::Codec,
+    chunk_bytes: usize,
+    seed: u64,
+) -> Result<Vec<Vec<u8>>, PlanError> {
+    let code = codec.code();
+    let mut state = seed ^ 0x9e37_79b9_7f4a_7c15;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        (z ^ (z >> 31)) as u8
+    };
+    let data: Vec<Vec<u8>> = (0..code.k())
+        .map(|_| (0..chunk_bytes).map(|_| next()).collect())
+        .collect();
+    let mut parity = vec![vec![0u8; chunk_bytes]; code.parity_count()];
+    {
+        let inputs: Vec<&[u8]> = data.iter().map(|d| d.as_slice()).collect();
+        let mut outputs: Vec<&mut [u8]> = parity.iter_mut().map(|p| p.as_mut_slice()).collect();
+        codec.encode(&inputs, &mut outputs)?;
+    }
+    Ok(data.into_iter().chain(parity).collect())
+}
+
+/// Runs the plan on a random stripe (seeded) and checks that every chunk it stores equals the
+/// codec's: the lost chunks of a repair, every chunk of an encode. Encode starts from the
+/// data chunks alone; a repair from every chunk that was not lost.
+pub fn simulate_and_check(
+    plan: &Plan,
+    codec: &codes::Codec,
+    net: &NetConfig,
+    seed: u64,
+) -> Result<SimResult, PlanError> {
+    let stripe = random_stripe(codec, plan.chunk_bytes, seed)?;
+    let given: BTreeMap<usize, Vec<u8>> = match &plan.operation {
+        crate::plan::Operation::Encode => (0..plan.k).map(|i| (i, stripe[i].clone())).collect(),
+        crate::plan::Operation::Repair { lost, .. } => (0..plan.n)
+            .filter(|i| !lost.contains(i))
+            .map(|i| (i, stripe[i].clone()))
+            .collect(),
+    };
+    let result = simulate(plan, &given, net)?;
+    for (&(node, chunk), bytes) in &result.outputs {
+        if *bytes != stripe[chunk] {
+            return Err(PlanError::WrongOutput { node, chunk });
+        }
+    }
+    Ok(result)
+}
