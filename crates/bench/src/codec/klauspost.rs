@@ -1,0 +1,199 @@
+//! klauspost/reedsolomon (Go), run as a subprocess: our program in `peers/klauspost/` is
+//! built with `go build` and answers JSON requests on stdin/stdout, so that its rounds
+//! alternate with the in-process libraries' in the same run.
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::Deserialize;
+use serde_json::json;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::Duration;
+
+/// The Go program's source directory.
+pub fn source_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/klauspost")
+}
+
+/// Where the built program goes: `$CARGO_TARGET_DIR` or the workspace's `target/`, under
+/// `peers/`.
+fn binary_path() -> PathBuf {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("peers").join("klauspost-peer")
+}
+
+/// Builds the program with `go` (incremental: fast when nothing changed). `Err` explains why
+/// it cannot be built (e.g. no `go` on the PATH).
+pub fn build(go: &str) -> Result<PathBuf> {
+    let out = binary_path();
+    let status = Command::new(go)
+        .args(["build", "-o"])
+        .arg(&out)
+        .arg(".")
+        .current_dir(source_dir())
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("running {go:?} to build the klauspost/reedsolomon peer"))?;
+    if !status.success() {
+        bail!("go build of {} failed: {status}", source_dir().display());
+    }
+    Ok(out)
+}
+
+/// An answer of the Go program (fields absent when not relevant).
+#[derive(Debug, Default, Deserialize)]
+pub struct Reply {
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub kernel: Option<String>,
+    #[serde(default)]
+    pub parity: Vec<String>,
+    #[serde(default)]
+    pub parity_crc32c: Vec<u32>,
+    #[serde(default)]
+    pub verified: bool,
+    #[serde(default)]
+    pub ns: u64,
+}
+
+/// A running peer process.
+#[derive(Debug)]
+pub struct Peer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+}
+
+impl Peer {
+    /// Starts the built program with GOMAXPROCS=1 (each benchmark then sets it to its thread
+    /// count).
+    pub fn start(binary: &Path) -> Result<Peer> {
+        let mut child = Command::new(binary)
+            .env("GOMAXPROCS", "1")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .with_context(|| format!("starting {}", binary.display()))?;
+        let stdin = child.stdin.take().expect("piped stdin");
+        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
+        Ok(Peer {
+            child,
+            stdin,
+            stdout,
+            next_id: 1,
+        })
+    }
+
+    fn request(&mut self, req: serde_json::Value) -> Result<Reply> {
+        writeln!(self.stdin, "{req}").context("writing to the klauspost peer")?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        if self.stdout.read_line(&mut line)? == 0 {
+            bail!("the klauspost peer exited");
+        }
+        let reply: Reply = serde_json::from_str(&line)
+            .with_context(|| format!("bad reply from the klauspost peer: {line:?}"))?;
+        if let Some(e) = reply.error {
+            bail!("klauspost peer: {e}");
+        }
+        Ok(reply)
+    }
+
+    /// The library version the program was built with.
+    pub fn version(&mut self) -> Result<String> {
+        self.request(json!({"cmd": "info"}))?
+            .version
+            .ok_or_else(|| anyhow!("klauspost peer: no version"))
+    }
+
+    /// Full Cauchy parity of one stripe. `fill`: "random" (the seeded stream of set 0) or
+    /// "pattern" (byte b of data chunk j = 31·j + 7·b + 1 mod 256).
+    pub fn parity(
+        &mut self,
+        k: usize,
+        m: usize,
+        chunk_bytes: usize,
+        seed: u64,
+        fill: &str,
+    ) -> Result<Vec<Vec<u8>>> {
+        let r = self.request(json!({"cmd": "parity", "k": k, "m": m,
+            "chunk_bytes": chunk_bytes, "seed": seed, "fill": fill}))?;
+        r.parity
+            .iter()
+            .map(|h| decode_hex(h))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| anyhow!("klauspost peer: bad hex parity"))
+    }
+
+    /// Prepares a benchmark; the program verifies one call of it and reports the CRC32C of
+    /// each parity chunk of set 0. Returns its id and the reply.
+    #[allow(clippy::too_many_arguments)]
+    pub fn prepare(
+        &mut self,
+        k: usize,
+        m: usize,
+        chunk_bytes: usize,
+        sets: usize,
+        seed: u64,
+        op: &str,
+        pattern: &str,
+        threads: usize,
+    ) -> Result<(u64, Reply)> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let r = self.request(json!({"cmd": "prepare", "id": id, "k": k, "m": m,
+            "chunk_bytes": chunk_bytes, "sets": sets, "seed": seed, "op": op,
+            "pattern": pattern, "threads": threads}))?;
+        if !r.verified {
+            bail!("klauspost peer did not verify its output");
+        }
+        Ok((id, r))
+    }
+
+    /// Times `iters` calls of a prepared benchmark (measured inside the program).
+    pub fn run(&mut self, id: u64, iters: usize) -> Result<Duration> {
+        let r = self.request(json!({"cmd": "run", "id": id, "iters": iters}))?;
+        Ok(Duration::from_nanos(r.ns))
+    }
+
+    /// Frees a prepared benchmark.
+    pub fn drop_bench(&mut self, id: u64) -> Result<()> {
+        self.request(json!({"cmd": "drop", "id": id})).map(|_| ())
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        // End the program (it holds no state worth a clean exit) and reap it.
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn decode_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::decode_hex;
+
+    #[test]
+    fn hex_decodes() {
+        assert_eq!(decode_hex("00ff10"), Some(vec![0, 255, 16]));
+        assert_eq!(decode_hex("0"), None);
+        assert_eq!(decode_hex("zz"), None);
+    }
+}

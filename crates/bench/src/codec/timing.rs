@@ -1,0 +1,102 @@
+//! Running one library call split by byte range across threads, many times, and timing it.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+/// One thread's share of a library call: called with the buffer-set index, it codes that
+/// thread's byte range of that set.
+pub type Part<'a> = Box<dyn FnMut(usize) + Send + 'a>;
+
+/// Spins briefly, then yields, until `ready()` holds: the calling thread waits for the others
+/// without a system call when they are quick, and leaves the core when they are not (the
+/// machine may be shared).
+fn wait_until(ready: impl Fn() -> bool) {
+    let mut spins = 0u32;
+    while !ready() {
+        if spins < 2000 {
+            std::hint::spin_loop();
+            spins += 1;
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Makes `iters` calls, call i on buffer set `i % set_count`; each call runs every part (one
+/// per thread) and completes when all have finished, like a call split across a pool. Returns
+/// the wall time of all calls. One part runs on the calling thread with no synchronisation.
+pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize) -> Duration {
+    let Some((first, rest)) = parts.split_first_mut() else {
+        return Duration::ZERO;
+    };
+    if rest.is_empty() {
+        let start = Instant::now();
+        for i in 0..iters {
+            first(i % set_count);
+        }
+        return start.elapsed();
+    }
+    // `go`: calls started; `done`: parts finished by the helper threads, over all calls.
+    let go = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let helpers = rest.len();
+    std::thread::scope(|scope| {
+        for part in rest.iter_mut() {
+            let (go, done) = (&go, &done);
+            scope.spawn(move || {
+                for i in 0..iters {
+                    wait_until(|| go.load(Ordering::Acquire) > i);
+                    part(i % set_count);
+                    done.fetch_add(1, Ordering::AcqRel);
+                }
+            });
+        }
+        let start = Instant::now();
+        for i in 0..iters {
+            go.store(i + 1, Ordering::Release);
+            first(i % set_count);
+            wait_until(|| done.load(Ordering::Acquire) >= (i + 1) * helpers);
+        }
+        start.elapsed()
+    })
+}
+
+/// Median of the values (upper median for an even count); 0 for none.
+pub fn median(values: &[f64]) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[test]
+    fn every_part_runs_every_call_in_order() {
+        let log = Mutex::new(Vec::new());
+        let mut parts: Vec<Part<'_>> = (0..3)
+            .map(|t| {
+                let log = &log;
+                Box::new(move |set: usize| log.lock().unwrap().push((t, set))) as Part<'_>
+            })
+            .collect();
+        run(&mut parts, 5, 2);
+        drop(parts);
+        let mut got = log.into_inner().unwrap();
+        assert_eq!(got.len(), 15);
+        got.sort();
+        assert_eq!(&got[..5], &[(0, 0), (0, 0), (0, 0), (0, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn median_of_odd_and_even() {
+        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 3.0);
+        assert_eq!(median(&[]), 0.0);
+    }
+}
