@@ -1,0 +1,680 @@
+//! The engine thread, its work queue and its completion queue. See `docs/engine.md`.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::part::{ChunkRef, Outgoing, PartRun};
+use crate::pool::BufferPool;
+use crate::transport::{Event, NodeId, Payload, Transport, Waker};
+use crate::wire::{Header, Kind};
+use crate::EngineError;
+
+/// Frames that arrive for an operation before it is posted wait here, up to this many bytes
+/// in all; beyond it the operation is failed.
+const EARLY_LIMIT_BYTES: usize = 1 << 30;
+/// Operations remembered as finished, so that late frames for them are dropped.
+const FINISHED_MEMORY: usize = 4096;
+/// Above this many bytes queued in one turn the engine writes to the sockets before it
+/// continues, so computing the next slice overlaps sending the last.
+const FLUSH_BYTES: usize = 32 << 10;
+
+/// How a primitive is driven (DESIGN.md §6).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Mode {
+    /// The whole chain is posted once; the engine thread triggers every step.
+    Coherent,
+    /// The application thread triggers every step and waits for each.
+    Incoherent,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Coherent => "coherent",
+            Mode::Incoherent => "incoherent",
+        }
+    }
+}
+
+/// Work requests, posted by the application to the engine thread.
+#[derive(Debug)]
+pub enum WorkRequest {
+    /// Coherent: the chains of all of this node's vertices of operation `op`. Each is a
+    /// [`PartRun`]: per slice, `WAIT`(incoming edges' completions, count) → `CALC` → `SEND`.
+    Chain {
+        op: u64,
+        parts: Vec<PartRun>,
+        deadline: Instant,
+    },
+    /// Incoherent `RECV`: every data slice of `op` completes as a [`Completion::Recv`].
+    /// `peers` are the nodes the operation exchanges data with (their loss fails it).
+    Recv {
+        op: u64,
+        peers: Vec<NodeId>,
+        deadline: Instant,
+    },
+    /// `SEND` one frame; completes with [`Completion::SendDone`] when the transport has it.
+    Send {
+        op: u64,
+        peer: NodeId,
+        header: Header,
+        payload: Payload,
+        signal: bool,
+    },
+    /// The operation is finished on this node (incoherent); late frames are dropped.
+    Release { op: u64 },
+    /// Fail `op` on this node: abort its peers and complete with [`Completion::Failed`].
+    Fail { op: u64, error: EngineError },
+    /// Open the connection to a peer.
+    Connect { peer: NodeId, addr: String },
+    /// Stop the engine thread.
+    Shutdown,
+}
+
+/// Completions, delivered to the application.
+#[derive(Debug)]
+pub enum Completion {
+    /// Coherent: every chain of `op` on this node is complete; the stored outputs.
+    ChainDone {
+        op: u64,
+        results: Vec<(ChunkRef, Vec<u8>)>,
+    },
+    /// `op` failed on this node.
+    Failed {
+        op: u64,
+        error: EngineError,
+    },
+    /// Incoherent: one data slice of `op`.
+    Recv {
+        op: u64,
+        from: NodeId,
+        edge: u32,
+        slice: u32,
+        payload: Vec<u8>,
+    },
+    /// A signalled `SEND` is in the transport's hands (or failed).
+    SendDone {
+        op: u64,
+        result: Result<(), EngineError>,
+    },
+    /// A control frame.
+    Control {
+        from: NodeId,
+        op: u64,
+        payload: Vec<u8>,
+    },
+    PeerLost {
+        peer: NodeId,
+        reason: String,
+    },
+    /// A connect request failed.
+    ConnectFailed {
+        peer: NodeId,
+        reason: String,
+    },
+    /// The engine thread stopped.
+    Stopped {
+        reason: String,
+    },
+}
+
+/// A queue of completions the application waits on.
+#[derive(Debug, Default)]
+pub struct CompletionQueue {
+    q: Mutex<VecDeque<Completion>>,
+    cv: Condvar,
+}
+
+impl CompletionQueue {
+    fn push_all(&self, cs: &mut Vec<Completion>) {
+        if cs.is_empty() {
+            return;
+        }
+        self.q.lock().unwrap().extend(cs.drain(..));
+        self.cv.notify_one();
+    }
+
+    /// The next completion, waiting up to `timeout`.
+    pub fn wait(&self, timeout: Duration) -> Option<Completion> {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.q.lock().unwrap();
+        loop {
+            if let Some(c) = q.pop_front() {
+                return Some(c);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            q = self.cv.wait_timeout(q, deadline - now).unwrap().0;
+        }
+    }
+
+    /// Moves every completion into `out`, waiting up to `timeout` for the first.
+    pub fn wait_all(&self, out: &mut Vec<Completion>, timeout: Duration) {
+        if let Some(c) = self.wait(timeout) {
+            out.push(c);
+            out.extend(self.q.lock().unwrap().drain(..));
+        }
+    }
+}
+
+struct Shared {
+    wq: Mutex<Vec<WorkRequest>>,
+    cq: CompletionQueue,
+    waker: Arc<dyn Waker>,
+}
+
+/// The handle to one node's engine thread. Cheap to clone.
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+    node: NodeId,
+    pool: BufferPool,
+    thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Engine(node {})", self.node)
+    }
+}
+
+impl Engine {
+    /// Starts the engine thread over `transport`.
+    pub fn start<T: Transport>(transport: T, pool: BufferPool) -> Engine {
+        let node = transport.local();
+        let shared = Arc::new(Shared {
+            wq: Mutex::new(Vec::new()),
+            cq: CompletionQueue::default(),
+            waker: transport.waker(),
+        });
+        let mut lp = Loop {
+            t: transport,
+            shared: shared.clone(),
+            pool: pool.clone(),
+            chains: HashMap::new(),
+            recvs: HashMap::new(),
+            early: HashMap::new(),
+            early_bytes: 0,
+            finished: HashSet::new(),
+            finished_order: VecDeque::new(),
+            events: Vec::new(),
+            outgoing: Vec::new(),
+            done: Vec::new(),
+            unflushed: 0,
+        };
+        let thread = std::thread::Builder::new()
+            .name(format!("engine-{node}"))
+            .spawn(move || lp.run())
+            .expect("spawn engine thread");
+        Engine {
+            shared,
+            node,
+            pool,
+            thread: Arc::new(Mutex::new(Some(thread))),
+        }
+    }
+
+    pub fn node(&self) -> NodeId {
+        self.node
+    }
+
+    pub fn pool(&self) -> &BufferPool {
+        &self.pool
+    }
+
+    /// Posts one work request.
+    pub fn post(&self, wr: WorkRequest) {
+        self.shared.wq.lock().unwrap().push(wr);
+        self.shared.waker.wake();
+    }
+
+    /// Posts several work requests with one wake-up of the engine thread.
+    pub fn post_all(&self, wrs: impl IntoIterator<Item = WorkRequest>) {
+        let mut q = self.shared.wq.lock().unwrap();
+        let before = q.len();
+        q.extend(wrs);
+        let any = q.len() > before;
+        drop(q);
+        if any {
+            self.shared.waker.wake();
+        }
+    }
+
+    pub fn cq(&self) -> &CompletionQueue {
+        &self.shared.cq
+    }
+
+    /// Stops the engine thread and waits for it.
+    pub fn shutdown(&self) {
+        self.post(WorkRequest::Shutdown);
+        if let Some(t) = self.thread.lock().unwrap().take() {
+            let _ = t.join();
+        }
+    }
+}
+
+struct ChainState {
+    parts: Vec<PartRun>,
+    peers: Vec<NodeId>,
+    deadline: Instant,
+}
+
+struct RecvState {
+    peers: Vec<NodeId>,
+    deadline: Instant,
+}
+
+enum Early {
+    Data {
+        from: NodeId,
+        edge: u32,
+        slice: u32,
+        payload: Vec<u8>,
+    },
+    Abort {
+        from: NodeId,
+        reason: String,
+    },
+}
+
+struct Loop<T: Transport> {
+    t: T,
+    shared: Arc<Shared>,
+    pool: BufferPool,
+    chains: HashMap<u64, ChainState>,
+    recvs: HashMap<u64, RecvState>,
+    /// Frames of operations not posted yet.
+    early: HashMap<u64, Vec<Early>>,
+    early_bytes: usize,
+    finished: HashSet<u64>,
+    finished_order: VecDeque<u64>,
+    events: Vec<Event>,
+    outgoing: Vec<Outgoing>,
+    /// Completions of this turn, pushed to the CQ together.
+    done: Vec<Completion>,
+    unflushed: usize,
+}
+
+impl<T: Transport> Loop<T> {
+    fn run(&mut self) {
+        let reason = loop {
+            let wrs = std::mem::take(&mut *self.shared.wq.lock().unwrap());
+            let mut stop = false;
+            for wr in wrs {
+                if let WorkRequest::Shutdown = wr {
+                    stop = true;
+                    break;
+                }
+                self.work(wr);
+            }
+            if stop {
+                break "shutdown".to_string();
+            }
+            self.t.flush();
+            self.unflushed = 0;
+            let now = Instant::now();
+            self.expire(now);
+            self.shared.cq.push_all(&mut self.done);
+            let timeout = self
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(now));
+            let mut events = std::mem::take(&mut self.events);
+            if let Err(e) = self.t.poll(&mut events, timeout) {
+                break e.to_string();
+            }
+            for ev in events.drain(..) {
+                self.event(ev);
+            }
+            self.events = events;
+            self.shared.cq.push_all(&mut self.done);
+        };
+        self.t.flush();
+        let ops: Vec<u64> = self
+            .chains
+            .keys()
+            .chain(self.recvs.keys())
+            .copied()
+            .collect();
+        for op in ops {
+            self.fail(
+                op,
+                EngineError::Stopped {
+                    reason: reason.clone(),
+                },
+            );
+        }
+        self.done.push(Completion::Stopped { reason });
+        self.shared.cq.push_all(&mut self.done);
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.chains
+            .values()
+            .map(|c| c.deadline)
+            .chain(self.recvs.values().map(|r| r.deadline))
+            .min()
+    }
+
+    fn expire(&mut self, now: Instant) {
+        let late: Vec<u64> = self
+            .chains
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(&op, _)| op)
+            .chain(
+                self.recvs
+                    .iter()
+                    .filter(|(_, r)| r.deadline <= now)
+                    .map(|(&op, _)| op),
+            )
+            .collect();
+        for op in late {
+            self.fail(op, EngineError::Timeout { op });
+        }
+    }
+
+    fn mark_finished(&mut self, op: u64) {
+        if self.finished.insert(op) {
+            self.finished_order.push_back(op);
+            if self.finished_order.len() > FINISHED_MEMORY {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.finished.remove(&old);
+                }
+            }
+        }
+        if let Some(list) = self.early.remove(&op) {
+            for e in list {
+                if let Early::Data { payload, .. } = e {
+                    self.early_bytes -= payload.len();
+                    self.pool.put(payload);
+                }
+            }
+        }
+    }
+
+    /// Fails `op` on this node and tells every peer of it, so that nobody waits for this
+    /// node's part.
+    fn fail(&mut self, op: u64, error: EngineError) {
+        let peers = if let Some(c) = self.chains.remove(&op) {
+            c.peers
+        } else if let Some(r) = self.recvs.remove(&op) {
+            r.peers
+        } else {
+            return;
+        };
+        let reason = error.to_string().into_bytes();
+        for p in peers {
+            let h = Header::new(Kind::Abort, op, 0, 0, reason.len());
+            let _ = self.t.send(p, h, Payload::Owned(reason.clone()));
+        }
+        self.mark_finished(op);
+        self.done.push(Completion::Failed { op, error });
+    }
+
+    fn send_outgoing(&mut self, op: u64) -> Result<(), EngineError> {
+        let mut out = std::mem::take(&mut self.outgoing);
+        let mut res = Ok(());
+        for o in out.drain(..) {
+            if res.is_err() {
+                if let Payload::Owned(v) = o.payload {
+                    self.pool.put(v);
+                }
+                continue;
+            }
+            let len = o.payload.len();
+            let h = Header::new(Kind::Data, op, o.edge, o.slice, len);
+            if let Err(e) = self.t.send(o.to, h, o.payload) {
+                res = Err(EngineError::Transport(e));
+                continue;
+            }
+            self.unflushed += len;
+            if self.unflushed >= FLUSH_BYTES {
+                self.t.flush();
+                self.unflushed = 0;
+            }
+        }
+        self.outgoing = out;
+        res
+    }
+
+    fn work(&mut self, wr: WorkRequest) {
+        match wr {
+            WorkRequest::Chain {
+                op,
+                mut parts,
+                deadline,
+            } => {
+                let mut peers: Vec<NodeId> = parts.iter().flat_map(|p| p.part().peers()).collect();
+                peers.sort_unstable();
+                peers.dedup();
+                let mut outgoing = std::mem::take(&mut self.outgoing);
+                for p in &mut parts {
+                    p.start(&mut |o| outgoing.push(o));
+                }
+                self.outgoing = outgoing;
+                self.chains.insert(
+                    op,
+                    ChainState {
+                        parts,
+                        peers,
+                        deadline,
+                    },
+                );
+                if let Err(e) = self.send_outgoing(op) {
+                    self.fail(op, e);
+                    return;
+                }
+                for e in self.early.remove(&op).unwrap_or_default() {
+                    match e {
+                        Early::Data {
+                            from,
+                            edge,
+                            slice,
+                            payload,
+                        } => {
+                            self.early_bytes -= payload.len();
+                            self.data(op, from, edge, slice, payload);
+                        }
+                        Early::Abort { from, reason } => {
+                            self.fail(op, EngineError::PeerAborted { peer: from, reason })
+                        }
+                    }
+                }
+                self.maybe_complete(op);
+            }
+            WorkRequest::Recv {
+                op,
+                peers,
+                deadline,
+            } => {
+                self.recvs.insert(op, RecvState { peers, deadline });
+                for e in self.early.remove(&op).unwrap_or_default() {
+                    match e {
+                        Early::Data {
+                            from,
+                            edge,
+                            slice,
+                            payload,
+                        } => {
+                            self.early_bytes -= payload.len();
+                            self.data(op, from, edge, slice, payload);
+                        }
+                        Early::Abort { from, reason } => {
+                            self.fail(op, EngineError::PeerAborted { peer: from, reason })
+                        }
+                    }
+                }
+            }
+            WorkRequest::Send {
+                op,
+                peer,
+                header,
+                payload,
+                signal,
+            } => {
+                let len = payload.len();
+                let r = self.t.send(peer, header, payload);
+                self.unflushed += len;
+                if self.unflushed >= FLUSH_BYTES {
+                    self.t.flush();
+                    self.unflushed = 0;
+                }
+                if signal {
+                    self.done.push(Completion::SendDone {
+                        op,
+                        result: r.map_err(EngineError::Transport),
+                    });
+                }
+            }
+            WorkRequest::Release { op } => {
+                self.recvs.remove(&op);
+                self.mark_finished(op);
+            }
+            WorkRequest::Fail { op, error } => {
+                if self.chains.contains_key(&op) || self.recvs.contains_key(&op) {
+                    self.fail(op, error);
+                } else {
+                    self.mark_finished(op);
+                    self.done.push(Completion::Failed { op, error });
+                }
+            }
+            WorkRequest::Connect { peer, addr } => {
+                if let Err(e) = self.t.connect(peer, &addr) {
+                    self.done.push(Completion::ConnectFailed {
+                        peer,
+                        reason: e.to_string(),
+                    });
+                }
+            }
+            WorkRequest::Shutdown => unreachable!("handled by the loop"),
+        }
+    }
+
+    fn maybe_complete(&mut self, op: u64) {
+        let complete = self
+            .chains
+            .get(&op)
+            .is_some_and(|c| c.parts.iter().all(|p| p.is_complete()));
+        if complete {
+            let c = self.chains.remove(&op).expect("present");
+            let results = c.parts.into_iter().flat_map(|p| p.into_results()).collect();
+            self.mark_finished(op);
+            self.done.push(Completion::ChainDone { op, results });
+        }
+    }
+
+    /// One data slice: coherent chains compute and forward it here, in this turn.
+    fn data(&mut self, op: u64, from: NodeId, edge: u32, slice: u32, payload: Vec<u8>) {
+        if let Some(chain) = self.chains.get_mut(&op) {
+            let Some(part) = chain.parts.iter_mut().find(|p| p.has_in_edge(edge)) else {
+                self.pool.put(payload);
+                let error = EngineError::UnexpectedSlice {
+                    op,
+                    edge,
+                    slice,
+                    reason: format!("no vertex on this node receives edge {edge}"),
+                };
+                self.fail(op, error);
+                return;
+            };
+            let mut outgoing = std::mem::take(&mut self.outgoing);
+            let r = part.on_input(edge, slice, &payload, &mut |o| outgoing.push(o));
+            self.outgoing = outgoing;
+            self.pool.put(payload);
+            let r = r.and_then(|()| self.send_outgoing(op));
+            match r {
+                Ok(()) => self.maybe_complete(op),
+                Err(e) => self.fail(op, e),
+            }
+        } else if self.recvs.contains_key(&op) {
+            self.done.push(Completion::Recv {
+                op,
+                from,
+                edge,
+                slice,
+                payload,
+            });
+        } else if self.finished.contains(&op) {
+            self.pool.put(payload);
+        } else {
+            self.early_bytes += payload.len();
+            self.early.entry(op).or_default().push(Early::Data {
+                from,
+                edge,
+                slice,
+                payload,
+            });
+            if self.early_bytes > EARLY_LIMIT_BYTES {
+                // Refuse to hold more: drop this operation's frames and fail it when posted.
+                let bytes = self.early_bytes;
+                self.mark_finished(op);
+                self.finished.remove(&op);
+                self.early.entry(op).or_default().push(Early::Abort {
+                    from: self.t.local(),
+                    reason: format!(
+                        "{bytes} bytes arrived for operations not posted yet, limit {EARLY_LIMIT_BYTES}"
+                    ),
+                });
+            }
+        }
+    }
+
+    fn event(&mut self, ev: Event) {
+        match ev {
+            Event::Frame {
+                from,
+                header,
+                payload,
+            } => match header.kind {
+                Kind::Data => self.data(header.op, from, header.edge, header.slice, payload),
+                Kind::Abort => {
+                    let reason = String::from_utf8_lossy(&payload).into_owned();
+                    self.pool.put(payload);
+                    let op = header.op;
+                    if self.chains.contains_key(&op) || self.recvs.contains_key(&op) {
+                        self.fail(op, EngineError::PeerAborted { peer: from, reason });
+                    } else if !self.finished.contains(&op) {
+                        self.early
+                            .entry(op)
+                            .or_default()
+                            .push(Early::Abort { from, reason });
+                    }
+                }
+                Kind::Control => self.done.push(Completion::Control {
+                    from,
+                    op: header.op,
+                    payload,
+                }),
+                Kind::Hello => {}
+            },
+            Event::PeerLost { peer, reason } => {
+                let hit: Vec<u64> = self
+                    .chains
+                    .iter()
+                    .filter(|(_, c)| c.peers.contains(&peer))
+                    .map(|(&op, _)| op)
+                    .chain(
+                        self.recvs
+                            .iter()
+                            .filter(|(_, r)| r.peers.contains(&peer))
+                            .map(|(&op, _)| op),
+                    )
+                    .collect();
+                for op in hit {
+                    self.fail(
+                        op,
+                        EngineError::PeerLost {
+                            peer,
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                self.done.push(Completion::PeerLost { peer, reason });
+            }
+        }
+    }
+}

@@ -1,0 +1,466 @@
+//! One node's share of a plan: a vertex, its local chunks, its incoming and outgoing edges and
+//! the linear map it computes, and [`PartRun`], the per-slice state machine that executes it.
+//!
+//! A `PartRun` is the compiled form of a primitive's chain. For every slice `s` it holds what
+//! the paper's work requests hold: a `WAIT` count (incoming edges still missing for `s`), the
+//! `CALC` (the vertex's coefficients, applied as each input slice arrives, accumulating into
+//! the output slice) and the `SEND`s (one per outgoing edge, issued the moment the count reaches
+//! zero). The same code runs in both modes: the engine thread calls it in coherent mode, the
+//! application thread in incoherent mode.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use gf::{Kernel, Matrix};
+use serde::{Deserialize, Serialize};
+
+use crate::pool::BufferPool;
+use crate::transport::{NodeId, Payload};
+use crate::EngineError;
+
+/// A chunk held by a node: stripe id and chunk index within the stripe.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct ChunkRef {
+    pub stripe: u64,
+    pub index: u32,
+}
+
+/// An edge into a vertex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InEdge {
+    pub edge: u32,
+    pub from: NodeId,
+}
+
+/// An edge out of a vertex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutEdge {
+    pub edge: u32,
+    pub to: NodeId,
+}
+
+/// One buffer a vertex computes: sent on `sends` and/or kept as chunk `store`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputSpec {
+    pub sends: Vec<OutEdge>,
+    pub store: Option<ChunkRef>,
+}
+
+/// The primitive a vertex runs (INEC §III-A, lowering rules of DESIGN.md §5).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Primitive {
+    Send,
+    EcSend,
+    XorSend,
+    RecvEcSend,
+    RecvXorSend,
+    RecvEc,
+    RecvXor,
+}
+
+/// A vertex of a plan as one node executes it. Every edge carries a buffer of `chunk_bytes`
+/// cut into slices of `slice_bytes` (the last one shorter).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VertexPart {
+    pub vertex: u32,
+    pub node: NodeId,
+    pub chunk_bytes: usize,
+    pub slice_bytes: usize,
+    /// Chunks read from the node's store.
+    pub locals: Vec<ChunkRef>,
+    pub in_edges: Vec<InEdge>,
+    /// `outputs.len()` rows × `locals.len() + in_edges.len()` columns, row-major: output o =
+    /// Σ coeffs[o][j] · input j, inputs being the locals then the incoming edges.
+    pub coeffs: Vec<u8>,
+    pub outputs: Vec<OutputSpec>,
+}
+
+impl VertexPart {
+    pub fn input_count(&self) -> usize {
+        self.locals.len() + self.in_edges.len()
+    }
+
+    pub fn slice_count(&self) -> usize {
+        self.chunk_bytes.div_ceil(self.slice_bytes.max(1))
+    }
+
+    /// The primitive this vertex lowers to.
+    pub fn primitive(&self) -> Primitive {
+        let xor = self.coeffs.iter().all(|&c| c <= 1);
+        let sends = self.outputs.iter().any(|o| !o.sends.is_empty());
+        match (self.in_edges.is_empty(), sends) {
+            (true, _) if self.is_plain_send() => Primitive::Send,
+            (true, _) if xor => Primitive::XorSend,
+            (true, _) => Primitive::EcSend,
+            (false, true) if xor => Primitive::RecvXorSend,
+            (false, true) => Primitive::RecvEcSend,
+            (false, false) if xor => Primitive::RecvXor,
+            (false, false) => Primitive::RecvEc,
+        }
+    }
+
+    fn is_plain_send(&self) -> bool {
+        (0..self.outputs.len()).all(|o| self.plain_local(o).is_some())
+    }
+
+    /// The local input that output `o` is an unchanged copy of, if it is one.
+    fn plain_local(&self, o: usize) -> Option<usize> {
+        if !self.in_edges.is_empty() || self.outputs[o].store.is_some() {
+            return None;
+        }
+        let n = self.input_count();
+        let row = &self.coeffs[o * n..(o + 1) * n];
+        let mut ones = row.iter().enumerate().filter(|(_, &c)| c != 0);
+        match (ones.next(), ones.next()) {
+            (Some((j, &1)), None) => Some(j),
+            _ => None,
+        }
+    }
+
+    /// Every peer this vertex receives from or sends to.
+    pub fn peers(&self) -> Vec<NodeId> {
+        let mut p: Vec<NodeId> = self
+            .in_edges
+            .iter()
+            .map(|e| e.from)
+            .chain(
+                self.outputs
+                    .iter()
+                    .flat_map(|o| o.sends.iter().map(|s| s.to)),
+            )
+            .collect();
+        p.sort_unstable();
+        p.dedup();
+        p
+    }
+
+    /// Checks the shape; the error names what is wrong.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        let bad = |reason: String| EngineError::BadPart {
+            vertex: self.vertex,
+            reason,
+        };
+        if self.chunk_bytes == 0 || self.slice_bytes == 0 {
+            return Err(bad("chunk_bytes and slice_bytes must be positive".into()));
+        }
+        if self.slice_count() > u32::MAX as usize {
+            return Err(bad(format!("{} slices is too many", self.slice_count())));
+        }
+        if self.coeffs.len() != self.outputs.len() * self.input_count() {
+            return Err(bad(format!(
+                "{} coefficients for {} outputs × {} inputs",
+                self.coeffs.len(),
+                self.outputs.len(),
+                self.input_count()
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// One frame a `PartRun` wants sent.
+#[derive(Debug)]
+pub struct Outgoing {
+    pub to: NodeId,
+    pub edge: u32,
+    pub slice: u32,
+    pub payload: Payload,
+}
+
+#[derive(Debug)]
+enum OutBuf {
+    /// An output kept as a chunk: computed in place, slice by slice.
+    Whole(Vec<u8>),
+    /// An output only sent: one pool buffer per slice, handed to the transport when complete.
+    Sliced(Vec<Option<Vec<u8>>>),
+    /// An unchanged local chunk: sent straight from the store.
+    Plain(usize),
+}
+
+/// The running state of one [`VertexPart`] for one operation.
+#[derive(Debug)]
+pub struct PartRun {
+    op: u64,
+    part: Arc<VertexPart>,
+    locals: Vec<Arc<Vec<u8>>>,
+    kernel: Kernel,
+    pool: BufferPool,
+    /// Coefficients of the locals, one 1 × locals row per output (None for plain outputs).
+    local_rows: Vec<Option<Matrix>>,
+    /// Per slice: incoming edges still missing (the WAIT count).
+    waiting: Vec<u32>,
+    /// Per slice: no contribution written yet, so the first one overwrites instead of adding.
+    fresh: Vec<bool>,
+    started: Vec<bool>,
+    /// Per incoming edge and slice: already received (duplicates are an error).
+    seen: Vec<bool>,
+    outs: Vec<OutBuf>,
+    slices_done: usize,
+}
+
+impl PartRun {
+    /// Prepares `part` for operation `op`; `locals` are the bytes of `part.locals`, in order.
+    pub fn new(
+        op: u64,
+        part: Arc<VertexPart>,
+        locals: Vec<Arc<Vec<u8>>>,
+        kernel: Kernel,
+        pool: BufferPool,
+    ) -> Result<PartRun, EngineError> {
+        part.validate()?;
+        if locals.len() != part.locals.len() {
+            return Err(EngineError::BadPart {
+                vertex: part.vertex,
+                reason: format!(
+                    "{} local chunks given, {} expected",
+                    locals.len(),
+                    part.locals.len()
+                ),
+            });
+        }
+        for (c, r) in locals.iter().zip(&part.locals) {
+            if c.len() != part.chunk_bytes {
+                return Err(EngineError::BadPart {
+                    vertex: part.vertex,
+                    reason: format!(
+                        "local chunk {}/{} has {} bytes, expected {}",
+                        r.stripe,
+                        r.index,
+                        c.len(),
+                        part.chunk_bytes
+                    ),
+                });
+            }
+        }
+        let n = part.input_count();
+        let nl = part.locals.len();
+        let slices = part.slice_count();
+        let mut local_rows = Vec::new();
+        let mut outs = Vec::new();
+        for (o, spec) in part.outputs.iter().enumerate() {
+            if let Some(j) = part.plain_local(o) {
+                local_rows.push(None);
+                outs.push(OutBuf::Plain(j));
+                continue;
+            }
+            local_rows.push(if nl > 0 {
+                Some(Matrix::new(1, nl, &part.coeffs[o * n..o * n + nl]))
+            } else {
+                None
+            });
+            outs.push(if spec.store.is_some() {
+                OutBuf::Whole(pool.take(part.chunk_bytes))
+            } else {
+                OutBuf::Sliced((0..slices).map(|_| None).collect())
+            });
+        }
+        Ok(PartRun {
+            op,
+            waiting: vec![part.in_edges.len() as u32; slices],
+            fresh: vec![true; slices],
+            started: vec![false; slices],
+            seen: vec![false; slices * part.in_edges.len()],
+            part,
+            locals,
+            kernel,
+            pool,
+            local_rows,
+            outs,
+            slices_done: 0,
+        })
+    }
+
+    pub fn op(&self) -> u64 {
+        self.op
+    }
+
+    pub fn part(&self) -> &VertexPart {
+        &self.part
+    }
+
+    /// Whether this part receives on `edge`.
+    pub fn has_in_edge(&self, edge: u32) -> bool {
+        self.part.in_edges.iter().any(|e| e.edge == edge)
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.slices_done == self.waiting.len()
+    }
+
+    fn range(&self, s: usize) -> Range<usize> {
+        let a = s * self.part.slice_bytes;
+        a..(a + self.part.slice_bytes).min(self.part.chunk_bytes)
+    }
+
+    /// Starts the part. A vertex without incoming edges computes and sends every slice now.
+    pub fn start(&mut self, out: &mut dyn FnMut(Outgoing)) {
+        if self.part.in_edges.is_empty() {
+            for s in 0..self.waiting.len() {
+                self.start_slice(s);
+                self.finish_slice(s, out);
+            }
+        }
+    }
+
+    /// The local contribution of slice `s` (CALC over the locals), written into fresh output
+    /// buffers.
+    fn start_slice(&mut self, s: usize) {
+        self.started[s] = true;
+        let r = self.range(s);
+        let len = r.len();
+        for o in 0..self.outs.len() {
+            if let OutBuf::Sliced(v) = &mut self.outs[o] {
+                v[s] = Some(self.pool.take(len));
+            }
+        }
+        if self.part.locals.is_empty() {
+            return;
+        }
+        let inputs: Vec<&[u8]> = self.locals.iter().map(|c| &c[r.clone()]).collect();
+        for (o, buf) in self.outs.iter_mut().enumerate() {
+            let Some(row) = &self.local_rows[o] else {
+                continue;
+            };
+            let target: &mut [u8] = match buf {
+                OutBuf::Whole(w) => &mut w[r.clone()],
+                OutBuf::Sliced(v) => v[s].as_mut().expect("slice buffer taken above"),
+                OutBuf::Plain(_) => continue,
+            };
+            self.kernel.dot_prod(row, &inputs, &mut [target]);
+        }
+        self.fresh[s] = false;
+    }
+
+    /// One slice of one incoming edge has arrived: apply its coefficients (CALC), count it
+    /// against the slice's WAIT, and once nothing is missing, SEND the slice's outputs.
+    pub fn on_input(
+        &mut self,
+        edge: u32,
+        slice: u32,
+        data: &[u8],
+        out: &mut dyn FnMut(Outgoing),
+    ) -> Result<(), EngineError> {
+        let vertex = self.part.vertex;
+        let pos = self
+            .part
+            .in_edges
+            .iter()
+            .position(|e| e.edge == edge)
+            .ok_or(EngineError::UnexpectedSlice {
+                op: self.op,
+                edge,
+                slice,
+                reason: format!("vertex {vertex} has no such incoming edge"),
+            })?;
+        let s = slice as usize;
+        if s >= self.waiting.len() {
+            return Err(EngineError::UnexpectedSlice {
+                op: self.op,
+                edge,
+                slice,
+                reason: format!("the edge has only {} slices", self.waiting.len()),
+            });
+        }
+        let r = self.range(s);
+        if data.len() != r.len() {
+            return Err(EngineError::UnexpectedSlice {
+                op: self.op,
+                edge,
+                slice,
+                reason: format!("{} bytes, expected {}", data.len(), r.len()),
+            });
+        }
+        let seen = &mut self.seen[pos * self.waiting.len() + s];
+        if *seen {
+            return Err(EngineError::UnexpectedSlice {
+                op: self.op,
+                edge,
+                slice,
+                reason: "received twice".into(),
+            });
+        }
+        *seen = true;
+        if !self.started[s] {
+            self.start_slice(s);
+        }
+        let n = self.part.input_count();
+        let col = self.part.locals.len() + pos;
+        let fresh = self.fresh[s];
+        for (o, buf) in self.outs.iter_mut().enumerate() {
+            let c = self.part.coeffs[o * n + col];
+            let target: &mut [u8] = match buf {
+                OutBuf::Whole(w) => &mut w[r.clone()],
+                OutBuf::Sliced(v) => v[s].as_mut().expect("slice started"),
+                OutBuf::Plain(_) => continue,
+            };
+            if fresh {
+                self.kernel.mul(c, data, target);
+            } else {
+                self.kernel.mul_add(c, data, target);
+            }
+        }
+        self.fresh[s] = false;
+        self.waiting[s] -= 1;
+        if self.waiting[s] == 0 {
+            self.finish_slice(s, out);
+        }
+        Ok(())
+    }
+
+    fn finish_slice(&mut self, s: usize, out: &mut dyn FnMut(Outgoing)) {
+        let r = self.range(s);
+        let part = self.part.clone();
+        for (o, spec) in part.outputs.iter().enumerate() {
+            if spec.sends.is_empty() {
+                continue;
+            }
+            let payload = match &mut self.outs[o] {
+                OutBuf::Plain(j) => Payload::Shared(self.locals[*j].clone(), r.clone()),
+                OutBuf::Whole(w) => {
+                    let mut v = self.pool.take(r.len());
+                    v.copy_from_slice(&w[r.clone()]);
+                    Payload::Owned(v)
+                }
+                OutBuf::Sliced(v) => Payload::Owned(v[s].take().expect("slice computed")),
+            };
+            if let [e] = spec.sends.as_slice() {
+                out(Outgoing {
+                    to: e.to,
+                    edge: e.edge,
+                    slice: s as u32,
+                    payload,
+                });
+                continue;
+            }
+            // One result to several peers: share the buffer instead of copying it.
+            let (buf, rr) = match payload {
+                Payload::Owned(v) => {
+                    let len = v.len();
+                    (Arc::new(v), 0..len)
+                }
+                Payload::Shared(a, rr) => (a, rr),
+                Payload::Empty => (Arc::new(Vec::new()), 0..0),
+            };
+            for e in &spec.sends {
+                out(Outgoing {
+                    to: e.to,
+                    edge: e.edge,
+                    slice: s as u32,
+                    payload: Payload::Shared(buf.clone(), rr.clone()),
+                });
+            }
+        }
+        self.slices_done += 1;
+    }
+
+    /// The chunks this part keeps (`store` outputs). Call when complete.
+    pub fn into_results(self) -> Vec<(ChunkRef, Vec<u8>)> {
+        let mut res = Vec::new();
+        for (spec, buf) in self.part.outputs.iter().zip(self.outs) {
+            if let (Some(c), OutBuf::Whole(w)) = (spec.store, buf) {
+                res.push((c, w));
+            }
+        }
+        res
+    }
+}

@@ -1,0 +1,107 @@
+//! Transports: how frames move between engines. The engine owns one transport and calls it
+//! only from its own thread; other threads interrupt its `poll` with a [`Waker`].
+
+mod mem;
+mod tcp;
+
+pub use mem::{MemHub, MemTransport};
+pub use tcp::TcpTransport;
+
+use std::ops::Range;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::wire::Header;
+
+/// A node's identity in a cluster. Coordinators use ids from [`COORDINATOR_BASE`] up.
+pub type NodeId = u32;
+
+/// Node ids at and above this belong to coordinators, which hold no chunks.
+pub const COORDINATOR_BASE: NodeId = 0xF000_0000;
+
+/// The bytes of one outgoing frame. The transport owns them until they are written and then
+/// gives owned buffers back to the pool, so the sender never copies a slice to send it.
+#[derive(Debug)]
+pub enum Payload {
+    Empty,
+    Owned(Vec<u8>),
+    /// A range of a buffer shared with others (a stored chunk, or one result sent to several
+    /// peers).
+    Shared(Arc<Vec<u8>>, Range<usize>),
+}
+
+impl Payload {
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Empty => &[],
+            Payload::Owned(v) => v,
+            Payload::Shared(v, r) => &v[r.clone()],
+        }
+    }
+    pub fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// Something a transport observed.
+#[derive(Debug)]
+pub enum Event {
+    /// A whole frame from `from`; `payload` is a pool buffer the receiver now owns.
+    Frame {
+        from: NodeId,
+        header: Header,
+        payload: Vec<u8>,
+    },
+    /// The connection to `peer` failed or closed; frames queued for it are dropped.
+    PeerLost { peer: NodeId, reason: String },
+}
+
+/// Why a send could not be queued.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransportError {
+    #[error("peer {peer} is unreachable: {reason}")]
+    PeerLost { peer: NodeId, reason: String },
+    #[error("peer {peer} is unknown to this transport")]
+    UnknownPeer { peer: NodeId },
+    #[error("transport closed: {reason}")]
+    Closed { reason: String },
+}
+
+/// Interrupts a transport's `poll` from another thread.
+pub trait Waker: Send + Sync {
+    fn wake(&self);
+}
+
+/// Moves frames between this node and its peers. All methods are called from the engine
+/// thread only.
+pub trait Transport: Send + 'static {
+    /// This node's id.
+    fn local(&self) -> NodeId;
+    /// Queues one frame for `peer`. Frames to one peer arrive in the order they were queued.
+    /// Queuing to a peer whose connection is not up yet is allowed; it is sent once it is.
+    fn send(
+        &mut self,
+        peer: NodeId,
+        header: Header,
+        payload: Payload,
+    ) -> Result<(), TransportError>;
+    /// Writes what the socket accepts of the queued frames without blocking; called at the
+    /// end of every event-loop turn.
+    fn flush(&mut self);
+    /// Waits up to `timeout` (forever if `None`) for at least one event or a wake-up, then
+    /// appends every event that is ready to `events`.
+    fn poll(
+        &mut self,
+        events: &mut Vec<Event>,
+        timeout: Option<Duration>,
+    ) -> Result<(), TransportError>;
+    /// A handle that makes a blocked `poll` return.
+    fn waker(&self) -> Arc<dyn Waker>;
+    /// Opens the persistent connection to `peer` at `addr` (transports without addresses
+    /// accept and ignore this). Only one side of each pair connects: by convention the one with
+    /// the larger id, and every coordinator to every node.
+    fn connect(&mut self, peer: NodeId, addr: &str) -> Result<(), TransportError>;
+}

@@ -1,0 +1,502 @@
+//! The TCP transport: one persistent connection per peer pair, non-blocking sockets driven by
+//! the engine thread through `mio` (epoll, edge-triggered), `TCP_NODELAY` on every socket.
+//!
+//! Writes: frames queue per connection as (header, payload) pairs and are written with
+//! `writev` straight from the payload buffers at the end of each event-loop turn, so small
+//! frames of one turn share a system call and no payload is copied in user space. Reads: each
+//! connection reads into a 256 KiB staging buffer and cuts frames out of it; a payload that is
+//! not yet complete is finished by reading directly into its pool buffer.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::io::{self, IoSlice, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mio::net::{TcpListener, TcpStream};
+use mio::{Events, Interest, Poll, Token};
+
+use super::{Event, NodeId, Payload, Transport, TransportError, Waker};
+use crate::pool::BufferPool;
+use crate::wire::{Header, Kind, HEADER_BYTES};
+
+const WAKER: Token = Token(0);
+const LISTENER: Token = Token(1);
+const FIRST_CONN: usize = 2;
+const READ_BUF_BYTES: usize = 256 << 10;
+/// At most this many frames go into one `writev`.
+const MAX_IOVECS: usize = 64;
+/// How long a connect may take before the peer is declared unreachable.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+
+struct OutItem {
+    header: [u8; HEADER_BYTES],
+    payload: Payload,
+}
+
+impl OutItem {
+    fn total(&self) -> usize {
+        HEADER_BYTES + self.payload.len()
+    }
+}
+
+struct Conn {
+    stream: TcpStream,
+    /// Known once the peer's `Hello` arrived (accepted connections) or from the start
+    /// (connections this side opened).
+    peer: Option<NodeId>,
+    out: VecDeque<OutItem>,
+    /// Bytes of `out.front()` already written.
+    out_pos: usize,
+    rbuf: Vec<u8>,
+    rstart: usize,
+    rend: usize,
+    /// A frame whose payload is still arriving: header, its pool buffer, bytes filled.
+    partial: Option<(Header, Vec<u8>, usize)>,
+}
+
+/// See the module documentation.
+pub struct TcpTransport {
+    id: NodeId,
+    poll: Poll,
+    mio_events: Events,
+    waker: Arc<mio::Waker>,
+    listener: Option<TcpListener>,
+    /// Connections by token index − `FIRST_CONN`; `None` marks a closed slot.
+    conns: Vec<Option<Conn>>,
+    by_peer: HashMap<NodeId, usize>,
+    /// Frames for peers whose connection is not up yet (they connect to us).
+    pending: HashMap<NodeId, VecDeque<OutItem>>,
+    /// Peers whose connection failed; sends to them fail until they connect again.
+    lost: HashSet<NodeId>,
+    /// Connections with queued output, flushed at the end of the turn.
+    dirty: Vec<usize>,
+    /// Events produced outside `poll` (a write that failed), reported by the next `poll`.
+    deferred: Vec<Event>,
+    pool: BufferPool,
+}
+
+impl std::fmt::Debug for TcpTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TcpTransport(node {}, {} peers)",
+            self.id,
+            self.by_peer.len()
+        )
+    }
+}
+
+struct MioWaker(Arc<mio::Waker>);
+
+impl Waker for MioWaker {
+    fn wake(&self) {
+        let _ = self.0.wake();
+    }
+}
+
+impl TcpTransport {
+    /// A transport that listens on `addr` (port 0 picks a free port; see [`Self::local_addr`]).
+    pub fn bind(id: NodeId, addr: SocketAddr, pool: BufferPool) -> io::Result<TcpTransport> {
+        let mut t = TcpTransport::unbound(id, pool)?;
+        let mut listener = TcpListener::bind(addr)?;
+        t.poll
+            .registry()
+            .register(&mut listener, LISTENER, Interest::READABLE)?;
+        t.listener = Some(listener);
+        Ok(t)
+    }
+
+    /// A transport that only connects out (a coordinator).
+    pub fn unbound(id: NodeId, pool: BufferPool) -> io::Result<TcpTransport> {
+        let poll = Poll::new()?;
+        let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+        Ok(TcpTransport {
+            id,
+            poll,
+            mio_events: Events::with_capacity(256),
+            waker,
+            listener: None,
+            conns: Vec::new(),
+            by_peer: HashMap::new(),
+            pending: HashMap::new(),
+            lost: HashSet::new(),
+            dirty: Vec::new(),
+            deferred: Vec::new(),
+            pool,
+        })
+    }
+
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.listener.as_ref().and_then(|l| l.local_addr().ok())
+    }
+
+    fn add_conn(&mut self, mut stream: TcpStream, peer: Option<NodeId>) -> io::Result<usize> {
+        stream.set_nodelay(true)?;
+        let idx = match self.conns.iter().position(|c| c.is_none()) {
+            Some(i) => i,
+            None => {
+                self.conns.push(None);
+                self.conns.len() - 1
+            }
+        };
+        self.poll.registry().register(
+            &mut stream,
+            Token(idx + FIRST_CONN),
+            Interest::READABLE | Interest::WRITABLE,
+        )?;
+        self.conns[idx] = Some(Conn {
+            stream,
+            peer,
+            out: VecDeque::new(),
+            out_pos: 0,
+            rbuf: vec![0u8; READ_BUF_BYTES],
+            rstart: 0,
+            rend: 0,
+            partial: None,
+        });
+        Ok(idx)
+    }
+
+    /// Makes `idx` the connection of `peer` and moves frames waiting for it onto it.
+    fn bind_peer(&mut self, idx: usize, peer: NodeId) {
+        if let Some(old) = self.by_peer.insert(peer, idx) {
+            if old != idx {
+                self.close(
+                    old,
+                    "replaced by a new connection from the same peer",
+                    false,
+                );
+            }
+        }
+        self.lost.remove(&peer);
+        let conn = self.conns[idx].as_mut().expect("live connection");
+        conn.peer = Some(peer);
+        if let Some(q) = self.pending.remove(&peer) {
+            conn.out.extend(q);
+            self.dirty.push(idx);
+        }
+    }
+
+    fn close(&mut self, idx: usize, reason: &str, report: bool) {
+        let Some(mut conn) = self.conns[idx].take() else {
+            return;
+        };
+        let _ = self.poll.registry().deregister(&mut conn.stream);
+        for item in conn.out.drain(..) {
+            if let Payload::Owned(v) = item.payload {
+                self.pool.put(v);
+            }
+        }
+        if let Some(peer) = conn.peer {
+            if self.by_peer.get(&peer) == Some(&idx) {
+                self.by_peer.remove(&peer);
+                self.lost.insert(peer);
+                if report {
+                    self.deferred.push(Event::PeerLost {
+                        peer,
+                        reason: reason.to_string(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Writes as much of `idx`'s queue as the socket takes.
+    fn write_out(&mut self, idx: usize) {
+        let Some(conn) = self.conns[idx].as_mut() else {
+            return;
+        };
+        let result = write_queue(conn, &self.pool);
+        if let Err(e) = result {
+            let reason = format!("write failed: {e}");
+            self.close(idx, &reason, true);
+        }
+    }
+
+    fn read_in(&mut self, idx: usize, events: &mut Vec<Event>) {
+        let mut hellos = Vec::new();
+        let result = {
+            let Some(conn) = self.conns[idx].as_mut() else {
+                return;
+            };
+            read_frames(conn, &self.pool, events, &mut hellos)
+        };
+        for peer in hellos {
+            self.bind_peer(idx, peer);
+        }
+        if let Err(reason) = result {
+            self.close(idx, &reason, true);
+        }
+    }
+
+    fn accept_all(&mut self) {
+        loop {
+            let Some(listener) = self.listener.as_ref() else {
+                return;
+            };
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let _ = self.add_conn(stream, None);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(_) => return,
+            }
+        }
+    }
+}
+
+fn write_queue(conn: &mut Conn, pool: &BufferPool) -> io::Result<()> {
+    while !conn.out.is_empty() {
+        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(2 * MAX_IOVECS);
+        for (i, item) in conn.out.iter().take(MAX_IOVECS).enumerate() {
+            let skip = if i == 0 { conn.out_pos } else { 0 };
+            if skip < HEADER_BYTES {
+                iov.push(IoSlice::new(&item.header[skip..]));
+                if !item.payload.is_empty() {
+                    iov.push(IoSlice::new(item.payload.as_slice()));
+                }
+            } else {
+                iov.push(IoSlice::new(
+                    &item.payload.as_slice()[skip - HEADER_BYTES..],
+                ));
+            }
+        }
+        let n = match conn.stream.write_vectored(&iov) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        drop(iov);
+        let mut left = n;
+        while left > 0 {
+            let front = conn
+                .out
+                .front()
+                .expect("written bytes belong to queued frames");
+            let rest = front.total() - conn.out_pos;
+            if left >= rest {
+                left -= rest;
+                conn.out_pos = 0;
+                if let Some(OutItem {
+                    payload: Payload::Owned(v),
+                    ..
+                }) = conn.out.pop_front()
+                {
+                    pool.put(v);
+                }
+            } else {
+                conn.out_pos += left;
+                left = 0;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Reads until the socket would block, appending complete frames to `events`. `Hello` frames
+/// name the peer and are returned in `hellos` instead. An `Err` is the reason to close.
+fn read_frames(
+    conn: &mut Conn,
+    pool: &BufferPool,
+    events: &mut Vec<Event>,
+    hellos: &mut Vec<NodeId>,
+) -> Result<(), String> {
+    let mut emit = |conn: &mut Conn, header: Header, payload: Vec<u8>| -> Result<(), String> {
+        if header.kind == Kind::Hello {
+            conn.peer = Some(header.edge);
+            hellos.push(header.edge);
+            return Ok(());
+        }
+        let Some(from) = conn.peer else {
+            return Err("frame before hello".into());
+        };
+        events.push(Event::Frame {
+            from,
+            header,
+            payload,
+        });
+        Ok(())
+    };
+    loop {
+        if let Some((header, mut buf, mut filled)) = conn.partial.take() {
+            match conn.stream.read(&mut buf[filled..]) {
+                Ok(0) => return Err("connection closed by peer".into()),
+                Ok(n) => {
+                    filled += n;
+                    if filled == buf.len() {
+                        emit(conn, header, buf)?;
+                    } else {
+                        conn.partial = Some((header, buf, filled));
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    conn.partial = Some((header, buf, filled));
+                    return Ok(());
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                    conn.partial = Some((header, buf, filled));
+                    continue;
+                }
+                Err(e) => return Err(format!("read failed: {e}")),
+            }
+        }
+        // Cut whole frames out of the staging buffer.
+        while conn.rend - conn.rstart >= HEADER_BYTES {
+            let header = Header::decode(&conn.rbuf[conn.rstart..conn.rend])
+                .map_err(|e| format!("protocol error: {e}"))?;
+            conn.rstart += HEADER_BYTES;
+            let len = header.payload_bytes as usize;
+            let avail = conn.rend - conn.rstart;
+            let mut buf = pool.take(len);
+            let have = avail.min(len);
+            buf[..have].copy_from_slice(&conn.rbuf[conn.rstart..conn.rstart + have]);
+            conn.rstart += have;
+            if have == len {
+                emit(conn, header, buf)?;
+            } else {
+                conn.partial = Some((header, buf, have));
+                break;
+            }
+        }
+        if conn.partial.is_some() {
+            continue;
+        }
+        if conn.rstart == conn.rend {
+            conn.rstart = 0;
+            conn.rend = 0;
+        } else if conn.rstart > 0 {
+            conn.rbuf.copy_within(conn.rstart..conn.rend, 0);
+            conn.rend -= conn.rstart;
+            conn.rstart = 0;
+        }
+        let rend = conn.rend;
+        match conn.stream.read(&mut conn.rbuf[rend..]) {
+            Ok(0) => return Err("connection closed by peer".into()),
+            Ok(n) => conn.rend += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(format!("read failed: {e}")),
+        }
+    }
+}
+
+impl Transport for TcpTransport {
+    fn local(&self) -> NodeId {
+        self.id
+    }
+
+    fn send(
+        &mut self,
+        peer: NodeId,
+        header: Header,
+        payload: Payload,
+    ) -> Result<(), TransportError> {
+        let item = OutItem {
+            header: header.encode(),
+            payload,
+        };
+        if let Some(&idx) = self.by_peer.get(&peer) {
+            let conn = self.conns[idx].as_mut().expect("mapped connection is live");
+            if conn.out.is_empty() {
+                self.dirty.push(idx);
+            }
+            conn.out.push_back(item);
+            return Ok(());
+        }
+        if self.lost.contains(&peer) {
+            return Err(TransportError::PeerLost {
+                peer,
+                reason: "connection lost".into(),
+            });
+        }
+        self.pending.entry(peer).or_default().push_back(item);
+        Ok(())
+    }
+
+    fn flush(&mut self) {
+        let mut dirty = std::mem::take(&mut self.dirty);
+        for &idx in &dirty {
+            self.write_out(idx);
+        }
+        dirty.clear();
+        if self.dirty.is_empty() {
+            self.dirty = dirty;
+        }
+    }
+
+    fn poll(
+        &mut self,
+        events: &mut Vec<Event>,
+        timeout: Option<Duration>,
+    ) -> Result<(), TransportError> {
+        let timeout = if self.deferred.is_empty() {
+            timeout
+        } else {
+            Some(Duration::ZERO)
+        };
+        let mut mio_events = std::mem::replace(&mut self.mio_events, Events::with_capacity(0));
+        let r = self.poll.poll(&mut mio_events, timeout);
+        if let Err(e) = r {
+            self.mio_events = mio_events;
+            if e.kind() == io::ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(TransportError::Closed {
+                reason: format!("poll failed: {e}"),
+            });
+        }
+        for ev in mio_events.iter() {
+            match ev.token() {
+                WAKER => {}
+                LISTENER => self.accept_all(),
+                Token(t) => {
+                    let idx = t - FIRST_CONN;
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        self.read_in(idx, events);
+                    }
+                    if ev.is_writable() {
+                        self.write_out(idx);
+                    }
+                }
+            }
+        }
+        self.mio_events = mio_events;
+        events.append(&mut self.deferred);
+        Ok(())
+    }
+
+    fn waker(&self) -> Arc<dyn Waker> {
+        Arc::new(MioWaker(self.waker.clone()))
+    }
+
+    fn connect(&mut self, peer: NodeId, addr: &str) -> Result<(), TransportError> {
+        let fail = |reason: String| TransportError::PeerLost { peer, reason };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(|e| fail(format!("bad address {addr:?}: {e}")))?
+            .next()
+            .ok_or_else(|| fail(format!("address {addr:?} resolves to nothing")))?;
+        let std_stream = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
+            .map_err(|e| fail(format!("connect to {sa} failed: {e}")))?;
+        std_stream
+            .set_nonblocking(true)
+            .map_err(|e| fail(e.to_string()))?;
+        let stream = TcpStream::from_std(std_stream);
+        let idx = self
+            .add_conn(stream, Some(peer))
+            .map_err(|e| fail(e.to_string()))?;
+        let hello = OutItem {
+            header: Header::new(Kind::Hello, 0, self.id, 0, 0).encode(),
+            payload: Payload::Empty,
+        };
+        self.conns[idx].as_mut().unwrap().out.push_back(hello);
+        self.bind_peer(idx, peer);
+        self.dirty.push(idx);
+        Ok(())
+    }
+}

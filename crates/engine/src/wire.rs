@@ -1,0 +1,163 @@
+//! The peer wire format: every message between two engines is one frame, a fixed 24-byte
+//! header followed by `payload_bytes` of payload. `docs/wire.md` gives the byte table.
+//!
+//! ```text
+//! offset size field
+//!  0      2   magic          0x49 0x45 ("IE")
+//!  2      1   version        1
+//!  3      1   kind           Hello | Data | Abort | Control
+//!  4      4   payload_bytes  u32 LE, at most MAX_PAYLOAD_BYTES
+//!  8      8   op             u64 LE: the operation (plan run) the frame belongs to
+//! 16      4   edge           u32 LE: the plan edge (Data, Abort) or the sender's node id (Hello)
+//! 20      4   slice          u32 LE: the slice index within the edge's buffer
+//! ```
+
+/// Size of a frame header in bytes.
+pub const HEADER_BYTES: usize = 24;
+/// The first two bytes of every frame.
+pub const MAGIC: [u8; 2] = [0x49, 0x45];
+/// The wire format version this engine speaks.
+pub const VERSION: u8 = 1;
+/// The largest payload a frame may carry (64 MiB); larger frames are refused at parse time.
+pub const MAX_PAYLOAD_BYTES: usize = 64 << 20;
+
+/// What a frame carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Kind {
+    /// First frame on every connection: the sender's node id in `edge`. No payload.
+    Hello = 1,
+    /// One slice of one plan edge's buffer.
+    Data = 2,
+    /// The sender gave up on operation `op`; the payload is a UTF-8 reason.
+    Abort = 3,
+    /// A control message between a coordinator and a node (see `node.rs`).
+    Control = 4,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Data,
+            3 => Kind::Abort,
+            4 => Kind::Control,
+            _ => return None,
+        })
+    }
+}
+
+/// A parsed frame header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub payload_bytes: u32,
+    pub op: u64,
+    pub edge: u32,
+    pub slice: u32,
+}
+
+/// Why a header was refused. The connection that sent it is closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    #[error("bad frame magic {found:02x?}, expected {MAGIC:02x?}")]
+    BadMagic { found: [u8; 2] },
+    #[error("unsupported wire version {found}, this engine speaks {VERSION}")]
+    BadVersion { found: u8 },
+    #[error("unknown frame kind {found}")]
+    BadKind { found: u8 },
+    #[error("frame payload of {payload_bytes} bytes exceeds the limit of {MAX_PAYLOAD_BYTES}")]
+    TooLarge { payload_bytes: usize },
+}
+
+impl Header {
+    pub fn new(kind: Kind, op: u64, edge: u32, slice: u32, payload_bytes: usize) -> Header {
+        assert!(payload_bytes <= MAX_PAYLOAD_BYTES, "payload too large");
+        Header {
+            kind,
+            payload_bytes: payload_bytes as u32,
+            op,
+            edge,
+            slice,
+        }
+    }
+
+    /// The 24 header bytes.
+    pub fn encode(&self) -> [u8; HEADER_BYTES] {
+        let mut b = [0u8; HEADER_BYTES];
+        b[0..2].copy_from_slice(&MAGIC);
+        b[2] = VERSION;
+        b[3] = self.kind as u8;
+        b[4..8].copy_from_slice(&self.payload_bytes.to_le_bytes());
+        b[8..16].copy_from_slice(&self.op.to_le_bytes());
+        b[16..20].copy_from_slice(&self.edge.to_le_bytes());
+        b[20..24].copy_from_slice(&self.slice.to_le_bytes());
+        b
+    }
+
+    /// Parses a header from the first `HEADER_BYTES` of `b`, enforcing the limits.
+    /// Panics if `b` is shorter than a header (callers wait for enough bytes first).
+    pub fn decode(b: &[u8]) -> Result<Header, WireError> {
+        let b = &b[..HEADER_BYTES];
+        if b[0..2] != MAGIC {
+            return Err(WireError::BadMagic {
+                found: [b[0], b[1]],
+            });
+        }
+        if b[2] != VERSION {
+            return Err(WireError::BadVersion { found: b[2] });
+        }
+        let kind = Kind::from_u8(b[3]).ok_or(WireError::BadKind { found: b[3] })?;
+        let payload_bytes = u32::from_le_bytes(b[4..8].try_into().unwrap());
+        if payload_bytes as usize > MAX_PAYLOAD_BYTES {
+            return Err(WireError::TooLarge {
+                payload_bytes: payload_bytes as usize,
+            });
+        }
+        Ok(Header {
+            kind,
+            payload_bytes,
+            op: u64::from_le_bytes(b[8..16].try_into().unwrap()),
+            edge: u32::from_le_bytes(b[16..20].try_into().unwrap()),
+            slice: u32::from_le_bytes(b[20..24].try_into().unwrap()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_round_trips_and_has_the_documented_layout() {
+        let h = Header::new(Kind::Data, 0x0102_0304_0506_0708, 9, 10, 4096);
+        let b = h.encode();
+        assert_eq!(
+            b,
+            [0x49, 0x45, 1, 2, 0x00, 0x10, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1, 9, 0, 0, 0, 10, 0, 0, 0]
+        );
+        assert_eq!(Header::decode(&b).unwrap(), h);
+    }
+
+    #[test]
+    fn bad_headers_are_refused() {
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        b[0] = 0;
+        assert!(matches!(
+            Header::decode(&b),
+            Err(WireError::BadMagic { .. })
+        ));
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        b[2] = 9;
+        assert_eq!(Header::decode(&b), Err(WireError::BadVersion { found: 9 }));
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        b[3] = 77;
+        assert_eq!(Header::decode(&b), Err(WireError::BadKind { found: 77 }));
+        let mut b = Header::new(Kind::Data, 0, 3, 0, 0).encode();
+        b[4..8].copy_from_slice(&(MAX_PAYLOAD_BYTES as u32 + 1).to_le_bytes());
+        assert!(matches!(
+            Header::decode(&b),
+            Err(WireError::TooLarge { .. })
+        ));
+    }
+}
