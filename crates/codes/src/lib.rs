@@ -179,8 +179,8 @@ impl Code {
                 ))),
                 VandermondeVerdict::TooLarge { minors } => Err(bad(format!(
                     "{self}: cannot verify that ISA-L gf_gen_rs_matrix is MDS for k = {k}, \
-                     m = {m}: {minors} square submatrices exceed the check limit of {} \
-                     (MDS for m ≤ 3 with any k, m = 4 up to k = 21); use rs:{k},{m} (Cauchy)",
+                     m = {m}: checking its {minors} square submatrices exceeds the work limit \
+                     of {} steps; use rs:{k},{m} (Cauchy)",
                     matrices::VANDERMONDE_CHECK_LIMIT
                 ))),
             },
@@ -212,7 +212,7 @@ impl Code {
 
     /// Total chunks in a stripe.
     pub fn n(&self) -> usize {
-        self.k() + self.parity_count()
+        self.k().saturating_add(self.parity_count())
     }
 
     /// The n × k generator matrix, row-major, identity on top. Panics if the code's
@@ -243,7 +243,7 @@ impl Code {
             Code::Rs { .. } => None,
             Code::Lrc { k, l, .. } => {
                 if index < k {
-                    Some(index / (k / l))
+                    Some(index / (k / l.max(1)).max(1))
                 } else if index < k + l {
                     Some(index - k)
                 } else {
@@ -459,8 +459,23 @@ impl Calculator {
     }
 }
 
-/// Key of a decode calculator: (chunks read, in order; chunks wanted, in order).
-type DecoderKey = (Vec<usize>, Vec<usize>);
+/// The decode calculators of a codec, keyed by the chunks read (in order), `usize::MAX`, then
+/// the chunks wanted (in order).
+#[derive(Debug)]
+struct DecoderCache {
+    lru: Lru<Arc<Calculator>>,
+    /// Where a key is assembled for a lookup, so that a hit allocates nothing.
+    key: Vec<usize>,
+}
+
+impl DecoderCache {
+    fn set_key(&mut self, inputs: &[usize], wanted: &[usize]) {
+        self.key.clear();
+        self.key.extend_from_slice(inputs);
+        self.key.push(usize::MAX);
+        self.key.extend_from_slice(wanted);
+    }
+}
 
 /// A code with its prepared encode calculator and a bounded LRU of decode calculators, keyed
 /// by (chunks read, chunks wanted). Thread-safe.
@@ -474,7 +489,7 @@ pub struct Codec {
     encoder: Arc<Calculator>,
     /// Decode calculators by (inputs, wanted). Built outside the lock; the first one stored
     /// for a key wins, so every caller of one key shares one `Arc`.
-    decoders: Mutex<Lru<DecoderKey, Arc<Calculator>>>,
+    decoders: Mutex<DecoderCache>,
 }
 
 impl Codec {
@@ -514,7 +529,10 @@ impl Codec {
             kernel,
             generator,
             encoder: Arc::new(encoder),
-            decoders: Mutex::new(Lru::new(capacity)),
+            decoders: Mutex::new(DecoderCache {
+                lru: Lru::new(capacity),
+                key: Vec::new(),
+            }),
         })
     }
 
@@ -537,15 +555,15 @@ impl Codec {
 
     /// Number of decode calculators cached now.
     pub fn decoder_cache_len(&self) -> usize {
-        self.lock_decoders().len()
+        self.lock_decoders().lru.len()
     }
 
     /// Most decode calculators the cache holds.
     pub fn decoder_cache_capacity(&self) -> usize {
-        self.lock_decoders().capacity()
+        self.lock_decoders().lru.capacity()
     }
 
-    fn lock_decoders(&self) -> std::sync::MutexGuard<'_, Lru<DecoderKey, Arc<Calculator>>> {
+    fn lock_decoders(&self) -> std::sync::MutexGuard<'_, DecoderCache> {
         // The cache holds no invariant a panicking holder could break half-way (entries are
         // inserted whole), so a poisoned lock is still usable.
         self.decoders
@@ -610,51 +628,65 @@ impl Codec {
         wanted: &[usize],
     ) -> Result<Vec<usize>, CodeError> {
         let (k, n) = (self.code.k(), self.code.n());
-        let mut is_available = vec![false; n];
+        // n ≤ MAX_CHUNKS for a valid code: flags on the stack keep the common path free of
+        // allocations but the result.
+        let mut is_available = [false; MAX_CHUNKS];
         for &i in available {
             self.check_index(i)?;
             is_available[i] = true;
         }
-        let mut want = wanted.to_vec();
-        for &w in &want {
+        for &w in wanted {
             self.check_index(w)?;
         }
-        want.sort_unstable();
-        want.dedup();
-        let missing: Vec<usize> = want.iter().copied().filter(|&w| !is_available[w]).collect();
-        if missing.is_empty() {
+        let is_available = &is_available[..n];
+        if wanted.iter().all(|&w| is_available[w]) {
+            let mut want = wanted.to_vec();
+            want.sort_unstable();
+            want.dedup();
             return Ok(want);
         }
-        let survivors = (0..n).filter(|&i| is_available[i]);
 
         if let Code::Rs { .. } = self.code {
             // MDS: any k survivors are independent.
-            let reads: Vec<usize> = survivors.take(k).collect();
+            let reads: Vec<usize> = (0..n).filter(|&i| is_available[i]).take(k).collect();
             return if reads.len() == k {
                 Ok(reads)
             } else {
-                Err(self.unrecoverable(&is_available))
+                Err(self.unrecoverable(is_available))
             };
         }
 
-        if let Some(reads) = self.local_repair_set(&is_available, &want, &missing) {
+        let mut want = wanted.to_vec();
+        want.sort_unstable();
+        want.dedup();
+        let missing: Vec<usize> = want.iter().copied().filter(|&w| !is_available[w]).collect();
+        if let Some(reads) = self.local_repair_set(is_available, &want, &missing) {
             return Ok(reads);
         }
 
-        let mut basis = Basis::new(k, 0);
-        let mut reads = Vec::with_capacity(k);
-        for i in survivors {
-            if basis.insert(self.row(i), 0) {
+        // Greedy by rank in ascending order. Available data chunks are unit rows, always
+        // independent; a parity row raises the rank exactly when its restriction to the
+        // unread data columns does.
+        let unread: Vec<usize> = (0..k).filter(|&j| !is_available[j]).collect();
+        let mut reads: Vec<usize> = (0..k).filter(|&j| is_available[j]).collect();
+        let mut basis = Basis::new(unread.len(), 0);
+        let mut restricted = Vec::with_capacity(unread.len());
+        for i in (k..n).filter(|&i| is_available[i]) {
+            if basis.rank() == unread.len() {
+                break;
+            }
+            let row = self.row(i);
+            restricted.clear();
+            restricted.extend(unread.iter().map(|&j| row[j]));
+            if basis.insert(&restricted, 0) {
                 reads.push(i);
-                if reads.len() == k {
-                    return Ok(reads);
-                }
             }
         }
-        // Rank below k: the data is not recoverable, but the wanted chunks may be.
-        if !missing.iter().all(|&w| basis.contains(self.row(w))) {
-            return Err(self.unrecoverable(&is_available));
+        if basis.rank() == unread.len() {
+            return Ok(reads);
         }
+        // Rank below k: the data is not recoverable, but the wanted chunks may be. Keep the
+        // greedy basis only if it spans them, then drop every chunk they do not need.
         let spans_wanted = |set: &[usize]| {
             let mut b = Basis::new(k, 0);
             for &i in set {
@@ -662,6 +694,9 @@ impl Codec {
             }
             missing.iter().all(|&w| b.contains(self.row(w)))
         };
+        if !spans_wanted(&reads) {
+            return Err(self.unrecoverable(is_available));
+        }
         let mut pos = reads.len();
         while pos > 0 {
             pos -= 1;
@@ -717,24 +752,53 @@ impl Codec {
         for &i in inputs.iter().chain(wanted) {
             self.check_index(i)?;
         }
-        let key: DecoderKey = (inputs.to_vec(), wanted.to_vec());
-        if let Some(found) = self.lock_decoders().get(&key) {
-            return Ok(found);
+        {
+            let mut cache = self.lock_decoders();
+            cache.set_key(inputs, wanted);
+            let DecoderCache { lru, key } = &mut *cache;
+            if let Some(found) = lru.get(key) {
+                return Ok(found);
+            }
         }
+        // Built without the lock: other patterns stay served meanwhile.
         let calculator = Arc::new(self.build_decoder(inputs, wanted)?);
-        Ok(self.lock_decoders().get_or_insert(key, calculator))
+        let mut cache = self.lock_decoders();
+        cache.set_key(inputs, wanted);
+        let DecoderCache { lru, key } = &mut *cache;
+        Ok(lru.get_or_insert(key, calculator))
     }
 
+    /// Solves each wanted row over the inputs. Data chunks among the inputs are unit rows, so
+    /// only the parity inputs restricted to the unread data columns need elimination: with U
+    /// the unread data columns, a wanted row g is `Σ_t c_t · P_t` over the parity inputs P_t
+    /// on U, and then each read data chunk a gets `g[a] + Σ_t c_t · P_t[a]`.
     fn build_decoder(&self, inputs: &[usize], wanted: &[usize]) -> Result<Calculator, CodeError> {
+        const UNREAD: usize = usize::MAX;
         let k = self.code.k();
-        let mut basis = Basis::new(k, inputs.len());
+        let width = inputs.len();
+        // Position of the first input holding each data chunk.
+        let mut data_pos = vec![UNREAD; k];
         for (pos, &i) in inputs.iter().enumerate() {
-            if basis.rank() == k {
+            if i < k && data_pos[i] == UNREAD {
+                data_pos[i] = pos;
+            }
+        }
+        let unread: Vec<usize> = (0..k).filter(|&j| data_pos[j] == UNREAD).collect();
+        let parity_pos: Vec<usize> = (0..width).filter(|&pos| inputs[pos] >= k).collect();
+        let restrict = |row: &[u8], out: &mut Vec<u8>| {
+            out.clear();
+            out.extend(unread.iter().map(|&j| row[j]));
+        };
+        // The parity inputs on the unread columns, taken greedily in input order.
+        let mut basis = Basis::new(unread.len(), parity_pos.len());
+        let mut restricted = Vec::with_capacity(unread.len());
+        for (t, &pos) in parity_pos.iter().enumerate() {
+            if basis.rank() == unread.len() {
                 break;
             }
-            basis.insert(self.row(i), pos);
+            restrict(self.row(inputs[pos]), &mut restricted);
+            basis.insert(&restricted, t);
         }
-        let width = inputs.len();
         let mut coeffs = vec![0u8; wanted.len() * width];
         for (out, &w) in wanted.iter().enumerate() {
             let row = &mut coeffs[out * width..(out + 1) * width];
@@ -742,14 +806,31 @@ impl Codec {
                 row[pos] = 1;
                 continue;
             }
-            match basis.express(self.row(w)) {
-                Some(c) => row.copy_from_slice(&c),
-                None => {
-                    let mut read = vec![false; self.code.n()];
-                    for &i in inputs {
-                        read[i] = true;
+            let g = self.row(w);
+            restrict(g, &mut restricted);
+            let Some(c) = basis.express(&restricted) else {
+                let mut read = vec![false; self.code.n()];
+                for &i in inputs {
+                    read[i] = true;
+                }
+                return Err(self.unrecoverable(&read));
+            };
+            for (a, &pos) in data_pos.iter().enumerate() {
+                if pos != UNREAD {
+                    row[pos] = g[a];
+                }
+            }
+            for (t, &ppos) in parity_pos.iter().enumerate() {
+                let ct = c[t];
+                if ct == 0 {
+                    continue;
+                }
+                row[ppos] = ct;
+                let p = self.row(inputs[ppos]);
+                for (a, &pos) in data_pos.iter().enumerate() {
+                    if pos != UNREAD {
+                        row[pos] ^= gf::field::mul(ct, p[a]);
                     }
-                    return Err(self.unrecoverable(&read));
                 }
             }
         }

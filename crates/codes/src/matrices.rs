@@ -67,11 +67,12 @@ fn identity_on_top(k: usize, parity: usize) -> Vec<u8> {
     g
 }
 
-/// Largest number of square submatrices of the Vandermonde parity part the exact MDS check
-/// examines (C(k+m, m) − 1 for k data and m parity chunks). Beyond it the configuration is
-/// refused as unverified. The check of the largest allowed configuration takes well under a
-/// second and its result is remembered for the life of the process.
-pub const VANDERMONDE_CHECK_LIMIT: u128 = 2_000_000;
+/// Work limit of the exact MDS check, in column insertions into the elimination basis. It
+/// only binds for a configuration that is MDS yet has very many square submatrices. For every
+/// m ≥ 4 the matrix stops being MDS at a small k — it is MDS up to k = 21 for m = 4, k = 5 for
+/// m = 5, k = 4 for 6 ≤ m ≤ 21 and k = 3 for 22 ≤ m ≤ 250 — and the check finds the first
+/// singular submatrix long before the limit, whatever k is asked for.
+pub const VANDERMONDE_CHECK_LIMIT: u64 = 20_000_000;
 
 /// The verdict of the exact check for one (k, m).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -79,13 +80,15 @@ pub enum VandermondeVerdict {
     /// Every square submatrix of the parity part is invertible.
     Mds,
     /// A singular square submatrix: its parity rows and data columns. `max_k` is the largest
-    /// k for which this m is still MDS (all singular minors found use column `max_k` or later).
+    /// k for which this m is still MDS (the check visits submatrices in order of their largest
+    /// column, so every one with largest column below `max_k` was invertible).
     Singular {
         rows: Vec<usize>,
         cols: Vec<usize>,
         max_k: usize,
     },
-    /// Too many submatrices to check (their count is given).
+    /// The check ran out of its work limit without finding a singular submatrix; `minors` is
+    /// the number of square submatrices, C(k + m, m) − 1.
     TooLarge { minors: u128 },
 }
 
@@ -108,28 +111,29 @@ pub fn binomial(n: usize, r: usize) -> u128 {
 /// The rule: m ≤ 3 is MDS for every k with k + m ≤ 256 (every square submatrix of the rows
 /// 1, x, x² with the distinct x_j = 2^j is a Vandermonde or a 2×2 with determinant
 /// x_a^s + x_b^s ≠ 0, since 2 and 4 both generate the multiplicative group); k = 1 is MDS
-/// (every entry is non-zero). Otherwise every square submatrix of the parity part is checked,
-/// if there are at most [`VANDERMONDE_CHECK_LIMIT`] of them, and refused as unverified if
-/// there are more. Verdicts are cached per (k, m).
+/// (every entry is non-zero). Otherwise every square submatrix of the parity part is checked
+/// for invertibility, in order of its largest column, until one is singular (refused, with
+/// the largest k that is MDS for this m) or all pass (accepted); a check that exceeds
+/// [`VANDERMONDE_CHECK_LIMIT`] is refused as unverified. Verdicts are cached per (k, m).
 pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
     if m <= 3 || k <= 1 {
         return VandermondeVerdict::Mds;
-    }
-    let minors = binomial(k + m, m).saturating_sub(1);
-    if minors > VANDERMONDE_CHECK_LIMIT {
-        return VandermondeVerdict::TooLarge { minors };
     }
     static CACHE: OnceLock<Mutex<HashMap<(usize, usize), VandermondeVerdict>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
     if let Some(v) = cache.lock().expect("verdict cache").get(&(k, m)) {
         return v.clone();
     }
-    let verdict = match first_singular_minor(k, m) {
-        None => VandermondeVerdict::Mds,
-        Some((rows, cols)) => {
+    let mut work = VANDERMONDE_CHECK_LIMIT;
+    let verdict = match first_singular_minor(k, m, &mut work) {
+        Ok(None) => VandermondeVerdict::Mds,
+        Ok(Some((rows, cols))) => {
             let max_k = *cols.iter().max().expect("non-empty minor");
             VandermondeVerdict::Singular { rows, cols, max_k }
         }
+        Err(OutOfWork) => VandermondeVerdict::TooLarge {
+            minors: binomial(k + m, m).saturating_sub(1),
+        },
     };
     cache
         .lock()
@@ -138,6 +142,13 @@ pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
     verdict
 }
 
+/// A square submatrix of the parity part: (parity rows, data columns).
+type Minor = (Vec<usize>, Vec<usize>);
+
+/// The exact check used up its work limit.
+#[derive(Debug)]
+struct OutOfWork;
+
 /// The first singular square submatrix of the m × k Vandermonde parity part, in order of its
 /// largest column (so the answer also says up to which k the matrix is MDS), or `None`.
 ///
@@ -145,15 +156,16 @@ pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
 /// walk picks s − 1 columns below `last` in increasing order, inserting each column (restricted
 /// to R) into an incremental basis; a column that does not raise the rank makes every s × s
 /// submatrix containing the chosen columns singular. Prefixes share their elimination work.
-fn first_singular_minor(k: usize, m: usize) -> Option<(Vec<usize>, Vec<usize>)> {
+/// Each insertion costs one unit of `work`.
+fn first_singular_minor(k: usize, m: usize, work: &mut u64) -> Result<Option<Minor>, OutOfWork> {
     for last in 0..k {
         for s in 1..=m.min(last + 1) {
             let mut rows: Vec<usize> = (0..s).collect();
             loop {
                 let mut basis = Basis::new(s, 0);
                 let mut cols = Vec::with_capacity(s);
-                if singular_walk(&rows, last, 0, &mut basis, &mut cols) {
-                    return Some((rows, cols));
+                if singular_walk(&rows, last, 0, &mut basis, &mut cols, work)? {
+                    return Ok(Some((rows, cols)));
                 }
                 if !next_combination(&mut rows, m) {
                     break;
@@ -161,7 +173,7 @@ fn first_singular_minor(k: usize, m: usize) -> Option<(Vec<usize>, Vec<usize>)> 
             }
         }
     }
-    None
+    Ok(None)
 }
 
 /// Extends `cols` (already in `basis`) with columns from `start..last` up to s − 1 of them,
@@ -172,24 +184,26 @@ fn singular_walk(
     start: usize,
     basis: &mut Basis,
     cols: &mut Vec<usize>,
-) -> bool {
+    work: &mut u64,
+) -> Result<bool, OutOfWork> {
     let s = rows.len();
+
     let column = |c: usize| -> Vec<u8> { rows.iter().map(|&r| vandermonde_entry(r, c)).collect() };
     let depth = cols.len();
     if depth == s - 1 {
         cols.push(last);
-        if !basis.insert(&column(last), 0) {
-            return true;
+        if !insert(basis, &column(last), work)? {
+            return Ok(true);
         }
         basis.truncate(depth);
         cols.pop();
-        return false;
+        return Ok(false);
     }
     // Leave room for the remaining s − 1 − depth − 1 columns below `last`.
     let need_after = s - 1 - depth - 1;
     for c in start..last.saturating_sub(need_after) {
         cols.push(c);
-        if !basis.insert(&column(c), 0) {
+        if !insert(basis, &column(c), work)? {
             // Any completion to s columns is singular.
             let filler: Vec<usize> = (0..=last)
                 .filter(|x| !cols.contains(x))
@@ -197,15 +211,21 @@ fn singular_walk(
                 .collect();
             cols.extend(filler);
             cols.sort_unstable();
-            return true;
+            return Ok(true);
         }
-        if singular_walk(rows, last, c + 1, basis, cols) {
-            return true;
+        if singular_walk(rows, last, c + 1, basis, cols, work)? {
+            return Ok(true);
         }
         basis.truncate(depth);
         cols.pop();
     }
-    false
+    Ok(false)
+}
+
+/// Inserts a column into the walk's basis, charging one unit of work.
+fn insert(basis: &mut Basis, column: &[u8], work: &mut u64) -> Result<bool, OutOfWork> {
+    *work = work.checked_sub(1).ok_or(OutOfWork)?;
+    Ok(basis.insert(column, 0))
 }
 
 /// Advances `comb` (strictly increasing, values < n) to the next combination in lexicographic
@@ -278,7 +298,8 @@ mod tests {
     fn exact_check_agrees_with_brute_force() {
         for m in 4..=6 {
             for k in 2..=12 {
-                let fast = first_singular_minor(k, m).is_none();
+                let mut work = u64::MAX;
+                let fast = first_singular_minor(k, m, &mut work).unwrap().is_none();
                 assert_eq!(fast, brute_force_mds(k, m), "k = {k}, m = {m}");
             }
         }
@@ -297,5 +318,22 @@ mod tests {
             .collect();
         assert_eq!(invert(&sub, rows.len()), None);
         assert_eq!(vandermonde_verdict(21, 4), VandermondeVerdict::Mds);
+        // The verdict does not depend on how far past the limit k is.
+        for (k, m, max_k) in [
+            (200, 4, 21),
+            (6, 5, 5),
+            (100, 5, 5),
+            (5, 6, 4),
+            (30, 21, 4),
+            (200, 50, 3),
+        ] {
+            assert!(
+                matches!(vandermonde_verdict(k, m), VandermondeVerdict::Singular { max_k: x, .. } if x == max_k),
+                "k = {k}, m = {m}"
+            );
+        }
+        assert_eq!(vandermonde_verdict(5, 5), VandermondeVerdict::Mds);
+        assert_eq!(vandermonde_verdict(4, 21), VandermondeVerdict::Mds);
+        assert_eq!(vandermonde_verdict(3, 50), VandermondeVerdict::Mds);
     }
 }
