@@ -50,10 +50,12 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod check;
 mod driver;
 mod engine;
 pub mod node;
 mod part;
+pub mod plan;
 mod pool;
 pub mod transport;
 pub mod wire;
