@@ -1,11 +1,14 @@
 //! A coefficient matrix with the per-kernel tables prepared once.
 
-use crate::field;
+use crate::{arch, field};
 
 /// A `rows × cols` matrix over GF(2^8), row-major, with its multiplication tables prepared
 /// for every kernel (32 bytes of nibble tables and an 8-byte affine matrix per coefficient),
-/// so that a region operation never builds tables on the hot path.
-#[derive(Clone, PartialEq, Eq)]
+/// so that a region operation never builds tables on the hot path. Each SIMD kernel also keeps
+/// here, on its first use of the matrix, how it splits the matrix into register-sized blocks
+/// with their coefficients laid out in the order it reads them: build a `Matrix` once per
+/// code or erasure pattern and reuse it.
+#[derive(Clone)]
 pub struct Matrix {
     rows: usize,
     cols: usize,
@@ -14,7 +17,17 @@ pub struct Matrix {
     nibbles: Vec<[u8; 32]>,
     /// `affine[i * cols + j]`: `vgf2p8affineqb` bit matrix of coefficient (i, j).
     affine: Vec<u64>,
+    /// Per-kernel plans, derived from the fields above (so not part of equality).
+    plans: arch::Plans,
 }
+
+impl PartialEq for Matrix {
+    fn eq(&self, other: &Matrix) -> bool {
+        (self.rows, self.cols, &self.coeffs) == (other.rows, other.cols, &other.coeffs)
+    }
+}
+
+impl Eq for Matrix {}
 
 impl std::fmt::Debug for Matrix {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,6 +54,7 @@ impl Matrix {
             coeffs: coeffs.to_vec(),
             nibbles: coeffs.iter().map(|&c| field::nibble_tables(c)).collect(),
             affine: coeffs.iter().map(|&c| field::affine_matrix(c)).collect(),
+            plans: arch::Plans::default(),
         }
     }
 
@@ -70,6 +84,10 @@ impl Matrix {
     /// Nibble tables of coefficient (row, col).
     pub fn nibble_tables(&self, row: usize, col: usize) -> &[u8; 32] {
         &self.nibbles[row * self.cols + col]
+    }
+
+    pub(crate) fn plans(&self) -> &arch::Plans {
+        &self.plans
     }
 
     /// Affine bit matrix of coefficient (row, col).

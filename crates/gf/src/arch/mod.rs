@@ -12,6 +12,20 @@ pub(crate) mod x86_64;
 
 use crate::{KernelKind, Matrix};
 
+/// What the SIMD implementations prepare for one matrix on first use (kept in the matrix).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plans {
+    #[cfg(target_arch = "x86_64")]
+    x86: x86_64::Plans,
+}
+
+impl Plans {
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) fn x86(&self) -> &x86_64::Plans {
+        &self.x86
+    }
+}
+
 /// One implementation of the region kernels. [`KernelKind::Gfni`] has two: the 512-bit form,
 /// preferred, and the 256-bit form used when AVX-512 is absent (and forcible for tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -7,8 +7,9 @@
 //! one; only its new bytes are changed.
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
-use super::{dispatch_block, Simd, TAIL_MASK};
+use super::{dispatch_block, Plan, Plans, Simd, TAIL_MASK};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has AVX2.
@@ -34,17 +35,19 @@ impl Simd for Avx2 {
     const SPLIT_XOR_ROWS: bool = true;
     const ANY_LENGTH: bool = false;
 
-    /// Where the coefficient's 32 bytes of nibble tables are.
-    type Coef = *const [u8; 32];
-    const UNUSED: Self::Coef = std::ptr::null();
+    /// The coefficient's nibble tables (`lo` then `hi`).
+    type Coef = [u8; 32];
 
-    fn coef(m: &Matrix, row: usize, col: usize) -> Self::Coef {
-        m.nibble_tables(row, col)
+    fn coef(m: &Matrix, row: usize, col: usize) -> [u8; 32] {
+        *m.nibble_tables(row, col)
     }
 
-    fn with_const<R>(c: u8, f: impl FnOnce(Self::Coef) -> R) -> R {
-        let tables = field::nibble_tables(c);
-        f(&tables)
+    fn coef_of(c: u8) -> [u8; 32] {
+        field::nibble_tables(c)
+    }
+
+    fn plan(plans: &Plans) -> &OnceLock<Plan<[u8; 32]>> {
+        &plans.avx2
     }
 
     unsafe fn dot(
@@ -108,15 +111,29 @@ pub(crate) fn tail_mask(r: usize) -> __m256i {
     unsafe { load(at.as_ptr()) }
 }
 
+/// The nibble tables `t`, each broadcast to both 128-bit lanes.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn tables(t: &[u8; 32]) -> (__m256i, __m256i) {
+    let p = t.as_ptr();
+    // SAFETY: `t` is 32 readable bytes: two 16-byte loads at offsets 0 and 16.
+    unsafe {
+        (
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast())),
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(p.add(16).cast())),
+        )
+    }
+}
+
 /// The products of the 32 bytes at offset `p` of every source with a block of `B` outputs.
 ///
 /// # Safety
 ///
-/// Every source has 32 readable bytes at `p`; every coefficient points at live tables.
+/// Every source has 32 readable bytes at `p`.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn products<const B: usize>(
-    coef: &[[*const [u8; 32]; B]],
+    coef: &[[[u8; 32]; B]],
     srcs: &[*const u8],
     p: usize,
 ) -> [__m256i; B] {
@@ -130,14 +147,8 @@ unsafe fn products<const B: usize>(
         let x = unsafe { load(s.add(p)) };
         let lo = _mm256_and_si256(x, nibble);
         let hi = _mm256_and_si256(_mm256_srli_epi16::<4>(x), nibble);
-        for (a, &t) in acc.iter_mut().zip(c) {
-            // SAFETY: the caller guarantees `t` points at 32 live bytes of tables.
-            let (t_lo, t_hi) = unsafe {
-                (
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128(t.cast())),
-                    _mm256_broadcastsi128_si256(_mm_loadu_si128(t.cast::<u8>().add(16).cast())),
-                )
-            };
+        for (a, t) in acc.iter_mut().zip(c) {
+            let (t_lo, t_hi) = tables(t);
             let prod =
                 _mm256_xor_si256(_mm256_shuffle_epi8(t_lo, lo), _mm256_shuffle_epi8(t_hi, hi));
             *a = _mm256_xor_si256(*a, prod);
@@ -152,10 +163,10 @@ unsafe fn products<const B: usize>(
 ///
 /// The CPU has AVX2; `len ≥ 32`; `coef.len() == srcs.len() * B`, `dsts.len() == B`; every
 /// source is readable and every destination readable and writable for `len` bytes; the
-/// destinations overlap nothing else; the coefficients point at live nibble tables.
+/// destinations overlap nothing else.
 #[target_feature(enable = "avx2")]
 unsafe fn dot_avx2<const B: usize, const ADD: bool>(
-    coef: &[*const [u8; 32]],
+    coef: &[[u8; 32]],
     srcs: &[*const u8],
     dsts: &[*mut u8],
     len: usize,

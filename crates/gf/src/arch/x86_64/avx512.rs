@@ -3,8 +3,9 @@
 //! instruction, and masked loads and stores for the last partial vector.
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
-use super::{dispatch_block, Simd};
+use super::{dispatch_block, Plan, Plans, Simd};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has AVX-512F and AVX-512BW.
@@ -30,17 +31,19 @@ impl Simd for Avx512 {
     const SPLIT_XOR_ROWS: bool = true;
     const ANY_LENGTH: bool = true;
 
-    /// Where the coefficient's 32 bytes of nibble tables are.
-    type Coef = *const [u8; 32];
-    const UNUSED: Self::Coef = std::ptr::null();
+    /// The coefficient's nibble tables (`lo` then `hi`).
+    type Coef = [u8; 32];
 
-    fn coef(m: &Matrix, row: usize, col: usize) -> Self::Coef {
-        m.nibble_tables(row, col)
+    fn coef(m: &Matrix, row: usize, col: usize) -> [u8; 32] {
+        *m.nibble_tables(row, col)
     }
 
-    fn with_const<R>(c: u8, f: impl FnOnce(Self::Coef) -> R) -> R {
-        let tables = field::nibble_tables(c);
-        f(&tables)
+    fn coef_of(c: u8) -> [u8; 32] {
+        field::nibble_tables(c)
+    }
+
+    fn plan(plans: &Plans) -> &OnceLock<Plan<[u8; 32]>> {
+        &plans.avx512
     }
 
     unsafe fn dot(
@@ -137,19 +140,16 @@ pub(crate) fn xor3(a: __m512i, b: __m512i, c: __m512i) -> __m512i {
     _mm512_ternarylogic_epi64::<0x96>(a, b, c)
 }
 
-/// The nibble tables at `t`, each broadcast to the four 128-bit lanes.
-///
-/// # Safety
-///
-/// `t` points at 32 readable bytes.
+/// The nibble tables `t`, each broadcast to the four 128-bit lanes.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn tables(t: *const [u8; 32]) -> (__m512i, __m512i) {
-    // SAFETY: the caller guarantees 32 readable bytes at `t`.
+fn tables(t: &[u8; 32]) -> (__m512i, __m512i) {
+    let p = t.as_ptr();
+    // SAFETY: `t` is 32 readable bytes: two 16-byte loads at offsets 0 and 16.
     unsafe {
         (
-            _mm512_broadcast_i32x4(_mm_loadu_si128(t.cast())),
-            _mm512_broadcast_i32x4(_mm_loadu_si128(t.cast::<u8>().add(16).cast())),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(p.cast())),
+            _mm512_broadcast_i32x4(_mm_loadu_si128(p.add(16).cast())),
         )
     }
 }
@@ -171,10 +171,10 @@ fn nibbles(x: __m512i) -> (__m512i, __m512i) {
 ///
 /// The CPU has AVX-512F and AVX-512BW; `coef.len() == srcs.len() * B`, `dsts.len() == B`;
 /// every source is readable and every destination readable and writable for `len` bytes; the
-/// destinations overlap nothing else; the coefficients point at live nibble tables.
+/// destinations overlap nothing else.
 #[target_feature(enable = "avx512f,avx512bw")]
 unsafe fn dot_avx512<const B: usize, const ADD: bool>(
-    coef: &[*const [u8; 32]],
+    coef: &[[u8; 32]],
     srcs: &[*const u8],
     dsts: &[*mut u8],
     len: usize,
@@ -197,8 +197,7 @@ unsafe fn dot_avx512<const B: usize, const ADD: bool>(
             let (lo_a, hi_a) = nibbles(xa);
             let (lo_b, hi_b) = nibbles(xb);
             for i in 0..B {
-                // SAFETY: the caller guarantees live tables.
-                let (t_lo, t_hi) = unsafe { tables(c[i]) };
+                let (t_lo, t_hi) = tables(&c[i]);
                 acc_a[i] = xor3(
                     acc_a[i],
                     _mm512_shuffle_epi8(t_lo, lo_a),
@@ -233,8 +232,7 @@ unsafe fn dot_avx512<const B: usize, const ADD: bool>(
             // SAFETY: `mask` selects only bytes below `len`.
             let (lo, hi) = nibbles(unsafe { load_masked(s.add(p), mask) });
             for i in 0..B {
-                // SAFETY: the caller guarantees live tables.
-                let (t_lo, t_hi) = unsafe { tables(c[i]) };
+                let (t_lo, t_hi) = tables(&c[i]);
                 acc[i] = xor3(
                     acc[i],
                     _mm512_shuffle_epi8(t_lo, lo),

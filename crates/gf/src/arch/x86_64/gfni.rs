@@ -11,10 +11,11 @@
 //! one instruction it saves. The driver skips inputs whose coefficients in a block are all 0.
 
 use std::arch::x86_64::*;
+use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, head_mask, load_masked, store_masked, xor3, xor_avx512};
-use super::{dispatch_block, Simd};
+use super::{dispatch_block, Plan, Plans, Simd};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
@@ -59,14 +60,17 @@ impl Simd for Gfni512 {
 
     /// The coefficient's affine bit matrix.
     type Coef = u64;
-    const UNUSED: u64 = 0;
 
     fn coef(m: &Matrix, row: usize, col: usize) -> u64 {
         m.affine(row, col)
     }
 
-    fn with_const<R>(c: u8, f: impl FnOnce(u64) -> R) -> R {
-        f(field::affine_matrix(c))
+    fn coef_of(c: u8) -> u64 {
+        field::affine_matrix(c)
+    }
+
+    fn plan(plans: &Plans) -> &OnceLock<Plan<u64>> {
+        &plans.gfni512
     }
 
     unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
@@ -100,14 +104,17 @@ impl Simd for Gfni256 {
 
     /// The coefficient's affine bit matrix.
     type Coef = u64;
-    const UNUSED: u64 = 0;
 
     fn coef(m: &Matrix, row: usize, col: usize) -> u64 {
         m.affine(row, col)
     }
 
-    fn with_const<R>(c: u8, f: impl FnOnce(u64) -> R) -> R {
-        f(field::affine_matrix(c))
+    fn coef_of(c: u8) -> u64 {
+        field::affine_matrix(c)
+    }
+
+    fn plan(plans: &Plans) -> &OnceLock<Plan<u64>> {
+        &plans.gfni256
     }
 
     unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {

@@ -18,16 +18,21 @@
 //! - buffers shorter than one vector go through small stack buffers on the 256-bit kernels (the
 //!   512-bit ones use masked loads and stores).
 //!
-//! Nothing here allocates: block plans, coefficient tiles and pointer lists live on the stack.
+//! How a matrix is split and its coefficients laid out for a kernel (a [`Plan`]) is worked out
+//! on the kernel's first use of the matrix and kept in it, so a call only gathers input
+//! pointers onto the stack: nothing on the hot path allocates or builds tables.
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;
 pub(crate) mod gfni;
 
+use std::ops::Range;
+use std::sync::OnceLock;
+
 use super::Imp;
 use crate::Matrix;
 
-/// Inputs per call of a kernel's `dot`.
+/// Inputs per call of a kernel's `dot` (and the size of the stack buffers of pointers).
 pub(crate) const TILE: usize = 32;
 /// The largest `MAX_BLOCK` of any kernel.
 pub(crate) const MAX_BLOCK: usize = 8;
@@ -46,28 +51,27 @@ pub(crate) trait Simd: Copy {
     /// Whether `dot` and `xor` accept regions shorter than `VECTOR_BYTES`.
     const ANY_LENGTH: bool;
 
-    /// What a block kernel needs of one coefficient (a bit matrix, or where its nibble tables
-    /// are); `Copy` and plain so that tiles of them live on the stack.
-    type Coef: Copy;
-    /// A filler for unused tile slots; never read by a kernel.
-    const UNUSED: Self::Coef;
+    /// What a block kernel needs of one coefficient: its bit matrix or its nibble tables.
+    type Coef: Copy + Send + Sync + 'static;
 
     /// The prepared form of coefficient (`row`, `col`) of `m`.
     fn coef(m: &Matrix, row: usize, col: usize) -> Self::Coef;
 
-    /// Runs `f` with the prepared form of the constant `c`.
-    fn with_const<R>(c: u8, f: impl FnOnce(Self::Coef) -> R) -> R;
+    /// The prepared form of the constant `c`.
+    fn coef_of(c: u8) -> Self::Coef;
+
+    /// This implementation's cached plan in a matrix.
+    fn plan(plans: &Plans) -> &OnceLock<Plan<Self::Coef>>;
 
     /// For each output `i`: `dsts[i] (^)= Σ_j coef[j·B + i] · srcs[j]` over `len` bytes, with
     /// `B = dsts.len()`; `=` or `^=` as `add` says.
     ///
     /// # Safety
     ///
-    /// `1 ≤ dsts.len() ≤ MAX_BLOCK`, `srcs.len() ≤ TILE`, `coef.len() == srcs.len() *
-    /// dsts.len()`; every `srcs[j]` is valid for reading and every `dsts[i]` for reading and
-    /// writing `len` bytes; the destinations overlap neither each other nor any source; if
-    /// `!ANY_LENGTH`, `len ≥ VECTOR_BYTES`; the `Coef`s point at live data if they are
-    /// pointers.
+    /// `1 ≤ dsts.len() ≤ MAX_BLOCK`, `coef.len() == srcs.len() * dsts.len()`; every `srcs[j]`
+    /// is valid for reading and every `dsts[i]` for reading and writing `len` bytes; the
+    /// destinations overlap neither each other nor any source; if `!ANY_LENGTH`,
+    /// `len ≥ VECTOR_BYTES`.
     unsafe fn dot(
         self,
         add: bool,
@@ -81,9 +85,94 @@ pub(crate) trait Simd: Copy {
     ///
     /// # Safety
     ///
-    /// `srcs.len() ≤ TILE`; every source is valid for reading and `dst` for reading and
-    /// writing `len` bytes; `dst` overlaps no source; if `!ANY_LENGTH`, `len ≥ VECTOR_BYTES`.
+    /// Every source is valid for reading and `dst` for reading and writing `len` bytes; `dst`
+    /// overlaps no source; if `!ANY_LENGTH`, `len ≥ VECTOR_BYTES`.
     unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize);
+}
+
+/// How one implementation computes one matrix, worked out on first use and kept in the
+/// matrix, so that a call does no more than gather input pointers.
+#[derive(Clone, Debug)]
+pub(crate) struct Plan<C> {
+    /// Output rows of 0s and 1s computed as XOR passes: the row, and its columns holding 1
+    /// (a range of `cols`).
+    xor_rows: Vec<(usize, Range<usize>)>,
+    /// Blocks of other rows, each computed in passes over tiles of at most [`TILE`] inputs.
+    blocks: Vec<Block>,
+    /// Column indices used by `xor_rows` and by the tiles.
+    cols: Vec<usize>,
+    /// Prepared coefficients of the tiles: for tile columns `j` of a block of `b` rows,
+    /// `coef[start + j·b + i]` is the coefficient of row `rows[i]`.
+    coef: Vec<C>,
+}
+
+#[derive(Clone, Debug)]
+struct Block {
+    rows: [usize; MAX_BLOCK],
+    len: usize,
+    /// Per tile: its columns (a range of `Plan::cols`) and the start of its coefficients.
+    tiles: Vec<(Range<usize>, usize)>,
+}
+
+impl<C: Copy> Plan<C> {
+    fn new<K: Simd<Coef = C>>(m: &Matrix) -> Plan<C> {
+        let mut plan = Plan {
+            xor_rows: Vec::new(),
+            blocks: Vec::new(),
+            cols: Vec::new(),
+            coef: Vec::new(),
+        };
+        let is_01 = |r: usize| m.row(r).iter().all(|&c| c <= 1);
+        let split = K::SPLIT_XOR_ROWS || m.coeffs().iter().all(|&c| c <= 1);
+        let mut general = Vec::new();
+        for r in 0..m.rows() {
+            if split && is_01(r) {
+                let start = plan.cols.len();
+                plan.cols
+                    .extend((0..m.cols()).filter(|&c| m.get(r, c) == 1));
+                plan.xor_rows.push((r, start..plan.cols.len()));
+            } else {
+                general.push(r);
+            }
+        }
+        // Blocks of nearly equal size: ⌈g / blocks⌉ or ⌊g / blocks⌋ rows each.
+        let blocks = general.len().div_ceil(K::MAX_BLOCK);
+        let mut rest = &general[..];
+        for b in 0..blocks {
+            let size = general.len() / blocks + usize::from(b < general.len() % blocks);
+            let (rows, tail) = rest.split_at(size);
+            rest = tail;
+            let mut block = Block {
+                rows: [0; MAX_BLOCK],
+                len: size,
+                tiles: Vec::new(),
+            };
+            block.rows[..size].copy_from_slice(rows);
+            // Columns whose coefficients in the block are all 0 are left out.
+            let live: Vec<usize> = (0..m.cols())
+                .filter(|&c| rows.iter().any(|&r| m.get(r, c) != 0))
+                .collect();
+            for tile in live.chunks(TILE) {
+                let (start, coef_start) = (plan.cols.len(), plan.coef.len());
+                plan.cols.extend_from_slice(tile);
+                for &c in tile {
+                    plan.coef.extend(rows.iter().map(|&r| K::coef(m, r, c)));
+                }
+                block.tiles.push((start..plan.cols.len(), coef_start));
+            }
+            plan.blocks.push(block);
+        }
+        plan
+    }
+}
+
+/// The plans of every x86_64 implementation for one matrix, each made on first use.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Plans {
+    avx2: OnceLock<Plan<[u8; 32]>>,
+    avx512: OnceLock<Plan<[u8; 32]>>,
+    gfni512: OnceLock<Plan<u64>>,
+    gfni256: OnceLock<Plan<u64>>,
 }
 
 /// One checked x86_64 implementation.
@@ -165,20 +254,19 @@ fn mul<K: Simd>(k: K, c: u8, src: &[u8], dst: &mut [u8], add: bool) {
     if dst.is_empty() {
         return;
     }
-    K::with_const(c, |coef| {
-        // SAFETY: one block of one output and one input, both `dst.len()` bytes and distinct
-        // (`&` and `&mut`); `coef` is live for the closure.
-        unsafe {
-            run_dot(
-                k,
-                add,
-                &[coef],
-                &[src.as_ptr()],
-                &[dst.as_mut_ptr()],
-                dst.len(),
-            )
-        }
-    })
+    let coef = K::coef_of(c);
+    // SAFETY: one block of one output and one input, both `dst.len()` bytes and distinct (`&`
+    // and `&mut`).
+    unsafe {
+        run_dot(
+            k,
+            add,
+            &[coef],
+            &[src.as_ptr()],
+            &[dst.as_mut_ptr()],
+            dst.len(),
+        )
+    }
 }
 
 /// `outputs (^)= m · inputs`.
@@ -197,119 +285,59 @@ fn dot_prod<K: Simd>(k: K, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8
     if len == 0 {
         return;
     }
+    let plan = K::plan(m.plans().x86()).get_or_init(|| Plan::new::<K>(m));
+    let mut srcs = [std::ptr::null(); TILE];
 
-    let is_01 = |r: usize| m.row(r).iter().all(|&c| c <= 1);
-    let split = K::SPLIT_XOR_ROWS || m.coeffs().iter().all(|&c| c <= 1);
-    let general = (0..m.rows()).filter(|&r| !(split && is_01(r))).count();
-    let blocks = general.div_ceil(K::MAX_BLOCK);
-
-    let mut block = [0usize; MAX_BLOCK];
-    let (mut filled, mut done) = (0, 0);
-    for r in 0..m.rows() {
-        if split && is_01(r) {
-            xor_row(k, m, r, inputs, outputs, add);
-            continue;
-        }
-        block[filled] = r;
-        filled += 1;
-        // Block b of `blocks` holds ⌈general / blocks⌉ or ⌊general / blocks⌋ rows.
-        let size = general / blocks + usize::from(done < general % blocks);
-        if filled == size {
-            dot_block(k, m, &block[..filled], inputs, outputs, add);
-            filled = 0;
-            done += 1;
-        }
-    }
-    debug_assert_eq!(filled, 0);
-}
-
-/// Output `r`, a row of 0s and 1s: the XOR of the inputs whose coefficient is 1.
-fn xor_row<K: Simd>(
-    k: K,
-    m: &Matrix,
-    r: usize,
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
-    add: bool,
-) {
-    let len = outputs[r].len();
-    let dst = outputs[r].as_mut_ptr();
-    let mut written = false;
-    for t0 in (0..m.cols()).step_by(TILE) {
-        let mut srcs = [std::ptr::null(); TILE];
-        let mut n = 0;
-        for (c, input) in inputs.iter().enumerate().skip(t0).take(TILE) {
-            if m.get(r, c) == 1 {
-                srcs[n] = input.as_ptr();
-                n += 1;
+    for (r, cols) in &plan.xor_rows {
+        let dst = outputs[*r].as_mut_ptr();
+        let mut written = false;
+        for tile in plan.cols[cols.clone()].chunks(TILE) {
+            for (s, &c) in srcs.iter_mut().zip(tile) {
+                *s = inputs[c].as_ptr();
             }
+            // SAFETY: every input and output has `len` bytes (checked above); `dst` comes from
+            // a `&mut` output, distinct from the `&` inputs.
+            unsafe { run_xor(k, add || written, &srcs[..tile.len()], dst, len) };
+            written = true;
         }
-        if n == 0 {
-            continue;
+        if !written && !add {
+            outputs[*r].fill(0);
         }
-        // SAFETY: `dot_prod` checked that every input and output has `len` bytes; `dst` comes
-        // from a `&mut` output, distinct from the `&` inputs; `n ≤ TILE`.
-        unsafe { run_xor(k, add || written, &srcs[..n], dst, len) };
-        written = true;
     }
-    if !written && !add {
-        outputs[r].fill(0);
-    }
-}
 
-/// Outputs `rows` (at most `K::MAX_BLOCK`), one pass over the inputs per tile.
-fn dot_block<K: Simd>(
-    k: K,
-    m: &Matrix,
-    rows: &[usize],
-    inputs: &[&[u8]],
-    outputs: &mut [&mut [u8]],
-    add: bool,
-) {
-    let b = rows.len();
-    debug_assert!((1..=K::MAX_BLOCK).contains(&b));
-    let len = outputs[rows[0]].len();
-    let mut dsts = [std::ptr::null_mut(); MAX_BLOCK];
-    for (d, &r) in dsts.iter_mut().zip(rows) {
-        *d = outputs[r].as_mut_ptr();
-    }
-    let mut written = false;
-    for t0 in (0..m.cols()).step_by(TILE) {
-        let mut coef = [K::UNUSED; TILE * MAX_BLOCK];
-        let mut srcs = [std::ptr::null(); TILE];
-        let mut n = 0;
-        for (c, input) in inputs.iter().enumerate().skip(t0).take(TILE) {
-            if rows.iter().all(|&r| m.get(r, c) == 0) {
-                continue;
-            }
-            for (i, &r) in rows.iter().enumerate() {
-                coef[n * b + i] = K::coef(m, r, c);
-            }
-            srcs[n] = input.as_ptr();
-            n += 1;
+    for block in &plan.blocks {
+        let rows = &block.rows[..block.len];
+        let mut dsts = [std::ptr::null_mut(); MAX_BLOCK];
+        for (d, &r) in dsts.iter_mut().zip(rows) {
+            *d = outputs[r].as_mut_ptr();
         }
-        if n == 0 {
-            continue;
+        let mut written = false;
+        for (cols, coef_start) in &block.tiles {
+            let tile = &plan.cols[cols.clone()];
+            for (s, &c) in srcs.iter_mut().zip(tile) {
+                *s = inputs[c].as_ptr();
+            }
+            let coef = &plan.coef[*coef_start..*coef_start + tile.len() * rows.len()];
+            // SAFETY: every input and output has `len` bytes (checked above); the
+            // destinations are distinct rows of `outputs` (`&mut`, so distinct from each other
+            // and from the `&` inputs); the plan made `rows.len() ≤ K::MAX_BLOCK` and
+            // `coef.len() = tile.len() · rows.len()`.
+            unsafe {
+                run_dot(
+                    k,
+                    add || written,
+                    coef,
+                    &srcs[..tile.len()],
+                    &dsts[..rows.len()],
+                    len,
+                )
+            };
+            written = true;
         }
-        // SAFETY: `dot_prod` checked that every input and output has `len` bytes; the
-        // destinations are distinct rows of `outputs` (`&mut`, so distinct from each other and
-        // from the `&` inputs); `b ≤ MAX_BLOCK`, `n ≤ TILE`, `coef` has `n·b` entries made by
-        // `K::coef` from `m`, which outlives the call.
-        unsafe {
-            run_dot(
-                k,
-                add || written,
-                &coef[..n * b],
-                &srcs[..n],
-                &dsts[..b],
-                len,
-            )
-        };
-        written = true;
-    }
-    if !written && !add {
-        for &r in rows {
-            outputs[r].fill(0);
+        if !written && !add {
+            for &r in rows {
+                outputs[r].fill(0);
+            }
         }
     }
 }
