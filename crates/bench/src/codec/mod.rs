@@ -78,7 +78,8 @@ pub struct CodecArgs {
     /// Libraries [default: all that are available].
     #[arg(long, value_delimiter = ',')]
     pub libraries: Vec<LibraryName>,
-    /// Force inec's kernel (reference, avx2, avx512, gfni); refused if the CPU lacks it.
+    /// Force inec's kernel (a gf kernel name: reference, avx2, avx512, gfni, …); refused if
+    /// the CPU lacks it.
     #[arg(long)]
     pub kernel: Option<String>,
     /// Timed rounds per library and cell (the median is reported) [default: 5].

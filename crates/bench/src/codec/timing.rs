@@ -1,6 +1,7 @@
 //! Running one library call split by byte range across threads, many times, and timing it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// One thread's share of a library call: called with the buffer-set index, it codes that
@@ -36,17 +37,27 @@ pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize) -> Duration {
         }
         return start.elapsed();
     }
-    // `go`: calls started; `done`: parts finished by the helper threads, over all calls.
+    // `go`: calls started; `done`: parts finished by the helper threads, over all calls;
+    // `aborted`: a part panicked, so everyone stops instead of waiting for it forever.
     let go = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
+    let aborted = AtomicBool::new(false);
     let helpers = rest.len();
-    std::thread::scope(|scope| {
+    let elapsed = std::thread::scope(|scope| {
         for part in rest.iter_mut() {
-            let (go, done) = (&go, &done);
+            let (go, done, aborted) = (&go, &done, &aborted);
             scope.spawn(move || {
                 for i in 0..iters {
-                    wait_until(|| go.load(Ordering::Acquire) > i);
-                    part(i % set_count);
+                    wait_until(|| {
+                        go.load(Ordering::Acquire) > i || aborted.load(Ordering::Acquire)
+                    });
+                    if aborted.load(Ordering::Acquire) {
+                        return;
+                    }
+                    if catch_unwind(AssertUnwindSafe(|| part(i % set_count))).is_err() {
+                        aborted.store(true, Ordering::Release);
+                        return;
+                    }
                     done.fetch_add(1, Ordering::AcqRel);
                 }
             });
@@ -54,11 +65,22 @@ pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize) -> Duration {
         let start = Instant::now();
         for i in 0..iters {
             go.store(i + 1, Ordering::Release);
-            first(i % set_count);
-            wait_until(|| done.load(Ordering::Acquire) >= (i + 1) * helpers);
+            if catch_unwind(AssertUnwindSafe(|| first(i % set_count))).is_err() {
+                aborted.store(true, Ordering::Release);
+            }
+            wait_until(|| {
+                done.load(Ordering::Acquire) >= (i + 1) * helpers || aborted.load(Ordering::Acquire)
+            });
+            if aborted.load(Ordering::Acquire) {
+                break;
+            }
         }
         start.elapsed()
-    })
+    });
+    if aborted.into_inner() {
+        panic!("a part of a benchmarked call panicked");
+    }
+    elapsed
 }
 
 /// Median of the values (upper median for an even count); 0 for none.
@@ -91,6 +113,23 @@ mod tests {
         assert_eq!(got.len(), 15);
         got.sort();
         assert_eq!(&got[..5], &[(0, 0), (0, 0), (0, 0), (0, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn a_panicking_part_stops_every_thread() {
+        for bad in 0..2 {
+            let mut parts: Vec<Part<'_>> = (0..2)
+                .map(|t| {
+                    Box::new(move |_set: usize| {
+                        if t == bad {
+                            panic!("part {t} fails");
+                        }
+                    }) as Part<'_>
+                })
+                .collect();
+            let r = catch_unwind(AssertUnwindSafe(|| run(&mut parts, 3, 1)));
+            assert!(r.is_err(), "part {bad} panicked: run must panic, not hang");
+        }
     }
 
     #[test]

@@ -1,0 +1,91 @@
+//! klauspost/reedsolomon v1.14 with `WithCauchyMatrix` (our Go peer program) computes the same
+//! parity bytes as our Cauchy code. Needs `go`; skipped, saying so, when it is missing.
+
+use bench::codec::{data, klauspost};
+use codes::{Code, Codec};
+
+fn go_available() -> bool {
+    std::process::Command::new("go")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn our_parity(k: usize, m: usize, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let codec = Codec::new(Code::rs(k, m).unwrap());
+    let len = data[0].len();
+    let mut parity = vec![vec![0u8; len]; m];
+    let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+    codec.encode(&ins, &mut outs).unwrap();
+    parity
+}
+
+#[test]
+fn klauspost_cauchy_parity_equals_ours() {
+    if !go_available() {
+        eprintln!("SKIPPED klauspost_cauchy_parity_equals_ours: no `go` toolchain on the PATH");
+        return;
+    }
+    let bin = klauspost::build("go").expect("build the Go peer");
+    let mut peer = klauspost::Peer::start(&bin).expect("start the Go peer");
+    assert_eq!(peer.version().unwrap(), "v1.14.2");
+    let seed = 99;
+    for (k, m) in [
+        (1, 1),
+        (3, 2),
+        (4, 3),
+        (6, 3),
+        (10, 4),
+        (12, 4),
+        (17, 3),
+        (32, 8),
+        (100, 20),
+    ] {
+        for len in [1, 13, 64, 1000, 4096 + 3] {
+            let d: Vec<Vec<u8>> = (0..k)
+                .map(|j| {
+                    let mut c = vec![0u8; len];
+                    // Set 0 of the peer's seeded stream.
+                    data::fill(seed, 0, j as u64, &mut c);
+                    c
+                })
+                .collect();
+            let theirs = peer.parity(k, m, len, seed, "random").unwrap();
+            assert_eq!(theirs, our_parity(k, m, &d), "rs({k},{m}) len {len}");
+        }
+    }
+    // The fixed vector of the issue: byte b of data chunk j = 31·j + 7·b + 1.
+    let theirs = peer.parity(4, 3, 16, 0, "pattern").unwrap();
+    let d: Vec<Vec<u8>> = (0..4)
+        .map(|j| (0..16).map(|b| (31 * j + 7 * b + 1) as u8).collect())
+        .collect();
+    assert_eq!(theirs, our_parity(4, 3, &d));
+}
+
+#[test]
+fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
+    if !go_available() {
+        eprintln!("SKIPPED klauspost_peer_verifies_decodes: no `go` toolchain on the PATH");
+        return;
+    }
+    let bin = klauspost::build("go").expect("build the Go peer");
+    let mut peer = klauspost::Peer::start(&bin).expect("start the Go peer");
+    let (k, m, len, sets, seed) = (6, 3, 4096, 3, 7);
+    for op in ["encode", "decode1", "decodem"] {
+        for pattern in ["fresh", "cached"] {
+            for threads in [1, 2] {
+                let (id, reply) = peer
+                    .prepare(k, m, len, sets, seed, op, pattern, threads)
+                    .unwrap();
+                assert!(reply.verified);
+                let st = data::Stripes::new(seed, k, k + m, len, 1);
+                let p = our_parity(k, m, &st.sets[0][..k]);
+                let want: Vec<u32> = p.iter().map(|c| crc32c::crc32c(c)).collect();
+                assert_eq!(reply.parity_crc32c, want, "{op} {pattern} {threads}");
+                assert!(peer.run(id, 3).is_ok());
+                peer.drop_bench(id).unwrap();
+            }
+        }
+    }
+}
