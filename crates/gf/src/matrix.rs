@@ -18,6 +18,7 @@ pub struct Matrix {
     /// `affine[i * cols + j]`: `vgf2p8affineqb` bit matrix of coefficient (i, j).
     affine: Vec<u64>,
     /// Per-kernel plans, derived from the fields above (so not part of equality).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     plans: arch::Plans,
 }
 
@@ -86,6 +87,7 @@ impl Matrix {
         &self.nibbles[row * self.cols + col]
     }
 
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     pub(crate) fn plans(&self) -> &arch::Plans {
         &self.plans
     }

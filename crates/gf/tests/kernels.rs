@@ -302,6 +302,13 @@ fn every_coefficient_multiplies_correctly() {
     }
 }
 
+#[cfg(not(target_arch = "x86_64"))]
+#[test]
+fn only_the_reference_kernel_off_x86_64() {
+    assert_eq!(Kernel::forms(), vec![Kernel::reference()]);
+    assert_eq!(Kernel::best(), Kernel::reference());
+}
+
 #[test]
 fn kernels_are_named_and_forcible() {
     for kernel in Kernel::forms() {
@@ -325,6 +332,7 @@ fn kernels_are_named_and_forcible() {
     }
 }
 
+#[cfg(target_arch = "x86_64")]
 #[test]
 fn gfni_has_both_forms_on_avx512_gfni_cpus() {
     let Ok(gfni) = Kernel::try_new(KernelKind::Gfni) else {
