@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_cluster;
 mod cmd_file;
 mod cmd_plan;
 
@@ -34,6 +35,11 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
     Model(cmd_plan::ModelArgs),
+    /// Run a node: accept plan parts from a coordinator and execute them with the engine.
+    Node(cmd_cluster::NodeArgs),
+    /// Start, stop or inspect a cluster of nodes on this machine.
+    #[command(subcommand)]
+    Cluster(cmd_cluster::ClusterCommand),
 }
 
 fn main() -> Result<()> {
@@ -47,5 +53,7 @@ fn main() -> Result<()> {
         Command::Bench(b) => cmd_bench::run(b),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
+        Command::Node(a) => cmd_cluster::node(a),
+        Command::Cluster(c) => cmd_cluster::run(c),
     }
 }

@@ -201,6 +201,7 @@ impl Engine {
             early_bytes: 0,
             finished: HashSet::new(),
             finished_order: VecDeque::new(),
+            lost_peers: HashMap::new(),
             events: Vec::new(),
             outgoing: Vec::new(),
             done: Vec::new(),
@@ -292,6 +293,9 @@ struct Loop<T: Transport> {
     early_bytes: usize,
     finished: HashSet<u64>,
     finished_order: VecDeque<u64>,
+    /// Peers whose connection was lost (and not heard from since): an operation posted later
+    /// that needs one of them fails at once instead of waiting for its deadline.
+    lost_peers: HashMap<NodeId, String>,
     events: Vec<Event>,
     outgoing: Vec<Outgoing>,
     /// Completions of this turn, pushed to the CQ together.
@@ -456,6 +460,7 @@ impl<T: Transport> Loop<T> {
                     p.start(&mut |o| outgoing.push(o));
                 }
                 self.outgoing = outgoing;
+                let lost = self.lost_peer_of(&peers);
                 self.chains.insert(
                     op,
                     ChainState {
@@ -464,6 +469,10 @@ impl<T: Transport> Loop<T> {
                         deadline,
                     },
                 );
+                if let Some(error) = lost {
+                    self.fail(op, error);
+                    return;
+                }
                 if let Err(e) = self.send_outgoing(op) {
                     self.fail(op, e);
                     return;
@@ -491,7 +500,12 @@ impl<T: Transport> Loop<T> {
                 peers,
                 deadline,
             } => {
+                let lost = self.lost_peer_of(&peers);
                 self.recvs.insert(op, RecvState { peers, deadline });
+                if let Some(error) = lost {
+                    self.fail(op, error);
+                    return;
+                }
                 for e in self.early.remove(&op).unwrap_or_default() {
                     match e {
                         Early::Data {
@@ -552,6 +566,15 @@ impl<T: Transport> Loop<T> {
             }
             WorkRequest::Shutdown => unreachable!("handled by the loop"),
         }
+    }
+
+    fn lost_peer_of(&self, peers: &[NodeId]) -> Option<EngineError> {
+        peers.iter().find_map(|p| {
+            self.lost_peers.get(p).map(|reason| EngineError::PeerLost {
+                peer: *p,
+                reason: reason.clone(),
+            })
+        })
     }
 
     fn maybe_complete(&mut self, op: u64) {
@@ -623,35 +646,46 @@ impl<T: Transport> Loop<T> {
         }
     }
 
+    fn frame(&mut self, from: NodeId, header: Header, payload: Vec<u8>) {
+        match header.kind {
+            Kind::Data => self.data(header.op, from, header.edge, header.slice, payload),
+            Kind::Abort => {
+                let reason = String::from_utf8_lossy(&payload).into_owned();
+                self.pool.put(payload);
+                let op = header.op;
+                if self.chains.contains_key(&op) || self.recvs.contains_key(&op) {
+                    self.fail(op, EngineError::PeerAborted { peer: from, reason });
+                } else if !self.finished.contains(&op) {
+                    self.early
+                        .entry(op)
+                        .or_default()
+                        .push(Early::Abort { from, reason });
+                }
+            }
+            Kind::Control => self.done.push(Completion::Control {
+                from,
+                op: header.op,
+                payload,
+            }),
+            Kind::Hello => {}
+        }
+    }
+
     fn event(&mut self, ev: Event) {
         match ev {
             Event::Frame {
                 from,
                 header,
                 payload,
-            } => match header.kind {
-                Kind::Data => self.data(header.op, from, header.edge, header.slice, payload),
-                Kind::Abort => {
-                    let reason = String::from_utf8_lossy(&payload).into_owned();
-                    self.pool.put(payload);
-                    let op = header.op;
-                    if self.chains.contains_key(&op) || self.recvs.contains_key(&op) {
-                        self.fail(op, EngineError::PeerAborted { peer: from, reason });
-                    } else if !self.finished.contains(&op) {
-                        self.early
-                            .entry(op)
-                            .or_default()
-                            .push(Early::Abort { from, reason });
-                    }
+            } => {
+                // A frame from a peer means it is back (it reconnected).
+                if !self.lost_peers.is_empty() {
+                    self.lost_peers.remove(&from);
                 }
-                Kind::Control => self.done.push(Completion::Control {
-                    from,
-                    op: header.op,
-                    payload,
-                }),
-                Kind::Hello => {}
-            },
+                self.frame(from, header, payload);
+            }
             Event::PeerLost { peer, reason } => {
+                self.lost_peers.insert(peer, reason.clone());
                 let hit: Vec<u64> = self
                     .chains
                     .iter()

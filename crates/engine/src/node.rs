@@ -674,3 +674,29 @@ impl Drop for Coordinator {
         self.engine.shutdown();
     }
 }
+
+/// One node of a cluster started by `inec cluster up`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    pub id: NodeId,
+    /// The peer port's address.
+    pub addr: String,
+    pub pid: u32,
+    /// The network namespace the node runs in, if any.
+    pub netns: Option<String>,
+}
+
+/// The state file of a cluster (`<dir>/cluster.json`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterState {
+    pub nodes: Vec<ClusterNode>,
+    /// The `tc tbf` rate of every node's link, if limited.
+    pub link_rate: Option<String>,
+}
+
+impl ClusterState {
+    /// `(id, address)` of every node.
+    pub fn addrs(&self) -> Vec<(NodeId, String)> {
+        self.nodes.iter().map(|n| (n.id, n.addr.clone())).collect()
+    }
+}

@@ -1,0 +1,418 @@
+//! `inec node` and `inec cluster up|down|status`.
+
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use clap::{Args, Subcommand};
+use engine::node::{ClusterNode, ClusterState, Coordinator, Request};
+use engine::{BufferPool, Engine, NodeId, TcpTransport, COORDINATOR_BASE};
+
+#[derive(Args, Debug)]
+pub struct NodeArgs {
+    /// This node's id (0, 1, …; unique in the cluster).
+    #[arg(long)]
+    pub id: NodeId,
+    /// Address of the peer port (port 0 picks a free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub listen: SocketAddr,
+}
+
+/// Runs a node until a coordinator asks it to shut down. Prints one readiness line
+/// (`inec node <id> ready on <addr>`) once it accepts connections.
+pub fn node(a: NodeArgs) -> Result<()> {
+    let pool = BufferPool::new();
+    let t = TcpTransport::bind(a.id, a.listen, pool.clone())
+        .with_context(|| format!("binding the peer port {}", a.listen))?;
+    let addr = t
+        .local_addr()
+        .ok_or_else(|| anyhow!("listener has no address"))?;
+    let engine = Engine::start(t, pool);
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(
+            out,
+            "inec node {} ready on {addr} (kernel {})",
+            a.id,
+            gf::kernel_name()
+        )?;
+        out.flush()?;
+    }
+    let reason = engine::node::serve(engine);
+    eprintln!("inec node {}: stopped: {reason}", a.id);
+    Ok(())
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Start N nodes on this machine and connect them to each other.
+    Up(UpArgs),
+    /// Shut the cluster's nodes down and remove its state.
+    Down(DirArgs),
+    /// Show whether each node is alive and answering.
+    Status(DirArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct DirArgs {
+    /// Directory holding the cluster's state (node addresses, pids, logs).
+    #[arg(long, default_value = ".inec-cluster")]
+    pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Number of nodes (the paper's largest configuration needs 17: an agent + 16 chunks).
+    #[arg(long, default_value_t = 17)]
+    pub nodes: usize,
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Put each node in its own network namespace behind a veth pair on a bridge (root).
+    #[arg(long)]
+    pub netns: bool,
+    /// With --netns: `tc tbf` rate of every node's link, each direction (e.g. 1gbit, 500mbit).
+    #[arg(long, requires = "netns")]
+    pub link_rate: Option<String>,
+    /// Seconds to wait for every node to become ready.
+    #[arg(long, default_value_t = 20)]
+    pub ready_timeout_s: u64,
+}
+
+const STATE_FILE: &str = "cluster.json";
+const BRIDGE: &str = "inec-br";
+const NETNS_PORT: u16 = 7100;
+
+fn ns_name(i: usize) -> String {
+    format!("inec-ns{i}")
+}
+
+fn ns_addr(i: usize) -> String {
+    format!("10.77.{}.{}", (i + 10) / 250, (i + 10) % 250 + 2)
+}
+
+fn sh(args: &[&str]) -> Result<()> {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .with_context(|| format!("running {}", args.join(" ")))?;
+    if !out.status.success() {
+        bail!(
+            "`{}` failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Parses `1gbit`, `500mbit`, `100kbit` into bits per second.
+fn parse_rate(s: &str) -> Result<u64> {
+    let s = s.trim().to_ascii_lowercase();
+    let (num, mult) = if let Some(n) = s.strip_suffix("gbit") {
+        (n, 1_000_000_000)
+    } else if let Some(n) = s.strip_suffix("mbit") {
+        (n, 1_000_000)
+    } else if let Some(n) = s.strip_suffix("kbit") {
+        (n, 1_000)
+    } else {
+        bail!("bad link rate {s:?}: expected a number with gbit, mbit or kbit");
+    };
+    let v: f64 = num
+        .parse()
+        .with_context(|| format!("bad link rate {s:?}"))?;
+    if v.is_nan() || v <= 0.0 {
+        bail!("bad link rate {s:?}: must be positive");
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
+    teardown_netns(n);
+    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
+    sh(&["ip", "addr", "add", "10.77.0.1/16", "dev", BRIDGE])?;
+    sh(&["ip", "link", "set", BRIDGE, "up"])?;
+    let tbf = rate
+        .map(|r| -> Result<(String, String)> {
+            let bps = parse_rate(r)?;
+            // One millisecond of traffic, at least 16 KiB, as the bucket.
+            let burst = (bps / 8 / 1000).max(16 << 10);
+            Ok((r.to_string(), format!("{burst}b")))
+        })
+        .transpose()?;
+    for i in 0..n {
+        let ns = ns_name(i);
+        let (host, inner) = (format!("inec-h{i}"), format!("inec-n{i}"));
+        sh(&["ip", "netns", "add", &ns])?;
+        sh(&[
+            "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
+        ])?;
+        sh(&["ip", "link", "set", &inner, "netns", &ns])?;
+        sh(&["ip", "link", "set", &host, "master", BRIDGE])?;
+        sh(&["ip", "link", "set", &host, "up"])?;
+        let cidr = format!("{}/16", ns_addr(i));
+        sh(&["ip", "-n", &ns, "addr", "add", &cidr, "dev", &inner])?;
+        sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
+        sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        if let Some((rate, burst)) = &tbf {
+            // Upload: the node's side; download: the bridge's side of its veth.
+            for (dev, netns) in [(&inner, Some(&ns)), (&host, None)] {
+                let mut args = vec!["tc"];
+                if let Some(ns) = netns {
+                    args.extend(["-n", ns.as_str()]);
+                }
+                args.extend([
+                    "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+                    "latency", "50ms",
+                ]);
+                sh(&args)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn teardown_netns(n: usize) {
+    for i in 0..n.max(64) {
+        let ns = ns_name(i);
+        if Path::new("/run/netns").join(&ns).exists() {
+            let _ = sh(&["ip", "netns", "del", &ns]);
+        }
+        let _ = Command::new("ip")
+            .args(["link", "del", &format!("inec-h{i}")])
+            .stderr(Stdio::null())
+            .status();
+    }
+    let _ = Command::new("ip")
+        .args(["link", "del", BRIDGE])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Waits until the log of a node shows its readiness line; returns the address it names.
+fn wait_ready(log: &Path, pid: u32, deadline: Instant) -> Result<String> {
+    loop {
+        if let Ok(text) = fs::read_to_string(log) {
+            if let Some(line) = text.lines().find(|l| l.contains(" ready on ")) {
+                let addr = line
+                    .split(" ready on ")
+                    .nth(1)
+                    .and_then(|r| r.split_whitespace().next())
+                    .ok_or_else(|| anyhow!("bad readiness line {line:?}"))?;
+                return Ok(addr.to_string());
+            }
+        }
+        if !pid_alive(pid) {
+            bail!(
+                "node process {pid} exited before it was ready; see {}",
+                log.display()
+            );
+        }
+        if Instant::now() >= deadline {
+            bail!(
+                "node process {pid} not ready in time; see {}",
+                log.display()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    // A zombie still has a /proc entry; its state letter is Z.
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => !s
+            .rsplit(')')
+            .next()
+            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn load_state(dir: &Path) -> Result<ClusterState> {
+    let path = dir.join(STATE_FILE);
+    let text = fs::read_to_string(&path)
+        .with_context(|| format!("no cluster state at {} (is a cluster up?)", path.display()))?;
+    serde_json::from_str(&text).with_context(|| format!("bad cluster state {}", path.display()))
+}
+
+pub fn run(cmd: ClusterCommand) -> Result<()> {
+    match cmd {
+        ClusterCommand::Up(a) => up(a),
+        ClusterCommand::Down(a) => down(a),
+        ClusterCommand::Status(a) => status(a),
+    }
+}
+
+fn up(a: UpArgs) -> Result<()> {
+    let dir = &a.dir.dir;
+    if dir.join(STATE_FILE).exists() {
+        bail!(
+            "a cluster is already up in {} (run `inec cluster down` first)",
+            dir.display()
+        );
+    }
+    if a.nodes == 0 || a.nodes > 200 {
+        bail!("bad --nodes {}: must be between 1 and 200", a.nodes);
+    }
+    fs::create_dir_all(dir)?;
+    let exe = std::env::current_exe()?;
+    if a.netns {
+        setup_netns(a.nodes, a.link_rate.as_deref())?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(a.ready_timeout_s);
+    let mut nodes = Vec::new();
+    for i in 0..a.nodes {
+        let log_path = dir.join(format!("node-{i}.log"));
+        let log = fs::File::create(&log_path)?;
+        let mut cmd = if a.netns {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns_name(i)]).arg(&exe);
+            c.args([
+                "node",
+                "--id",
+                &i.to_string(),
+                "--listen",
+                &format!("{}:{NETNS_PORT}", ns_addr(i)),
+            ]);
+            c
+        } else {
+            let mut c = Command::new(&exe);
+            c.args(["node", "--id", &i.to_string(), "--listen", "127.0.0.1:0"]);
+            c
+        };
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting a node")?;
+        nodes.push(ClusterNode {
+            id: i as NodeId,
+            addr: String::new(),
+            pid: child.id(),
+            netns: a.netns.then(|| ns_name(i)),
+        });
+    }
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.addr = wait_ready(&dir.join(format!("node-{i}.log")), n.pid, deadline)?;
+    }
+    let state = ClusterState {
+        nodes,
+        link_rate: a.link_rate.clone(),
+    };
+    fs::write(dir.join(STATE_FILE), serde_json::to_string_pretty(&state)?)?;
+    // Connect the nodes to each other and check that each answers.
+    let addrs = state.addrs();
+    let mut coord = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &addrs)?;
+    coord.introduce(&addrs)?;
+    let pings = addrs
+        .iter()
+        .map(|(id, _)| (*id, Request::Ping, Vec::new()))
+        .collect();
+    coord.request_all(pings, Duration::from_secs(10))?;
+    println!(
+        "cluster up: {} nodes{} (state in {})",
+        state.nodes.len(),
+        match (&a.netns, &a.link_rate) {
+            (true, Some(r)) => format!(", network namespaces, links {r}"),
+            (true, None) => ", network namespaces".to_string(),
+            _ => ", loopback".to_string(),
+        },
+        dir.display()
+    );
+    for n in &state.nodes {
+        println!("  node {:>3}  {:<22} pid {}", n.id, n.addr, n.pid);
+    }
+    Ok(())
+}
+
+fn down(a: DirArgs) -> Result<()> {
+    let state = load_state(&a.dir)?;
+    let live: Vec<(NodeId, String)> = state
+        .nodes
+        .iter()
+        .filter(|n| pid_alive(n.pid))
+        .map(|n| (n.id, n.addr.clone()))
+        .collect();
+    if !live.is_empty() {
+        match Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &live) {
+            Ok(mut coord) => {
+                let ids: Vec<NodeId> = live.iter().map(|(id, _)| *id).collect();
+                if let Err(e) = coord.shutdown_nodes(&ids) {
+                    eprintln!("warning: not every node acknowledged the shutdown: {e}");
+                }
+            }
+            Err(e) => eprintln!("warning: cannot reach the nodes: {e}"),
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for n in &state.nodes {
+        while pid_alive(n.pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        if pid_alive(n.pid) {
+            eprintln!("node {} (pid {}) did not exit; killing it", n.id, n.pid);
+            let _ = Command::new("kill")
+                .args(["-KILL", &n.pid.to_string()])
+                .status();
+        }
+    }
+    if state.nodes.iter().any(|n| n.netns.is_some()) {
+        teardown_netns(state.nodes.len());
+    }
+    fs::remove_file(a.dir.join(STATE_FILE))?;
+    println!("cluster down: {} nodes stopped", state.nodes.len());
+    Ok(())
+}
+
+fn status(a: DirArgs) -> Result<()> {
+    let state = load_state(&a.dir)?;
+    let mut answering = vec![false; state.nodes.len()];
+    let live: Vec<(NodeId, String)> = state
+        .nodes
+        .iter()
+        .filter(|n| pid_alive(n.pid))
+        .map(|n| (n.id, n.addr.clone()))
+        .collect();
+    if let Ok(mut coord) = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &live) {
+        for (id, _) in &live {
+            let ok = coord
+                .request(*id, Request::Ping, Vec::new(), Duration::from_secs(2))
+                .is_ok();
+            if let Some(pos) = state.nodes.iter().position(|n| n.id == *id) {
+                answering[pos] = ok;
+            }
+        }
+    }
+    let mut up = 0;
+    for (n, ok) in state.nodes.iter().zip(&answering) {
+        let s = match (pid_alive(n.pid), ok) {
+            (true, true) => {
+                up += 1;
+                "up"
+            }
+            (true, false) => "not answering",
+            (false, _) => "dead",
+        };
+        println!(
+            "node {:>3}  {:<22} pid {:<8} {}{}",
+            n.id,
+            n.addr,
+            n.pid,
+            s,
+            n.netns
+                .as_ref()
+                .map(|ns| format!("  (netns {ns})"))
+                .unwrap_or_default()
+        );
+    }
+    println!("{up}/{} nodes up", state.nodes.len());
+    if up != state.nodes.len() {
+        bail!("{} nodes are not up", state.nodes.len() - up);
+    }
+    Ok(())
+}
