@@ -383,6 +383,23 @@ impl Builder {
                             }
                         }
                     }
+                    (Buffer::Partial(p), _) => {
+                        // Two partials of one vertex with the same row (several lost chunks
+                        // with equal coefficients) are computed and sent once.
+                        let mut key = merged.clone();
+                        key.sort_unstable();
+                        let twin = kept.iter().find(|(b, row): &&(Buffer, Row)| {
+                            let mut r = row.clone();
+                            r.sort_unstable();
+                            matches!(b, Buffer::Partial(_)) && r == key
+                        });
+                        match twin {
+                            Some(&(b, _)) => {
+                                rename.insert(p, Some(b));
+                            }
+                            None => kept.push((buffer, merged)),
+                        }
+                    }
                     _ => kept.push((buffer, merged)),
                 }
             }
