@@ -21,7 +21,9 @@ const FINISHED_MEMORY: usize = 4096;
 const FLUSH_BYTES: usize = 32 << 10;
 
 /// How a primitive is driven (DESIGN.md §6).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Mode {
     /// The whole chain is posted once; the engine thread triggers every step.
     Coherent,

@@ -50,6 +50,10 @@ pub enum Request {
     Fetch {
         chunk: ChunkRef,
     },
+    /// Forget stored chunks (missing ones are ignored).
+    Delete {
+        chunks: Vec<ChunkRef>,
+    },
     Ping,
     Shutdown,
 }
@@ -299,6 +303,12 @@ fn handle_request(
                 Vec::new(),
             ),
         },
+        Request::Delete { chunks } => {
+            for c in chunks {
+                store.remove(&c);
+            }
+            (Reply::Ok, Vec::new())
+        }
         Request::Ping => (Reply::Ok, Vec::new()),
         Request::Shutdown => unreachable!("handled by the loop"),
     })
@@ -539,6 +549,19 @@ impl Coordinator {
             .map(|(node, chunk, bytes)| (node, Request::Store { chunk }, bytes))
             .collect();
         self.request_all(reqs, Duration::from_secs(60)).map(|_| ())
+    }
+
+    /// Forgets chunks on nodes.
+    pub fn delete(&mut self, chunks: Vec<(NodeId, ChunkRef)>) -> Result<(), EngineError> {
+        let mut by_node: HashMap<NodeId, Vec<ChunkRef>> = HashMap::new();
+        for (n, c) in chunks {
+            by_node.entry(n).or_default().push(c);
+        }
+        let reqs = by_node
+            .into_iter()
+            .map(|(node, chunks)| (node, Request::Delete { chunks }, Vec::new()))
+            .collect();
+        self.request_all(reqs, Duration::from_secs(10)).map(|_| ())
     }
 
     /// Reads a chunk back.

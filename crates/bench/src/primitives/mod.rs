@@ -1,1 +1,772 @@
-//! `inec bench primitives`: the paper's encode/decode suite on a running cluster.
+//! `inec bench primitives`: the INEC paper's encode/decode suite (§IV-A, Figures 6–8) run by
+//! the engine on a cluster of nodes, coherent and incoherent alternating, with the α-β model's
+//! prediction beside every measurement.
+//!
+//! What is measured, per (scheme, operation, code, chunk size, mode):
+//! - **latency**: one operation at a time, from the coordinator's `run` requests to the last
+//!   node's `done` (p50 over `--reps`); before each run the output chunks are deleted, after it
+//!   they are fetched and compared with the original stripe (every decoded chunk is checked).
+//! - **bandwidth**, window-based as in the paper: `--window` operations in flight; encode
+//!   counts m·chunk_bytes per operation (the parity generated, = m·size/(k·time) for a file of
+//!   k chunks), decode chunk_bytes per operation (the chunk rebuilt). Reported in MB/s
+//!   (10^6 bytes per second), as the paper's figures are.
+//! - **model**: the `graph` crate's α-β prediction with constants the benchmark measures first
+//!   on the same cluster (per-hop latency, link bandwidth, kernel rates), plus the measured cost
+//!   of one coordinator round trip (every measured latency includes one).
+
+mod svg;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context, Result};
+use codes::{Code, Codec};
+use engine::check::store_stripe;
+use engine::node::{ClusterState, Coordinator, LocalNode};
+use engine::plan::{parts_of, plan_nodes};
+use engine::{
+    BufferPool, ChunkRef, Completion, Engine, InEdge, Mode, NodeId, OutEdge, OutputSpec, Payload,
+    TcpTransport, VertexPart, WorkRequest, COORDINATOR_BASE,
+};
+use graph::{account, build, model, sim, Plan, PlanSpec, Request, Scheme, Target};
+use serde::Serialize;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct PrimitivesArgs {
+    /// Use the cluster started by `inec cluster up` with this state directory; without it the
+    /// benchmark starts its own nodes on loopback (threads of this process).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// A small subset: RS(3,2), RS(6,3), LRC(6,2,2); 128 B, 4, 16, 64 KiB and 1 MiB; 5 reps.
+    #[arg(long)]
+    pub quick: bool,
+    /// A code to run (repeatable, e.g. `--code rs:6,3 --code lrc:6,2,2`); default the paper's six.
+    #[arg(long = "code")]
+    pub codes: Vec<String>,
+    /// Chunk sizes in bytes (repeatable); default 128 B to 16 MiB, powers of two.
+    #[arg(long = "chunk-bytes")]
+    pub chunk_bytes: Vec<usize>,
+    /// Latency repetitions per mode.
+    #[arg(long)]
+    pub reps: Option<usize>,
+    /// Operations in flight in the bandwidth benchmark.
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+    /// ECPipe slice size (the paper fixes 32 KiB).
+    #[arg(long, default_value_t = 32 << 10)]
+    pub ecpipe_slice_bytes: usize,
+    /// Print JSON lines instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also measure the raw transport: plain sends of 1 MiB buffers between two engines on
+    /// loopback against `iperf3` single-stream, in the same run.
+    #[arg(long)]
+    pub raw: bool,
+    /// Only the raw transport measurement.
+    #[arg(long)]
+    pub raw_only: bool,
+    /// Where the table, JSON lines and SVG plots go.
+    #[arg(long, default_value = "reports/primitives")]
+    pub out: PathBuf,
+    /// Per-operation timeout, seconds.
+    #[arg(long, default_value_t = 60)]
+    pub timeout_s: u64,
+}
+
+const ALL_CODES: [&str; 6] = [
+    "rs:3,2",
+    "rs:6,3",
+    "rs:12,4",
+    "lrc:4,2,2",
+    "lrc:6,2,2",
+    "lrc:12,2,2",
+];
+const QUICK_CODES: [&str; 3] = ["rs:3,2", "rs:6,3", "lrc:6,2,2"];
+const QUICK_SIZES: [usize; 5] = [128, 4 << 10, 16 << 10, 64 << 10, 1 << 20];
+
+/// One line of results.
+#[derive(Clone, Debug, Serialize)]
+pub struct Row {
+    pub scheme: String,
+    pub op: String,
+    pub code: String,
+    pub k: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub m: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub l: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r: Option<usize>,
+    pub chunk_bytes: usize,
+    pub slice_bytes: usize,
+    pub mode: String,
+    pub latency_us_p50: f64,
+    /// MB/s (10^6 bytes per second) of parity generated (encode) or chunks rebuilt (decode).
+    pub bandwidth_mbps: f64,
+    pub model_us: f64,
+    /// Coherent latency / this mode's latency is 1 for coherent; incoherent / coherent here.
+    pub latency_ratio_vs_coherent: f64,
+    pub bandwidth_ratio_coherent_over_this: f64,
+    pub kernel: String,
+    pub nodes: usize,
+    pub transport: String,
+}
+
+/// Measured constants for the model.
+#[derive(Clone, Debug, Serialize)]
+pub struct Calibration {
+    pub control_round_trip_us: f64,
+    pub hop_latency_us: f64,
+    pub link_gbit_s: f64,
+    pub xor_gbyte_s: f64,
+    pub mul_add_gbyte_s: f64,
+}
+
+struct Cluster {
+    coord: Coordinator,
+    ids: Vec<NodeId>,
+    _local: Vec<LocalNode>,
+    transport: String,
+}
+
+fn p50(v: &mut [f64]) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
+    if let Some(dir) = &args.dir {
+        let path = dir.join("cluster.json");
+        let text = fs::read_to_string(&path)
+            .with_context(|| format!("no cluster state at {}", path.display()))?;
+        let state: ClusterState = serde_json::from_str(&text)?;
+        if state.nodes.len() < need {
+            bail!(
+                "the cluster has {} nodes; this suite needs {need} (an agent + n chunks)",
+                state.nodes.len()
+            );
+        }
+        let addrs = state.addrs();
+        let coord = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &addrs)?;
+        let transport = match &state.link_rate {
+            Some(r) => format!("tcp-netns-{r}"),
+            None if state.nodes.iter().any(|n| n.netns.is_some()) => "tcp-netns".into(),
+            None => "tcp-loopback-processes".into(),
+        };
+        return Ok(Cluster {
+            coord,
+            ids: addrs.iter().map(|(i, _)| *i).collect(),
+            _local: Vec::new(),
+            transport,
+        });
+    }
+    let pool = BufferPool::new();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let local: Vec<LocalNode> = (0..need)
+        .map(|i| LocalNode::tcp(i as NodeId, any, pool.clone()))
+        .collect::<std::io::Result<_>>()?;
+    let addrs: Vec<(NodeId, String)> = local
+        .iter()
+        .enumerate()
+        .map(|(i, n)| (i as NodeId, n.addr.unwrap().to_string()))
+        .collect();
+    let mut coord = Coordinator::tcp(COORDINATOR_BASE, &addrs)?;
+    coord.introduce(&addrs)?;
+    Ok(Cluster {
+        coord,
+        ids: addrs.iter().map(|(i, _)| *i).collect(),
+        _local: local,
+        transport: "tcp-loopback-threads".into(),
+    })
+}
+
+/// Times `template` `reps` times; returns microseconds.
+fn time_runs(
+    c: &mut Cluster,
+    template: u64,
+    nodes: &[NodeId],
+    reps: usize,
+    mode: Mode,
+) -> Result<f64> {
+    let mut t = Vec::new();
+    for _ in 0..reps {
+        let d = c
+            .coord
+            .run(template, nodes, mode, Duration::from_secs(30))?;
+        t.push(d.as_secs_f64() * 1e6);
+    }
+    Ok(p50(&mut t))
+}
+
+fn simple_part(vertex: u32, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
+    VertexPart {
+        vertex,
+        node,
+        chunk_bytes,
+        slice_bytes,
+        locals: vec![],
+        in_edges: vec![],
+        coeffs: vec![],
+        outputs: vec![],
+    }
+}
+
+/// One hop 1 → 2 of a chunk of `bytes`, sliced at `slice_bytes`.
+fn hop_parts(stripe: u64, bytes: usize, slice_bytes: usize) -> Vec<VertexPart> {
+    let c = |i| ChunkRef { stripe, index: i };
+    vec![
+        VertexPart {
+            locals: vec![c(0)],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![OutEdge { edge: 0, to: 2 }],
+                store: None,
+            }],
+            ..simple_part(0, 1, bytes, slice_bytes)
+        },
+        VertexPart {
+            in_edges: vec![InEdge { edge: 0, from: 1 }],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![],
+                store: Some(c(1)),
+            }],
+            ..simple_part(1, 2, bytes, slice_bytes)
+        },
+    ]
+}
+
+fn kernel_rate(f: impl Fn(&[u8], &mut [u8])) -> f64 {
+    let src = vec![0x5au8; 1 << 20];
+    let mut dst = vec![0xa5u8; 1 << 20];
+    let t0 = Instant::now();
+    let mut bytes = 0usize;
+    while t0.elapsed() < Duration::from_millis(100) {
+        f(&src, &mut dst);
+        bytes += src.len();
+    }
+    bytes as f64 / t0.elapsed().as_secs_f64()
+}
+
+fn calibrate(c: &mut Cluster) -> Result<Calibration> {
+    let stripe = 900_000;
+    let k = gf::kernel();
+    let xor = kernel_rate(|s, d| k.xor(s, d));
+    let mul_add = kernel_rate(|s, d| k.mul_add(0x57, s, d));
+    // The coordinator's round trip: one node computing a 128-byte copy for itself.
+    c.coord.store(vec![
+        (1, ChunkRef { stripe, index: 0 }, vec![7u8; 128]),
+        (
+            1,
+            ChunkRef {
+                stripe: stripe + 1,
+                index: 0,
+            },
+            vec![7u8; 16 << 20],
+        ),
+    ])?;
+    let local = vec![VertexPart {
+        locals: vec![ChunkRef { stripe, index: 0 }],
+        coeffs: vec![1],
+        outputs: vec![OutputSpec {
+            sends: vec![],
+            store: Some(ChunkRef { stripe, index: 2 }),
+        }],
+        ..simple_part(0, 1, 128, 128)
+    }];
+    c.coord.install(stripe, &local)?;
+    let ctl = time_runs(c, stripe, &[1], 30, Mode::Coherent)?;
+    c.coord.install(stripe + 1, &hop_parts(stripe, 128, 128))?;
+    let small = time_runs(c, stripe + 1, &[1, 2], 30, Mode::Coherent)?;
+    let hop = (small - ctl).max(1.0);
+    c.coord
+        .install(stripe + 2, &hop_parts(stripe + 1, 16 << 20, 1 << 20))?;
+    let big = time_runs(c, stripe + 2, &[1, 2], 7, Mode::Coherent)?;
+    let link = (16u64 << 20) as f64 / ((big - ctl - hop).max(1.0) * 1e-6);
+    Ok(Calibration {
+        control_round_trip_us: ctl,
+        hop_latency_us: hop,
+        link_gbit_s: link * 8.0 / 1e9,
+        xor_gbyte_s: xor / 1e9,
+        mul_add_gbyte_s: mul_add / 1e9,
+    })
+}
+
+fn net_of(cal: &Calibration) -> sim::NetConfig {
+    let mut net = sim::NetConfig::ideal(cal.link_gbit_s * 1e9 / 8.0, cal.hop_latency_us * 1e-6);
+    net.message_overhead_s = 0.0;
+    net.xor_bytes_s = cal.xor_gbyte_s * 1e9;
+    net.mul_add_bytes_s = cal.mul_add_gbyte_s * 1e9;
+    net
+}
+
+/// The (scheme, operation) pairs of the paper's figures for a code.
+fn cases(code: Code) -> Vec<(Scheme, bool)> {
+    let base = match code {
+        Code::Rs { .. } => Scheme::Rs,
+        Code::Lrc { .. } => Scheme::Lrc,
+    };
+    vec![
+        (base, true),
+        (Scheme::Triec, true),
+        (base, false),
+        (Scheme::Ppr, false),
+        (Scheme::Ecpipe, false),
+        (Scheme::Triec, false),
+    ]
+}
+
+/// The chunks a plan leaves, as (node, chunk index).
+fn plan_stores(plan: &Plan) -> Vec<(NodeId, usize)> {
+    plan.vertices
+        .iter()
+        .flat_map(|v| v.stores.iter().map(move |&c| (v.node as NodeId, c)))
+        .filter(|(node, c)| {
+            // Chunks the vertex already held are not outputs.
+            !plan
+                .vertices
+                .iter()
+                .any(|v| v.node as NodeId == *node && v.local.contains(c))
+        })
+        .collect()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_case(
+    c: &mut Cluster,
+    args: &PrimitivesArgs,
+    cal: &Calibration,
+    code: Code,
+    scheme: Scheme,
+    encode: bool,
+    chunk_bytes: usize,
+    stripe: u64,
+    chunks: &[Vec<u8>],
+    reps: usize,
+) -> Result<Vec<Row>> {
+    let request = if encode {
+        Request::Encode
+    } else {
+        Request::Repair {
+            lost: vec![0],
+            target: Target::Node(0),
+        }
+    };
+    let mut spec = PlanSpec::new(scheme, code, request, chunk_bytes);
+    if scheme == Scheme::Ecpipe {
+        spec.slice_bytes = Some(args.ecpipe_slice_bytes.min(chunk_bytes));
+    }
+    let plan = build(&spec).map_err(|e| anyhow!("{scheme} {code}: {e}"))?;
+    let out_stripe = stripe + 1;
+    let mut parts = parts_of(&plan, stripe)?;
+    for p in &mut parts {
+        for o in &mut p.outputs {
+            if let Some(ch) = &mut o.store {
+                ch.stripe = out_stripe;
+            }
+        }
+    }
+    let template = stripe + 7;
+    c.coord.install(template, &parts)?;
+    let nodes = plan_nodes(&plan);
+    let stores = plan_stores(&plan);
+    if stores.is_empty() {
+        bail!("{scheme} {code}: the plan stores nothing");
+    }
+    let out_refs: Vec<(NodeId, ChunkRef)> = stores
+        .iter()
+        .map(|&(n, ch)| {
+            (
+                n,
+                ChunkRef {
+                    stripe: out_stripe,
+                    index: ch as u32,
+                },
+            )
+        })
+        .collect();
+    let timeout = Duration::from_secs(args.timeout_s);
+    let modes = [Mode::Coherent, Mode::Incoherent];
+    let mut lat: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
+    for rep in 0..reps {
+        // Alternate which mode goes first, so drift hits both alike.
+        let order = if rep % 2 == 0 {
+            modes
+        } else {
+            [modes[1], modes[0]]
+        };
+        for mode in order {
+            c.coord.delete(out_refs.clone())?;
+            let d = c.coord.run(template, &nodes, mode, timeout)?;
+            lat.entry(mode).or_default().push(d.as_secs_f64() * 1e6);
+            for (&(node, index), r) in stores.iter().zip(&out_refs) {
+                let got = c.coord.fetch(node, r.1)?;
+                if got != chunks[index] {
+                    bail!(
+                        "{scheme} {code} {} {chunk_bytes} B {mode:?}: chunk {index} on node {node} is wrong",
+                        if encode { "encode" } else { "decode" }
+                    );
+                }
+            }
+        }
+    }
+    // Window-based bandwidth, alternating modes in two halves.
+    let per_op_bytes = if encode {
+        chunk_bytes * code.parity_count()
+    } else {
+        chunk_bytes
+    };
+    let ops = ((64usize << 20) / per_op_bytes.max(1)).clamp(args.window * 2, 256);
+    let mut bw: BTreeMap<Mode, f64> = BTreeMap::new();
+    for round in 0..2 {
+        for mode in if round == 0 {
+            modes
+        } else {
+            [modes[1], modes[0]]
+        } {
+            let st = c
+                .coord
+                .run_many(template, &nodes, mode, ops / 2, args.window, timeout * 4)?;
+            let mbps = (per_op_bytes * st.ops) as f64 / st.elapsed.as_secs_f64() / 1e6;
+            *bw.entry(mode).or_insert(0.0) += mbps / 2.0;
+        }
+    }
+    let net = net_of(cal);
+    let pred = model::predict(&plan, &account(&plan), &net);
+    let model_us = pred.time_s * 1e6 + cal.control_round_trip_us;
+    let (k, m, l, r) = match code {
+        Code::Rs { k, m, .. } => (k, Some(m), None, None),
+        Code::Lrc { k, l, r } => (k, None, Some(l), Some(r)),
+    };
+    let coh_lat = p50(lat.get_mut(&Mode::Coherent).unwrap());
+    let coh_bw = bw[&Mode::Coherent];
+    let mut rows = Vec::new();
+    for mode in modes {
+        let l50 = p50(lat.get_mut(&mode).unwrap());
+        rows.push(Row {
+            scheme: scheme.name().to_string(),
+            op: if encode { "encode" } else { "decode" }.into(),
+            code: code.to_string(),
+            k,
+            m,
+            l,
+            r,
+            chunk_bytes,
+            slice_bytes: plan.slice_bytes,
+            mode: mode.name().into(),
+            latency_us_p50: l50,
+            bandwidth_mbps: bw[&mode],
+            model_us,
+            latency_ratio_vs_coherent: l50 / coh_lat,
+            bandwidth_ratio_coherent_over_this: coh_bw / bw[&mode],
+            kernel: gf::kernel_name().into(),
+            nodes: c.ids.len(),
+            transport: c.transport.clone(),
+        });
+    }
+    Ok(rows)
+}
+
+/// Raw transport: plain sends of 1 MiB buffers from one engine to another over loopback TCP.
+fn engine_raw_gbps(total_bytes: usize) -> Result<f64> {
+    let pool = BufferPool::new();
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let rx_t = TcpTransport::bind(1, any, pool.clone())?;
+    let addr = rx_t.local_addr().unwrap().to_string();
+    let rx = Engine::start(rx_t, pool.clone());
+    let tx = Engine::start(TcpTransport::unbound(2, pool.clone())?, pool.clone());
+    tx.post(WorkRequest::Connect { peer: 1, addr });
+    let op = 1;
+    rx.post(WorkRequest::Recv {
+        op,
+        peers: vec![2],
+        deadline: Instant::now() + Duration::from_secs(120),
+    });
+    let buf = Arc::new(vec![0x3cu8; 1 << 20]);
+    let count = total_bytes / buf.len();
+    let run = |first: u32, count: usize| -> Result<f64> {
+        let t0 = Instant::now();
+        let wrs = (0..count).map(|i| WorkRequest::Send {
+            op,
+            peer: 1,
+            header: engine::wire::Header::new(
+                engine::wire::Kind::Data,
+                op,
+                0,
+                first + i as u32,
+                buf.len(),
+            ),
+            payload: Payload::Shared(buf.clone(), 0..buf.len()),
+            signal: false,
+        });
+        tx.post_all(wrs);
+        let mut got = 0usize;
+        while got < count * buf.len() {
+            match rx.cq().wait(Duration::from_secs(60)) {
+                Some(Completion::Recv { payload, .. }) => {
+                    got += payload.len();
+                    pool.put(payload);
+                }
+                Some(Completion::Stopped { reason }) => bail!("engine stopped: {reason}"),
+                Some(_) => {}
+                None => bail!("raw transfer stalled at {got} bytes"),
+            }
+        }
+        Ok((count * buf.len()) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e9)
+    };
+    run(0, 64)?; // warm up: connection, pool, socket buffers
+    let gbps = run(64, count)?;
+    tx.shutdown();
+    rx.shutdown();
+    Ok(gbps)
+}
+
+/// `iperf3` single stream over loopback, Gbit/s received.
+fn iperf3_gbps(seconds: u32) -> Result<f64> {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
+        l.local_addr()?.port()
+    };
+    let mut server = std::process::Command::new("iperf3")
+        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .context("starting iperf3 (install it: apt-get install iperf3)")?;
+    // Readiness: retry the client until the server accepts.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let out = loop {
+        let out = std::process::Command::new("iperf3")
+            .args([
+                "-c",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-t",
+                &seconds.to_string(),
+                "-J",
+            ])
+            .output()?;
+        if out.status.success() || Instant::now() > deadline {
+            break out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let _ = server.wait();
+    if !out.status.success() {
+        bail!("iperf3 failed: {}", String::from_utf8_lossy(&out.stdout));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    v["end"]["sum_received"]["bits_per_second"]
+        .as_f64()
+        .map(|b| b / 1e9)
+        .ok_or_else(|| anyhow!("iperf3 output has no end.sum_received.bits_per_second"))
+}
+
+#[derive(Serialize)]
+struct RawRow {
+    raw: bool,
+    iperf3_gbps: f64,
+    engine_gbps: f64,
+    ratio: f64,
+    buffer_bytes: usize,
+}
+
+pub fn run(args: PrimitivesArgs) -> Result<()> {
+    fs::create_dir_all(&args.out)?;
+    let mut jsonl = fs::File::create(args.out.join("results.jsonl"))?;
+    if args.raw || args.raw_only {
+        // Alternate: engine, iperf3, engine, iperf3; report the medians of the pairs.
+        let mut e = Vec::new();
+        let mut p = Vec::new();
+        for _ in 0..2 {
+            e.push(engine_raw_gbps(4 << 30)?);
+            p.push(iperf3_gbps(3)?);
+        }
+        let (eg, ig) = (e.iter().sum::<f64>() / 2.0, p.iter().sum::<f64>() / 2.0);
+        let row = RawRow {
+            raw: true,
+            iperf3_gbps: ig,
+            engine_gbps: eg,
+            ratio: eg / ig,
+            buffer_bytes: 1 << 20,
+        };
+        let line = serde_json::to_string(&row)?;
+        writeln!(jsonl, "{line}")?;
+        if args.json {
+            println!("{line}");
+        } else {
+            println!(
+                "raw transport, loopback, one stream: engine {eg:.1} Gbit/s (1 MiB sends), iperf3 {ig:.1} Gbit/s: {:.0}%",
+                100.0 * eg / ig
+            );
+        }
+        if args.raw_only {
+            return Ok(());
+        }
+    }
+    let code_names: Vec<String> = if !args.codes.is_empty() {
+        args.codes.clone()
+    } else if args.quick {
+        QUICK_CODES.iter().map(|s| s.to_string()).collect()
+    } else {
+        ALL_CODES.iter().map(|s| s.to_string()).collect()
+    };
+    let codes: Vec<Code> = code_names
+        .iter()
+        .map(|s| s.parse().map_err(|e| anyhow!("bad code {s:?}: {e}")))
+        .collect::<Result<_>>()?;
+    let sizes: Vec<usize> = if !args.chunk_bytes.is_empty() {
+        args.chunk_bytes.clone()
+    } else if args.quick {
+        QUICK_SIZES.to_vec()
+    } else {
+        (7..=24).map(|p| 1usize << p).collect()
+    };
+    let reps = args.reps.unwrap_or(if args.quick { 5 } else { 9 });
+    let need = codes.iter().map(|c| c.n() + 1).max().unwrap_or(1).max(3);
+    let mut c = connect(&args, need)?;
+    let cal = calibrate(&mut c)?;
+    let cal_line = serde_json::to_string(&cal)?;
+    writeln!(jsonl, "{{\"calibration\":{cal_line}}}")?;
+    if args.json {
+        println!("{{\"calibration\":{cal_line}}}");
+    } else {
+        println!(
+            "# inec bench primitives — kernel {}, {} nodes ({}), {} CPUs",
+            gf::kernel_name(),
+            c.ids.len(),
+            c.transport,
+            std::thread::available_parallelism().map_or(0, |n| n.get())
+        );
+        println!(
+            "# calibration: coordinator round trip {:.0} us, hop {:.0} us, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s",
+            cal.control_round_trip_us,
+            cal.hop_latency_us,
+            cal.link_gbit_s,
+            cal.xor_gbyte_s,
+            cal.mul_add_gbyte_s
+        );
+        println!(
+            "# bandwidth: MB/s of parity generated (encode) or chunk rebuilt (decode), window {}",
+            args.window
+        );
+        println!(
+            "{:<7} {:<6} {:<11} {:>9} {:<10} {:>11} {:>10} {:>10} {:>9} {:>9}",
+            "scheme",
+            "op",
+            "code",
+            "chunk",
+            "mode",
+            "lat_us_p50",
+            "model_us",
+            "MB/s",
+            "lat×",
+            "bw×"
+        );
+    }
+    let mut rows = Vec::new();
+    for (ci, &code) in codes.iter().enumerate() {
+        let codec = Codec::new(code);
+        for (si, &size) in sizes.iter().enumerate() {
+            let stripe = 1_000_000 * (ci as u64 + 1) + 1000 * si as u64;
+            let chunks = store_stripe(&mut c.coord, &codec, stripe, size, stripe)?;
+            for (scheme, encode) in cases(code) {
+                let rs = measure_case(
+                    &mut c, &args, &cal, code, scheme, encode, size, stripe, &chunks, reps,
+                )?;
+                for r in &rs {
+                    let line = serde_json::to_string(r)?;
+                    writeln!(jsonl, "{line}")?;
+                    if args.json {
+                        println!("{line}");
+                    } else {
+                        println!(
+                            "{:<7} {:<6} {:<11} {:>9} {:<10} {:>11.1} {:>10.1} {:>10.1} {:>9.2} {:>9.2}",
+                            r.scheme,
+                            r.op,
+                            r.code,
+                            r.chunk_bytes,
+                            r.mode,
+                            r.latency_us_p50,
+                            r.model_us,
+                            r.bandwidth_mbps,
+                            r.latency_ratio_vs_coherent,
+                            r.bandwidth_ratio_coherent_over_this
+                        );
+                    }
+                }
+                rows.extend(rs);
+            }
+            // Free the stripe's chunks on the nodes.
+            let mut del = Vec::new();
+            for i in 0..code.n() {
+                let ch = |s| ChunkRef {
+                    stripe: s,
+                    index: i as u32,
+                };
+                del.push(((i + 1) as NodeId, ch(stripe)));
+                del.push((0, ch(stripe)));
+                del.push((0, ch(stripe + 1)));
+                del.push(((i + 1) as NodeId, ch(stripe + 1)));
+            }
+            c.coord.delete(del)?;
+        }
+    }
+    write_markdown(&args, &cal, &rows)?;
+    svg::write_figures(&args.out, &rows)?;
+    if !args.json {
+        println!(
+            "# wrote {}/results.jsonl, table.md and SVG figures",
+            args.out.display()
+        );
+    }
+    if args.dir.is_none() {
+        let ids = c.ids.clone();
+        c.coord.shutdown_nodes(&ids)?;
+    }
+    Ok(())
+}
+
+fn write_markdown(args: &PrimitivesArgs, cal: &Calibration, rows: &[Row]) -> Result<()> {
+    let mut s = String::new();
+    s.push_str("# Primitive benchmark\n\n");
+    s.push_str(&format!(
+        "Kernel {}; {} CPUs; transport {}; calibration: coordinator round trip {:.0} µs, hop {:.0} µs, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s. Bandwidth counts parity generated (encode) or chunks rebuilt (decode), MB/s, window {}.\n\n",
+        gf::kernel_name(),
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        rows.first().map_or("-", |r| r.transport.as_str()),
+        cal.control_round_trip_us,
+        cal.hop_latency_us,
+        cal.link_gbit_s,
+        cal.xor_gbyte_s,
+        cal.mul_add_gbyte_s,
+        args.window
+    ));
+    s.push_str("| scheme | op | code | chunk bytes | coherent µs | incoherent µs | latency × | coherent MB/s | incoherent MB/s | bandwidth × | model µs |\n");
+    s.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for pair in rows.chunks(2) {
+        let (co, inc) = (&pair[0], &pair[1]);
+        s.push_str(&format!(
+            "| {} | {} | {} | {} | {:.1} | {:.1} | {:.2} | {:.1} | {:.1} | {:.2} | {:.1} |\n",
+            co.scheme,
+            co.op,
+            co.code,
+            co.chunk_bytes,
+            co.latency_us_p50,
+            inc.latency_us_p50,
+            inc.latency_us_p50 / co.latency_us_p50,
+            co.bandwidth_mbps,
+            inc.bandwidth_mbps,
+            co.bandwidth_mbps / inc.bandwidth_mbps,
+            co.model_us
+        ));
+    }
+    fs::write(args.out.join("table.md"), s)?;
+    Ok(())
+}
