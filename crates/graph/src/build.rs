@@ -61,8 +61,8 @@ pub struct PlanSpec {
     pub request: Request,
     pub placement: Placement,
     pub chunk_bytes: usize,
-    /// `None`: unsliced (`chunk_bytes`), except ECPipe, which defaults to
-    /// [`ECPIPE_DEFAULT_SLICES`] slices.
+    /// `None`: unsliced (`chunk_bytes`), except ECPipe repair, which defaults to
+    /// [`ECPIPE_DEFAULT_SLICES`] slices (ECPipe encode is RS encode, unsliced unless told).
     pub slice_bytes: Option<usize>,
     /// TriEC repair: the number p of layer-2 aggregation vertices (default
     /// [`default_aggregators`]).
@@ -72,7 +72,7 @@ pub struct PlanSpec {
 /// Largest chunk the builders accept (1 GiB).
 pub const MAX_CHUNK_BYTES: usize = 1 << 30;
 
-/// ECPipe cuts a chunk into this many slices unless told otherwise.
+/// ECPipe repair cuts a chunk into this many slices unless told otherwise.
 pub const ECPIPE_DEFAULT_SLICES: usize = 8;
 
 /// The TriEC repair default: p = round(√helpers), which balances layer 2's fan-in (≈ helpers/p)
@@ -116,10 +116,12 @@ pub fn build(spec: &PlanSpec) -> Result<Plan, PlanError> {
             limit: MAX_CHUNK_BYTES,
         });
     }
-    let slice_bytes = match (spec.slice_bytes, spec.scheme) {
-        (Some(s), _) => s,
-        (None, Scheme::Ecpipe) => spec.chunk_bytes.div_ceil(ECPIPE_DEFAULT_SLICES),
-        (None, _) => spec.chunk_bytes,
+    let slice_bytes = match (spec.slice_bytes, spec.scheme, &spec.request) {
+        (Some(s), _, _) => s,
+        (None, Scheme::Ecpipe, Request::Repair { .. }) => {
+            spec.chunk_bytes.div_ceil(ECPIPE_DEFAULT_SLICES)
+        }
+        (None, _, _) => spec.chunk_bytes,
     };
     if slice_bytes == 0 || slice_bytes > spec.chunk_bytes {
         return Err(PlanError::BadSize {

@@ -25,6 +25,7 @@
 
 pub mod account;
 pub mod build;
+pub mod cluster;
 pub mod model;
 pub mod plan;
 pub mod report;
@@ -72,6 +73,8 @@ pub enum PlanError {
     MissingChunk { chunk: usize, vertex: usize },
     #[error("the simulation stored a wrong chunk {chunk} on node {node}")]
     WrongOutput { node: usize, chunk: usize },
+    #[error("the simulation did not store chunk {chunk} on node {node}, which the plan must")]
+    MissingOutput { node: usize, chunk: usize },
     #[error("invalid plan: {reason}")]
     Invalid { reason: String },
     #[error("bad calibration file {path}: {reason}")]

@@ -19,7 +19,7 @@
 //! outputs can be compared with the codec's.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 
 use crate::plan::{Buffer, CalcKind, Plan, Source};
 use crate::PlanError;
@@ -126,22 +126,71 @@ pub fn simulate(
             }
         }
     }
-    Ok(run(plan, Some(chunks), net))
+    Ok(run(&[plan], Some(chunks), net).into_single())
 }
 
 /// The completion time alone (no bytes are computed).
 pub fn simulate_time(plan: &Plan, net: &NetConfig) -> f64 {
-    run(plan, None, net).time_s
+    simulate_timing(plan, net).time_s
+}
+
+/// The simulation without bytes: time, bytes per node and messages (`outputs` is empty).
+/// Memory is proportional to vertices × slices, not to the chunk size.
+pub fn simulate_timing(plan: &Plan, net: &NetConfig) -> SimResult {
+    run(&[plan], None, net).into_single()
+}
+
+/// What a simulation of several plans sharing one cluster produced (no bytes computed).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManyResult {
+    /// When the last plan finished.
+    pub time_s: f64,
+    /// When each plan finished (its last computation or message), in the order given.
+    pub finish_s: Vec<f64>,
+    /// Network bytes received per node, over all plans.
+    pub bytes_in: BTreeMap<usize, u64>,
+    /// Network bytes sent per node, over all plans.
+    pub bytes_out: BTreeMap<usize, u64>,
+    /// Network messages (slices) sent.
+    pub messages: usize,
+}
+
+/// Runs several plans at once on one cluster: they start together and share every node's NIC
+/// (both directions) and calculator, which serve messages and computations of all plans in
+/// the order they become ready. Times only, no bytes.
+pub fn simulate_many(plans: &[Plan], net: &NetConfig) -> ManyResult {
+    let refs: Vec<&Plan> = plans.iter().collect();
+    let out = run(&refs, None, net);
+    ManyResult {
+        time_s: out.result.time_s,
+        finish_s: out.finish_s,
+        bytes_in: out.result.bytes_in,
+        bytes_out: out.result.bytes_out,
+        messages: out.result.messages,
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Event {
-    /// Every input of slice `slice` has reached vertex `v`.
-    Ready { v: usize, slice: usize },
-    /// Vertex `v` has computed slice `slice`.
-    Computed { v: usize, slice: usize },
-    /// Slice `slice` of edge `e` has arrived.
-    Arrive { e: usize, slice: usize },
+    /// Every input of slice `slice` has reached vertex `v` of plan `p`.
+    Ready { p: usize, v: usize, slice: usize },
+    /// Vertex `v` of plan `p` has computed slice `slice`.
+    Computed { p: usize, v: usize, slice: usize },
+    /// Slice `slice` of edge `e` of plan `p` has arrived.
+    Arrive { p: usize, e: usize, slice: usize },
+    /// A message has left a NIC: its transmit and receive sides are free again.
+    NicFree,
+}
+
+/// A message waiting for its sender's transmit side and its receiver's receive side.
+#[derive(Clone, Copy, Debug)]
+struct Message {
+    seq: u64,
+    p: usize,
+    e: usize,
+    slice: usize,
+    to: usize,
+    seconds: f64,
 }
 
 struct Queued {
@@ -171,61 +220,95 @@ impl Ord for Queued {
     }
 }
 
-struct Sim<'a> {
+/// One plan's state in a simulation.
+struct State<'a> {
     plan: &'a Plan,
-    net: &'a NetConfig,
-    data: Option<&'a BTreeMap<usize, Vec<u8>>>,
-    kernel: gf::Kernel,
     matrices: Vec<Option<gf::Matrix>>,
-    heap: BinaryHeap<Queued>,
-    seq: u64,
     /// `pending[v][s]`: inputs of slice s vertex v still waits for.
     pending: Vec<Vec<usize>>,
+    /// Computed outputs, per vertex, per output row (empty without data).
+    vbufs: Vec<Vec<Vec<u8>>>,
+    /// What each edge delivered (empty without data).
+    ebufs: Vec<Vec<u8>>,
+    finish: f64,
+}
+
+struct Sim<'a> {
+    states: Vec<State<'a>>,
+    net: &'a NetConfig,
+    /// The chunks of plan 0, when the simulation computes bytes (one plan only).
+    data: Option<&'a BTreeMap<usize, Vec<u8>>>,
+    kernel: gf::Kernel,
+    heap: BinaryHeap<Queued>,
+    seq: u64,
+    /// When each node's transmit / receive side is free again.
     tx_free: BTreeMap<usize, f64>,
     rx_free: BTreeMap<usize, f64>,
     cpu_free: BTreeMap<usize, f64>,
-    /// Computed outputs, per vertex, per output row.
-    vbufs: Vec<Vec<Vec<u8>>>,
-    /// What each edge delivered.
-    ebufs: Vec<Vec<u8>>,
+    /// Messages waiting, per sending node, in the order they became ready.
+    queues: BTreeMap<usize, VecDeque<Message>>,
     result: SimResult,
 }
 
-fn run(plan: &Plan, data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) -> SimResult {
-    let slices = plan.slice_count();
+struct RunOutput {
+    result: SimResult,
+    finish_s: Vec<f64>,
+}
+
+impl RunOutput {
+    fn into_single(self) -> SimResult {
+        self.result
+    }
+}
+
+fn run(plans: &[&Plan], data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) -> RunOutput {
+    assert!(
+        data.is_none() || plans.len() == 1,
+        "bytes are simulated for one plan at a time"
+    );
     let real = data.is_some();
-    let c = plan.chunk_bytes;
+    let states = plans
+        .iter()
+        .map(|&plan| {
+            let c = if real { plan.chunk_bytes } else { 0 };
+            State {
+                plan,
+                matrices: plan
+                    .vertices
+                    .iter()
+                    .map(|v| {
+                        v.calc
+                            .as_ref()
+                            .filter(|_| real)
+                            .map(|k| gf::Matrix::new(k.rows, k.cols, &k.coeffs))
+                    })
+                    .collect(),
+                pending: plan
+                    .vertices
+                    .iter()
+                    .map(|v| vec![v.inputs.len(); plan.slice_count()])
+                    .collect(),
+                vbufs: plan
+                    .vertices
+                    .iter()
+                    .map(|v| vec![vec![0u8; c]; v.outputs.len()])
+                    .collect(),
+                ebufs: vec![vec![0u8; c]; plan.edges.len()],
+                finish: 0.0,
+            }
+        })
+        .collect();
     let mut sim = Sim {
-        plan,
+        states,
         net,
         data,
         kernel: gf::kernel(),
-        matrices: plan
-            .vertices
-            .iter()
-            .map(|v| {
-                v.calc
-                    .as_ref()
-                    .filter(|_| real)
-                    .map(|k| gf::Matrix::new(k.rows, k.cols, &k.coeffs))
-            })
-            .collect(),
         heap: BinaryHeap::new(),
         seq: 0,
-        pending: plan
-            .vertices
-            .iter()
-            .map(|v| vec![v.inputs.len(); slices])
-            .collect(),
         tx_free: BTreeMap::new(),
         rx_free: BTreeMap::new(),
         cpu_free: BTreeMap::new(),
-        vbufs: plan
-            .vertices
-            .iter()
-            .map(|v| vec![vec![0u8; if real { c } else { 0 }]; v.outputs.len()])
-            .collect(),
-        ebufs: vec![vec![0u8; if real { c } else { 0 }]; plan.edges.len()],
+        queues: BTreeMap::new(),
         result: SimResult {
             outputs: BTreeMap::new(),
             time_s: 0.0,
@@ -234,28 +317,47 @@ fn run(plan: &Plan, data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) ->
             messages: 0,
         },
     };
-    for v in &plan.vertices {
-        if v.inputs.is_empty() {
-            for s in 0..slices {
-                sim.push(0.0, Event::Ready { v: v.id, slice: s });
+    // Slice by slice across the plans, so that plans starting together interleave fairly.
+    let max_slices = plans.iter().map(|p| p.slice_count()).max().unwrap_or(0);
+    for s in 0..max_slices {
+        for (p, plan) in plans.iter().enumerate() {
+            if s >= plan.slice_count() {
+                continue;
+            }
+            for v in &plan.vertices {
+                if v.inputs.is_empty() {
+                    sim.push(
+                        0.0,
+                        Event::Ready {
+                            p,
+                            v: v.id,
+                            slice: s,
+                        },
+                    );
+                }
             }
         }
     }
     while let Some(q) = sim.heap.pop() {
         sim.result.time_s = sim.result.time_s.max(q.time);
         match q.event {
-            Event::Ready { v, slice } => sim.compute(q.time, v, slice),
-            Event::Computed { v, slice } => sim.send(q.time, v, slice),
-            Event::Arrive { e, slice } => {
-                let to = plan.edges[e].to;
-                sim.pending[to][slice] -= 1;
-                if sim.pending[to][slice] == 0 {
-                    sim.push(q.time, Event::Ready { v: to, slice });
+            Event::Ready { p, v, slice } => sim.compute(q.time, p, v, slice),
+            Event::Computed { p, v, slice } => sim.send(q.time, p, v, slice),
+            Event::Arrive { p, e, slice } => {
+                let st = &mut sim.states[p];
+                st.finish = st.finish.max(q.time);
+                let to = st.plan.edges[e].to;
+                st.pending[to][slice] -= 1;
+                if st.pending[to][slice] == 0 {
+                    sim.push(q.time, Event::Ready { p, v: to, slice });
                 }
             }
+            Event::NicFree => sim.dispatch(q.time),
         }
     }
     if real {
+        let st = &sim.states[0];
+        let plan = st.plan;
         for v in &plan.vertices {
             for &chunk in &v.stores {
                 let bytes = if let Some(p) = v
@@ -263,7 +365,7 @@ fn run(plan: &Plan, data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) ->
                     .iter()
                     .position(|o| o.buffer == Buffer::Chunk(chunk))
                 {
-                    sim.vbufs[v.id][p].clone()
+                    st.vbufs[v.id][p].clone()
                 } else {
                     let e = v
                         .inputs
@@ -271,13 +373,16 @@ fn run(plan: &Plan, data: Option<&BTreeMap<usize, Vec<u8>>>, net: &NetConfig) ->
                         .copied()
                         .find(|&e| plan.edges[e].buffer == Buffer::Chunk(chunk))
                         .expect("plan invariant: a stored chunk is computed or received");
-                    sim.ebufs[e].clone()
+                    st.ebufs[e].clone()
                 };
                 sim.result.outputs.insert((v.node, chunk), bytes);
             }
         }
     }
-    sim.result
+    RunOutput {
+        finish_s: sim.states.iter().map(|s| s.finish).collect(),
+        result: sim.result,
+    }
 }
 
 impl Sim<'_> {
@@ -290,18 +395,19 @@ impl Sim<'_> {
         });
     }
 
-    fn range(&self, slice: usize) -> std::ops::Range<usize> {
-        let s = self.plan.slice_bytes;
-        slice * s..((slice + 1) * s).min(self.plan.chunk_bytes)
+    fn range(plan: &Plan, slice: usize) -> std::ops::Range<usize> {
+        let s = plan.slice_bytes;
+        slice * s..((slice + 1) * s).min(plan.chunk_bytes)
     }
 
-    fn compute(&mut self, now: f64, v: usize, slice: usize) {
-        let vertex = &self.plan.vertices[v];
+    fn compute(&mut self, now: f64, p: usize, v: usize, slice: usize) {
+        let plan = self.states[p].plan;
+        let vertex = &plan.vertices[v];
         let Some(calc) = &vertex.calc else {
-            self.push(now, Event::Computed { v, slice });
+            self.push(now, Event::Computed { p, v, slice });
             return;
         };
-        let range = self.range(slice);
+        let range = Self::range(plan, slice);
         let len = range.len() as f64;
         let cost: f64 = calc
             .coeffs
@@ -311,21 +417,24 @@ impl Sim<'_> {
         let cpu = self.cpu_free.entry(vertex.node).or_insert(0.0);
         let start = cpu.max(now);
         *cpu = start + cost;
-        self.push(start + cost, Event::Computed { v, slice });
+        let st = &mut self.states[p];
+        st.finish = st.finish.max(start + cost);
+        self.push(start + cost, Event::Computed { p, v, slice });
         let Some(data) = self.data else { return };
+        let st = &mut self.states[p];
         let mut sources: Vec<&[u8]> = vertex
             .local
             .iter()
             .map(|c| &data[c][range.clone()])
             .collect();
-        sources.extend(vertex.inputs.iter().map(|&e| &self.ebufs[e][range.clone()]));
-        let mut outs: Vec<&mut [u8]> = self.vbufs[v]
+        sources.extend(vertex.inputs.iter().map(|&e| &st.ebufs[e][range.clone()]));
+        let mut outs: Vec<&mut [u8]> = st.vbufs[v]
             .iter_mut()
             .map(|b| &mut b[range.clone()])
             .collect();
         match calc.kind {
             CalcKind::Ec => {
-                let m = self.matrices[v]
+                let m = st.matrices[v]
                     .as_ref()
                     .expect("prepared for every calculator");
                 self.kernel.dot_prod(m, &sources, &mut outs);
@@ -343,34 +452,97 @@ impl Sim<'_> {
         }
     }
 
-    fn send(&mut self, now: f64, v: usize, slice: usize) {
-        let range = self.range(slice);
-        let vertex = &self.plan.vertices[v];
+    fn send(&mut self, now: f64, p: usize, v: usize, slice: usize) {
+        let plan = self.states[p].plan;
+        let range = Self::range(plan, slice);
+        let vertex = &plan.vertices[v];
         for &e in &vertex.sends {
-            let edge = &self.plan.edges[e];
+            let edge = &plan.edges[e];
             if let Some(data) = self.data {
-                let bytes: Vec<u8> = match self.plan.edge_source(e) {
-                    Source::Local(p) => data[&vertex.local[p]][range.clone()].to_vec(),
-                    Source::Input(p) => self.ebufs[vertex.inputs[p]][range.clone()].to_vec(),
-                    Source::Output(p) => self.vbufs[v][p][range.clone()].to_vec(),
+                let st = &mut self.states[p];
+                let bytes: Vec<u8> = match plan.edge_source(e) {
+                    Source::Local(i) => data[&vertex.local[i]][range.clone()].to_vec(),
+                    Source::Input(i) => st.ebufs[vertex.inputs[i]][range.clone()].to_vec(),
+                    Source::Output(i) => st.vbufs[v][i][range.clone()].to_vec(),
                 };
-                self.ebufs[e][range.clone()].copy_from_slice(&bytes);
+                st.ebufs[e][range.clone()].copy_from_slice(&bytes);
             }
-            let (from, to) = (vertex.node, self.plan.vertices[edge.to].node);
+            let (from, to) = (vertex.node, plan.vertices[edge.to].node);
             if from == to {
-                self.push(now, Event::Arrive { e, slice });
+                self.push(now, Event::Arrive { p, e, slice });
                 continue;
             }
-            let d = range.len() as f64 / self.net.link_rate(from, to) + self.net.message_overhead_s;
-            let tx = *self.tx_free.get(&from).unwrap_or(&0.0);
-            let rx = *self.rx_free.get(&to).unwrap_or(&0.0);
-            let start = now.max(tx).max(rx);
-            self.tx_free.insert(from, start + d);
-            self.rx_free.insert(to, start + d);
+            let seconds =
+                range.len() as f64 / self.net.link_rate(from, to) + self.net.message_overhead_s;
             *self.result.bytes_out.entry(from).or_insert(0) += range.len() as u64;
             *self.result.bytes_in.entry(to).or_insert(0) += range.len() as u64;
             self.result.messages += 1;
-            self.push(start + d + self.net.latency_s, Event::Arrive { e, slice });
+            self.seq += 1;
+            let m = Message {
+                seq: self.seq,
+                p,
+                e,
+                slice,
+                to,
+                seconds,
+            };
+            self.queues.entry(from).or_default().push_back(m);
+        }
+        self.dispatch(now);
+    }
+
+    /// Starts every waiting message whose sender's transmit side and receiver's receive side
+    /// are both free, earliest-ready first, until none can start (work-conserving: a message
+    /// to a busy receiver does not hold up the sender's later messages to free ones).
+    fn dispatch(&mut self, now: f64) {
+        let free = |m: &BTreeMap<usize, f64>, n: usize| m.get(&n).is_none_or(|&t| t <= now);
+        // Each free sender's first message to a free receiver, earliest-ready first; a sender
+        // whose candidate lost its receiver to an earlier message looks again.
+        let first = |queues: &BTreeMap<usize, VecDeque<Message>>,
+                     rx_free: &BTreeMap<usize, f64>,
+                     from: usize|
+         -> Option<(u64, usize)> {
+            queues.get(&from).and_then(|q| {
+                q.iter()
+                    .enumerate()
+                    .find(|(_, m)| free(rx_free, m.to))
+                    .map(|(i, m)| (m.seq, i))
+            })
+        };
+        let mut heap: BinaryHeap<std::cmp::Reverse<(u64, usize, usize)>> = self
+            .queues
+            .keys()
+            .filter(|&&from| free(&self.tx_free, from))
+            .filter_map(|&from| {
+                first(&self.queues, &self.rx_free, from)
+                    .map(|(seq, i)| std::cmp::Reverse((seq, from, i)))
+            })
+            .collect();
+        while let Some(std::cmp::Reverse((_, from, i))) = heap.pop() {
+            let to = self.queues[&from][i].to;
+            if !free(&self.rx_free, to) {
+                if let Some((seq, i)) = first(&self.queues, &self.rx_free, from) {
+                    heap.push(std::cmp::Reverse((seq, from, i)));
+                }
+                continue;
+            }
+            let q = self.queues.get_mut(&from).expect("chosen from the queues");
+            let m = q.remove(i).expect("index found above");
+            if q.is_empty() {
+                self.queues.remove(&from);
+            }
+            let end = now + m.seconds;
+            self.tx_free.insert(from, end);
+            self.rx_free.insert(m.to, end);
+            self.push(end, Event::NicFree);
+            self.push(
+                end + self.net.latency_s,
+                Event::Arrive {
+                    p: m.p,
+                    e: m.e,
+                    slice: m.slice,
+                },
+            );
         }
     }
 }
@@ -403,8 +575,20 @@ pub fn random_stripe(
     Ok(data.into_iter().chain(parity).collect())
 }
 
+/// Every (node, chunk) the plan's operation must leave stored: each chunk on its node for an
+/// encode, `lost[i]` on `at[i]` for a repair.
+pub fn wanted(plan: &Plan) -> Vec<(usize, usize)> {
+    match &plan.operation {
+        crate::plan::Operation::Encode => (0..plan.n).map(|c| (plan.placement[c], c)).collect(),
+        crate::plan::Operation::Repair { lost, at } => {
+            at.iter().copied().zip(lost.iter().copied()).collect()
+        }
+    }
+}
+
 /// Runs the plan on a random stripe (seeded) and checks that every chunk it stores equals the
-/// codec's: the lost chunks of a repair, every chunk of an encode. Encode starts from the
+/// codec's and that every chunk the operation wants ([`wanted`]: the lost chunks at their
+/// targets, or every chunk of an encode on its node) is among them. Encode starts from the
 /// data chunks alone; a repair from every chunk that was not lost.
 pub fn simulate_and_check(
     plan: &Plan,
@@ -424,6 +608,11 @@ pub fn simulate_and_check(
     for (&(node, chunk), bytes) in &result.outputs {
         if *bytes != stripe[chunk] {
             return Err(PlanError::WrongOutput { node, chunk });
+        }
+    }
+    for (node, chunk) in wanted(plan) {
+        if !result.outputs.contains_key(&(node, chunk)) {
+            return Err(PlanError::MissingOutput { node, chunk });
         }
     }
     Ok(result)
