@@ -5,22 +5,23 @@ use std::path::PathBuf;
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use codes::Code;
-use graph::model::Calibration;
+use graph::cluster::{ClusterSpec, ClusterSummary};
+use graph::model::{Calibration, BUILTIN_CALIBRATION_PATH};
 use graph::sim::NetConfig;
 use graph::{build, PlanSpec, Request, Scheme, Target};
 
-/// The calibration file in the source tree, used unless `--calibration` names another.
-const DEFAULT_CALIBRATION: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../graph/calibration/default.json"
-);
-
-/// Network and compute constants: a calibration file, then flags over it.
+/// Network and compute constants: a calibration file (default: the one built in), or compute
+/// rates measured now, then flags over them.
 #[derive(Args, Debug)]
 pub struct CalibrationArgs {
-    /// Calibration file (JSON; see docs/plans.md).
-    #[arg(long, default_value = DEFAULT_CALIBRATION)]
-    calibration: PathBuf,
+    /// Calibration file (JSON; see docs/plans.md). Default: the built-in
+    /// crates/graph/calibration/default.json.
+    #[arg(long)]
+    calibration: Option<PathBuf>,
+    /// Measure the XOR and multiply-accumulate rates now, in this process, with the gf kernel
+    /// in use (a few milliseconds), instead of taking them from the calibration file.
+    #[arg(long)]
+    calibrate: bool,
     /// Override the NIC bandwidth, Gb/s.
     #[arg(long)]
     bandwidth_gbps: Option<f64>,
@@ -30,37 +31,88 @@ pub struct CalibrationArgs {
     /// Override the per-message cost, microseconds.
     #[arg(long)]
     overhead_us: Option<f64>,
+    /// Override the XOR rate, GB/s of source.
+    #[arg(long, conflicts_with = "calibrate")]
+    xor_gbyte_s: Option<f64>,
+    /// Override the GF(2^8) multiply-accumulate rate, GB/s of source.
+    #[arg(long, conflicts_with = "calibrate")]
+    mul_add_gbyte_s: Option<f64>,
+}
+
+/// The constants in use and a line saying where they come from.
+struct Loaded {
+    cal: Calibration,
+    line: String,
 }
 
 impl CalibrationArgs {
-    fn load(&self) -> Result<Calibration> {
-        let mut c = Calibration::load(&self.calibration)?;
-        if let Some(b) = self.bandwidth_gbps {
-            c.bandwidth_gbit_s = b;
+    fn load(&self) -> Result<Loaded> {
+        let (mut c, origin) = match &self.calibration {
+            Some(path) => (Calibration::load(path)?, path.display().to_string()),
+            None => (
+                Calibration::builtin(),
+                format!("default ({BUILTIN_CALIBRATION_PATH})"),
+            ),
+        };
+        let mut notes = Vec::new();
+        if self.calibrate {
+            let rates = graph::model::measure_compute(256 << 10, 16, 5);
+            c.xor_gbyte_s = rates.xor_gbyte_s;
+            c.mul_add_gbyte_s = rates.mul_add_gbyte_s;
+            c.kernel = rates.kernel;
+            c.description = format!(
+                "{}; compute rates measured now: {}",
+                c.description, rates.method
+            );
+            notes.push(format!("compute rates measured now ({})", rates.method));
+        } else if self.xor_gbyte_s.is_none() || self.mul_add_gbyte_s.is_none() {
+            // Some compute rate still comes from the file: it must describe this kernel.
+            if let Some(warning) = c.kernel_mismatch() {
+                eprintln!("{warning}");
+            }
         }
-        if let Some(l) = self.latency_us {
-            c.latency_us = l;
-        }
-        if let Some(o) = self.overhead_us {
-            c.message_overhead_us = o;
+        for (flag, value, field) in [
+            (
+                "--bandwidth-gbps",
+                self.bandwidth_gbps,
+                &mut c.bandwidth_gbit_s,
+            ),
+            ("--latency-us", self.latency_us, &mut c.latency_us),
+            (
+                "--overhead-us",
+                self.overhead_us,
+                &mut c.message_overhead_us,
+            ),
+            ("--xor-gbyte-s", self.xor_gbyte_s, &mut c.xor_gbyte_s),
+            (
+                "--mul-add-gbyte-s",
+                self.mul_add_gbyte_s,
+                &mut c.mul_add_gbyte_s,
+            ),
+        ] {
+            if let Some(v) = value {
+                *field = v;
+                notes.push(format!("{flag} {v}"));
+            }
         }
         c.validate()
             .map_err(|reason| anyhow::anyhow!("bad calibration override: {reason}"))?;
-        Ok(c)
-    }
-
-    fn describe(&self, c: &Calibration) -> String {
-        format!(
-            "calibration: {} ({} Gb/s, latency {} us, {} us per message, xor {} GB/s, \
+        let with = if notes.is_empty() {
+            String::new()
+        } else {
+            format!(" with {}", notes.join(", "))
+        };
+        let line = format!(
+            "calibration: {origin}{with} ({} Gb/s, latency {} us, {} us per message, xor {} GB/s, \
              mul-add {} GB/s, kernel {})",
-            self.calibration.display(),
             c.bandwidth_gbit_s,
             c.latency_us,
             c.message_overhead_us,
             c.xor_gbyte_s,
             c.mul_add_gbyte_s,
             c.kernel
-        )
+        );
+        Ok(Loaded { cal: c, line })
     }
 }
 
@@ -79,35 +131,49 @@ pub struct PlanArgs {
     #[arg(long, value_delimiter = ',', required_unless_present = "encode")]
     lost: Vec<usize>,
     /// Rebuild the lost chunks on this node (default: the agent, node 0).
-    #[arg(long, conflicts_with = "in_place")]
+    #[arg(long, conflicts_with_all = ["in_place", "encode"])]
     at: Option<usize>,
     /// Rebuild each lost chunk on the node that held it.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "encode")]
     in_place: bool,
     /// Chunk size in bytes.
     #[arg(long)]
     chunk_bytes: usize,
-    /// Slice size in bytes (default: unsliced; ECPipe: 8 slices).
+    /// Slice size in bytes (default: unsliced; ECPipe repair: 8 slices).
     #[arg(long)]
     slice_bytes: Option<usize>,
-    /// TriEC repair: number of layer-2 aggregation vertices (default round(sqrt(helpers))).
+    /// TriEC repair only: number of layer-2 aggregation vertices (default
+    /// round(sqrt(helpers))).
     #[arg(long)]
     aggregators: Option<usize>,
-    /// Print the plan as Graphviz DOT only.
+    /// Print the plan as Graphviz DOT only (needs no calibration).
     #[arg(long, conflicts_with = "json")]
     dot: bool,
-    /// Print JSON: steps, max_fan_in, bytes_in, bytes_out, sim_time_s, model_time_s, the plan.
+    /// Print JSON: steps, max_fan_in, bytes_in, bytes_out, sim_time_s, model_time_s, the
+    /// model's terms per vertex, the plan.
     #[arg(long)]
     json: bool,
-    /// Seed of the random stripe the simulator runs the plan on.
+    /// Seed of the random stripe the simulator verifies the plan's bytes on.
     #[arg(long, default_value_t = 1)]
     seed: u64,
     #[command(flatten)]
     calibration: CalibrationArgs,
 }
 
+/// `--aggregators` means something for TriEC repair only.
+fn check_aggregators(aggregators: Option<usize>, scheme: Scheme, encode: bool) -> Result<()> {
+    if aggregators.is_some() && (scheme != Scheme::Triec || encode) {
+        bail!(
+            "--aggregators applies to triec repair only (the number of layer-2 aggregation \
+             vertices), not to {scheme} {}",
+            if encode { "encode" } else { "repair" }
+        );
+    }
+    Ok(())
+}
+
 pub fn plan(a: PlanArgs) -> Result<()> {
-    let cal = a.calibration.load()?;
+    check_aggregators(a.aggregators, a.scheme, a.encode)?;
     let request = if a.encode {
         Request::Encode
     } else {
@@ -128,13 +194,14 @@ pub fn plan(a: PlanArgs) -> Result<()> {
         print!("{}", build(&spec)?.to_dot());
         return Ok(());
     }
-    let report = graph::report::report(&spec, &cal.net(), a.seed)?;
+    let loaded = a.calibration.load()?;
+    let report = graph::report::report(&spec, &loaded.cal.net(), a.seed)?;
     if a.json {
         let mut v = report.json();
-        v["calibration"] = serde_json::to_value(&cal)?;
+        v["calibration"] = serde_json::to_value(&loaded.cal)?;
         println!("{}", serde_json::to_string_pretty(&v)?);
     } else {
-        println!("{}", a.calibration.describe(&cal));
+        println!("{}", loaded.line);
         print!("{}", report.text());
     }
     Ok(())
@@ -142,13 +209,27 @@ pub fn plan(a: PlanArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// Chunk sizes in bytes (comma-separated; default 128 B to 16 MiB).
+    /// Chunk sizes in bytes (comma-separated; default 128 B to 16 MiB, with --nodes 1 MiB).
     #[arg(long, value_delimiter = ',')]
     chunk_bytes: Vec<usize>,
     /// Codes (space-separated, e.g. `--codes rs:6,3 lrc:12,2,2`; default the papers' RS(3,2),
     /// (6,3), (12,4), LRC(4,2,2), (6,2,2), (12,2,2)).
     #[arg(long, num_args = 1..)]
     codes: Vec<Code>,
+    /// Simulate a cluster of this many nodes: the repairs of --stripes stripes at once,
+    /// placed with rotated placement, sharing every NIC.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// With --nodes: the stripes repaired at once (default: as many as nodes).
+    #[arg(long, requires = "nodes")]
+    stripes: Option<usize>,
+    /// With --nodes: the numbers of distinct requesters to compare (comma-separated; default
+    /// 1 and the number of stripes).
+    #[arg(long, value_delimiter = ',', requires = "nodes")]
+    requesters: Vec<usize>,
+    /// With --nodes: the chunks lost in every stripe (default 0).
+    #[arg(long, value_delimiter = ',', requires = "nodes")]
+    lost: Vec<usize>,
     /// Print JSON rows instead of a table.
     #[arg(long)]
     json: bool,
@@ -177,13 +258,21 @@ const MODEL_CODES: [&str; 6] = [
     "lrc:12,2,2",
 ];
 
+fn schemes_for(code: Code) -> [Scheme; 4] {
+    let own = match code {
+        Code::Rs { .. } => Scheme::Rs,
+        Code::Lrc { .. } => Scheme::Lrc,
+    };
+    [own, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec]
+}
+
 pub fn model(a: ModelArgs) -> Result<()> {
-    let cal = a.calibration.load()?;
-    let net: NetConfig = cal.net();
-    let sizes = if a.chunk_bytes.is_empty() {
-        MODEL_CHUNK_BYTES.to_vec()
-    } else {
-        a.chunk_bytes.clone()
+    let loaded = a.calibration.load()?;
+    let net: NetConfig = loaded.cal.net();
+    let sizes = match (a.chunk_bytes.is_empty(), a.nodes.is_some()) {
+        (false, _) => a.chunk_bytes.clone(),
+        (true, false) => MODEL_CHUNK_BYTES.to_vec(),
+        (true, true) => vec![1 << 20],
     };
     let codes: Vec<Code> = if a.codes.is_empty() {
         MODEL_CODES
@@ -196,25 +285,25 @@ pub fn model(a: ModelArgs) -> Result<()> {
     if sizes.contains(&0) {
         bail!("chunk sizes must be at least 1 byte");
     }
+    if let Some(nodes) = a.nodes {
+        return cluster(&a, &loaded, &net, nodes, &sizes, &codes);
+    }
     let mut rows = Vec::new();
     if !a.json {
-        println!("{}", a.calibration.describe(&cal));
+        println!("{}", loaded.line);
         println!(
             "# encode: one stripe from the agent; repair: chunk 0 lost, rebuilt at node 0. \
-             Times in microseconds; the simulator's time is data-independent and computed \
-             without bytes here (the tests run every plan on real bytes)."
+             Times in microseconds. model: the critical path of the primitives' alpha-beta \
+             terms; sim: the discrete-event simulator (without bytes here; the tests run every \
+             plan on real bytes)."
         );
         println!(
-            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>7}",
+            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>9}",
             "code", "scheme", "op", "chunk_B", "steps", "fan_in", "model_us", "sim_us", "model/sim"
         );
     }
     for &code in &codes {
-        let own = match code {
-            Code::Rs { .. } => Scheme::Rs,
-            Code::Lrc { .. } => Scheme::Lrc,
-        };
-        for scheme in [own, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec] {
+        for scheme in schemes_for(code) {
             for (op, request) in [
                 ("encode", Request::Encode),
                 (
@@ -229,17 +318,18 @@ pub fn model(a: ModelArgs) -> Result<()> {
                     let spec = PlanSpec::new(scheme, code, request.clone(), c);
                     let plan = build(&spec).with_context(|| format!("{scheme} {code} {op}"))?;
                     let acct = graph::account(&plan);
-                    let model = graph::model::predict(&plan, &acct, &net).time_s;
+                    let model = graph::model::predict_plan(&plan, &net).time_s;
                     let sim = graph::sim::simulate_time(&plan, &net);
                     if a.json {
                         rows.push(serde_json::json!({
                             "code": code.to_string(), "scheme": scheme, "op": op,
-                            "chunk_bytes": c, "steps": acct.steps, "max_fan_in": acct.max_fan_in,
+                            "chunk_bytes": c, "slice_bytes": plan.slice_bytes,
+                            "steps": acct.steps, "max_fan_in": acct.max_fan_in,
                             "model_time_s": model, "sim_time_s": sim,
                         }));
                     } else {
                         println!(
-                            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>7.3}",
+                            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>9.3}",
                             code.to_string(),
                             scheme.to_string(),
                             op,
@@ -251,6 +341,93 @@ pub fn model(a: ModelArgs) -> Result<()> {
                             model / sim
                         );
                     }
+                }
+            }
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    }
+    Ok(())
+}
+
+/// `inec model --nodes N`: many stripes' repairs on one simulated cluster.
+fn cluster(
+    a: &ModelArgs,
+    loaded: &Loaded,
+    net: &NetConfig,
+    nodes: usize,
+    sizes: &[usize],
+    codes: &[Code],
+) -> Result<()> {
+    let stripes = a.stripes.unwrap_or(nodes);
+    let requesters = if a.requesters.is_empty() {
+        let mut r = vec![1, stripes.min(nodes)];
+        r.dedup();
+        r
+    } else {
+        a.requesters.clone()
+    };
+    let lost = if a.lost.is_empty() {
+        vec![0]
+    } else {
+        a.lost.clone()
+    };
+    let mut rows: Vec<ClusterSummary> = Vec::new();
+    if !a.json {
+        println!("{}", loaded.line);
+        println!(
+            "# {stripes} stripes over {nodes} nodes (chunk i of stripe t on node (t+i) mod \
+             {nodes}), chunks {lost:?} of every stripe repaired at once; stripe t at requester \
+             t mod r. All repairs share every NIC (simulated, without bytes). throughput: bytes \
+             rebuilt per second; one_stripe: one repair alone."
+        );
+        println!(
+            "{:<11} {:<7} {:>10} {:>10} {:>14} {:>14} {:>12} {:>14} {:>14}",
+            "code",
+            "scheme",
+            "chunk_B",
+            "requesters",
+            "sim_us",
+            "one_stripe_us",
+            "GB/s",
+            "max_nic_in_B",
+            "max_nic_out_B"
+        );
+    }
+    for &code in codes {
+        for scheme in schemes_for(code) {
+            for &c in sizes {
+                for &r in &requesters {
+                    let spec = ClusterSpec {
+                        scheme,
+                        code,
+                        nodes,
+                        stripes,
+                        requesters: r,
+                        lost: lost.clone(),
+                        chunk_bytes: c,
+                        slice_bytes: None,
+                        aggregators: None,
+                    };
+                    let run = graph::cluster::run(&spec, net)
+                        .with_context(|| format!("{scheme} {code} {nodes} nodes"))?;
+                    let s = run.summary(&spec);
+                    if !a.json {
+                        println!(
+                            "{:<11} {:<7} {:>10} {:>10} {:>14.3} {:>14.3} {:>12.3} {:>14} {:>14}",
+                            s.code,
+                            s.scheme.to_string(),
+                            s.chunk_bytes,
+                            s.requesters,
+                            s.sim_time_s * 1e6,
+                            s.one_stripe_s * 1e6,
+                            s.throughput_gbyte_s,
+                            s.max_nic_in_bytes,
+                            s.max_nic_out_bytes
+                        );
+                    }
+                    rows.push(s);
                 }
             }
         }

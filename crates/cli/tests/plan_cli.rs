@@ -54,12 +54,17 @@ fn plan_json_reports_the_accounting_and_both_times() {
 
 #[test]
 fn plan_json_for_every_scheme_and_flag_overrides() {
-    for (scheme, code) in [
-        ("rs", "rs:12,4"),
-        ("lrc", "lrc:12,2,2"),
-        ("ppr", "lrc:12,2,2"),
-        ("ecpipe", "rs:12,4"),
-        ("triec", "rs:12,4"),
+    let c = 4096u64;
+    // Bytes into the requester (node 0) when chunks 0 and 1 are lost, from each scheme's
+    // definition: RS and LRC (0 and 1 share a group, so a global decode) read 12 chunks; PPR
+    // over 12 helpers has popcount(12) = 2 tree roots, each sending 2 partials; ECPipe runs 2
+    // chains; TriEC has round(sqrt(12)) = 3 aggregators, each sending 2 partials.
+    for (scheme, code, into_requester) in [
+        ("rs", "rs:12,4", 12 * c),
+        ("lrc", "lrc:12,2,2", 12 * c),
+        ("ppr", "rs:12,4", 4 * c),
+        ("ecpipe", "rs:12,4", 2 * c),
+        ("triec", "rs:12,4", 6 * c),
     ] {
         let v = json(&[
             "plan",
@@ -76,23 +81,48 @@ fn plan_json_for_every_scheme_and_flag_overrides() {
             "100",
             "--latency-us",
             "1",
+            "--xor-gbyte-s",
+            "20",
+            "--mul-add-gbyte-s",
+            "10",
         ]);
-        assert!(v["steps"].as_u64().unwrap() >= 1, "{scheme}");
-        assert!(v["sim_time_s"].as_f64().unwrap() > 0.0);
+        assert_eq!(v["bytes_in"]["0"], into_requester, "{scheme}");
+        // The simulator, counting the messages it sent, agrees with the accounting.
+        assert_eq!(v["sim_bytes_in"], v["bytes_in"], "{scheme}");
+        assert_eq!(v["sim_bytes_out"], v["bytes_out"], "{scheme}");
         assert_eq!(v["calibration"]["bandwidth_gbit_s"], 100.0);
-        let into: u64 = v["bytes_in"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|b| b.as_u64().unwrap())
+        assert_eq!(v["calibration"]["xor_gbyte_s"], 20.0);
+        assert_eq!(v["calibration"]["mul_add_gbyte_s"], 10.0);
+        let (sim, model) = (
+            v["sim_time_s"].as_f64().unwrap(),
+            v["model_time_s"].as_f64().unwrap(),
+        );
+        // The receiver's NIC bounds the simulation from below.
+        assert!(sim >= into_requester as f64 / 12.5e9, "{scheme}: {sim}");
+        let limit = if scheme == "ecpipe" { 0.25 } else { 0.15 };
+        assert!(
+            (model - sim).abs() / sim < limit,
+            "{scheme}: model {model} sim {sim}"
+        );
+        // The model's per-vertex terms: one entry per vertex, the requester's network alpha
+        // is what it receives over the bandwidth.
+        let vertices = v["model_vertices"].as_array().unwrap();
+        assert_eq!(
+            vertices.len(),
+            v["plan"]["vertices"].as_array().unwrap().len()
+        );
+        let requester_alpha: f64 = vertices
+            .iter()
+            .filter(|x| x["node"] == 0)
+            .map(|x| x["network_alpha_s_per_byte"].as_f64().unwrap())
             .sum();
-        let out: u64 = v["bytes_out"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|b| b.as_u64().unwrap())
-            .sum();
-        assert_eq!(into, out, "{scheme}: every byte sent is received");
+        let want = (into_requester / c) as f64 / 12.5e9;
+        assert!(
+            (requester_alpha - want).abs() < 1e-15,
+            "{scheme}: {requester_alpha}"
+        );
+        assert!(vertices.iter().any(|x| x["critical"] == true));
+
         let enc = json(&[
             "plan",
             "--scheme",
@@ -104,10 +134,13 @@ fn plan_json_for_every_scheme_and_flag_overrides() {
             "4096",
             "--json",
         ]);
+        // Every scheme's encode starts with the agent (node 0) sending the k data chunks or
+        // more; none is sliced unless asked.
         assert!(
             enc["bytes_out"]["0"].as_u64().unwrap() >= 12 * 4096,
             "{scheme}: agent sends data"
         );
+        assert_eq!(enc["slice_bytes"], 4096, "{scheme}");
     }
     let v = json(&[
         "plan",
@@ -127,6 +160,30 @@ fn plan_json_for_every_scheme_and_flag_overrides() {
     assert_eq!(v["max_fan_in"], 1);
 }
 
+/// The time at 1 GiB comes from the simulation without bytes; the bytes are verified on a
+/// 64 KiB copy (simulating 12 GiB of real bytes would not fit in memory).
+#[test]
+fn plan_at_one_gib_verifies_a_small_copy() {
+    let v = json(&[
+        "plan",
+        "--scheme",
+        "rs",
+        "--code",
+        "rs:12,4",
+        "--lost",
+        "0",
+        "--chunk-bytes",
+        "1073741824",
+        "--json",
+    ]);
+    assert_eq!(v["verified_chunk_bytes"], 65536);
+    assert_eq!(v["bytes_in"]["0"], 12u64 << 30);
+    let sim = v["sim_time_s"].as_f64().unwrap();
+    let closed = 12.0 * (1u64 << 30) as f64 / 1.25e9;
+    // k·c/B, plus the decode at the calibrated mul-add rate (about 3%).
+    assert!(sim > closed && (sim - closed) / closed < 0.05, "{sim}");
+}
+
 #[test]
 fn plan_text_dot_and_errors() {
     let out = inec(&[
@@ -142,10 +199,114 @@ fn plan_text_dot_and_errors() {
     ]);
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert!(text.starts_with("calibration: "));
+    assert!(
+        text.starts_with("calibration: default (crates/graph/calibration/default.json)"),
+        "{text}"
+    );
     assert!(text.contains("recv-ec"));
     assert!(text.contains("accounting: steps=6 max_fan_in=6"));
-    assert!(text.contains("model: ") && text.contains("simulated: "));
+    assert!(text.contains("model: alpha=") && text.contains("simulated: time="));
+    // The model's per-primitive lines: six helpers' sends and the requester's recv-ec.
+    let per_vertex: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("  v") && l.contains(" ns/B beta="))
+        .collect();
+    assert_eq!(per_vertex.len(), 7, "{text}");
+    assert!(per_vertex[6].contains("recv-ec") && per_vertex[6].contains("in=6 out=0"));
+
+    // Flags that mean nothing for the request are refused, not ignored.
+    for args in [
+        &["--scheme", "rs", "--encode", "--at", "3"][..],
+        &["--scheme", "rs", "--encode", "--in-place"][..],
+        &["--scheme", "ppr", "--lost", "0", "--aggregators", "2"][..],
+        &["--scheme", "triec", "--encode", "--aggregators", "2"][..],
+    ] {
+        let mut all = vec!["plan", "--code", "rs:6,3", "--chunk-bytes", "64"];
+        all.extend_from_slice(args);
+        let out = inec(&all);
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("cannot be used with") || err.contains("--aggregators applies to triec"),
+            "{args:?}: {err}"
+        );
+    }
+
+    // --dot needs no calibration, even a broken one.
+    let out = inec(&[
+        "plan",
+        "--scheme",
+        "ppr",
+        "--code",
+        "rs:6,3",
+        "--lost",
+        "0",
+        "--chunk-bytes",
+        "64",
+        "--dot",
+        "--calibration",
+        "/nonexistent/calibration.json",
+    ]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("digraph plan {"));
+
+    // Compute rates measured now, in this process, with this process's kernel.
+    let out = inec(&[
+        "plan",
+        "--scheme",
+        "ppr",
+        "--code",
+        "rs:6,3",
+        "--lost",
+        "0",
+        "--chunk-bytes",
+        "4096",
+        "--calibrate",
+    ]);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.lines()
+            .next()
+            .unwrap()
+            .contains("compute rates measured now"),
+        "{text}"
+    );
+
+    // A calibration measured with another kernel is used, with a warning.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cal.json");
+    std::fs::write(
+        &path,
+        r#"{"description": "test", "kernel": "some-other-kernel", "bandwidth_gbit_s": 25.0,
+            "latency_us": 5.0, "message_overhead_us": 1.0, "xor_gbyte_s": 8.0,
+            "mul_add_gbyte_s": 4.0}"#,
+    )
+    .unwrap();
+    let out = inec(&[
+        "plan",
+        "--scheme",
+        "rs",
+        "--code",
+        "rs:6,3",
+        "--lost",
+        "0",
+        "--chunk-bytes",
+        "4096",
+        "--calibration",
+        path.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("measured with kernel some-other-kernel"),
+        "{err}"
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        text.starts_with(&format!("calibration: {} (25 Gb/s", path.display())),
+        "{text}"
+    );
 
     let out = inec(&[
         "plan",
@@ -268,4 +429,59 @@ fn model_prints_every_scheme_and_code() {
     };
     assert!(t("ppr") < 0.6 * t("rs"));
     assert!(t("ecpipe") < t("ppr"));
+}
+
+#[test]
+fn model_explores_a_hundred_node_cluster() {
+    let v = json(&[
+        "model",
+        "--nodes",
+        "100",
+        "--stripes",
+        "100",
+        "--bandwidth-gbps",
+        "100",
+        "--codes",
+        "rs:6,3",
+        "--json",
+    ]);
+    let rows = v.as_array().unwrap();
+    // 4 schemes × (1 requester, 100 requesters).
+    assert_eq!(rows.len(), 8);
+    let get = |scheme: &str, r: u64| {
+        rows.iter()
+            .find(|x| x["scheme"] == scheme && x["requesters"] == r)
+            .unwrap_or_else(|| panic!("{scheme} {r}"))
+    };
+    for scheme in ["rs", "ppr", "ecpipe", "triec"] {
+        let one = get(scheme, 1);
+        let all = get(scheme, 100);
+        assert_eq!(one["nodes"], 100);
+        let (t1, t100) = (
+            one["throughput_gbyte_s"].as_f64().unwrap(),
+            all["throughput_gbyte_s"].as_f64().unwrap(),
+        );
+        assert!(t100 > 10.0 * t1, "{scheme}: {t1} vs {t100} GB/s");
+        // One requester's NIC (12.5 GB/s) bounds the throughput of everything sent to it.
+        let into = one["max_nic_in_bytes"].as_f64().unwrap();
+        let time = one["sim_time_s"].as_f64().unwrap();
+        assert!(time >= into / 12.5e9, "{scheme}");
+    }
+    let out = inec(&[
+        "model",
+        "--nodes",
+        "20",
+        "--codes",
+        "rs:3,2",
+        "--requesters",
+        "1,5",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("20 stripes over 20 nodes"), "{text}");
+    assert_eq!(text.lines().filter(|l| l.starts_with("rs:3,2")).count(), 8);
 }
