@@ -5,9 +5,10 @@
 //!   node's bandwidth (`NetConfig::bandwidth_bytes_s`, overridable per node; a link between two
 //!   nodes can be made slower still);
 //! - a message (one slice of one edge) occupies the sender's transmit side and the receiver's
-//!   receive side for `bytes / rate + message_overhead`, starting when both are free (messages
-//!   are taken in the order they become ready: FIFO, no preemption), and arrives `latency`
-//!   later;
+//!   receive side for `bytes / rate + message_overhead` and arrives `latency` later;
+//! - the NICs are work-conserving: whenever a side frees, every waiting message whose sender
+//!   and receiver are both free starts, earliest-ready first; a message to a busy receiver
+//!   does not hold up its sender's later messages to free receivers (no preemption);
 //! - an edge between two vertices on the same node costs nothing and moves no network bytes;
 //! - every node has one calculator that runs one computation at a time; computing a slice
 //!   costs `slice / xor_rate` per coefficient 1 and `slice / mul_add_rate` per other non-zero
@@ -16,7 +17,9 @@
 //!   its outputs as soon as it is computed (coherent, pipelined execution).
 //!
 //! The bytes are real: the simulator runs the `gf` kernels on the chunks given to it, so its
-//! outputs can be compared with the codec's.
+//! outputs can be compared with the codec's. [`simulate_timing`] runs the same schedule
+//! without bytes, and [`simulate_many`] runs several plans at once on one cluster, sharing
+//! every NIC and calculator.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, VecDeque};
