@@ -1,7 +1,7 @@
 //! Builders: the plan of every scheme for encode and for repair.
 //!
 //! A builder describes each vertex's outputs as rows over *source buffers* (its local chunks
-//! and the buffers it receives); [`Builder::finish`] then simplifies (an output that is just
+//! and the buffers it receives); `Builder::finish` then simplifies (an output that is just
 //! one source with coefficient 1 is not computed: the source is sent as it is), numbers the
 //! calculator columns, derives every buffer's stripe combination and lowers every vertex to
 //! its primitive.
