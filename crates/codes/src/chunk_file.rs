@@ -37,6 +37,10 @@ pub const HEADER_BYTES: usize = 64;
 pub const RECORD_TRAILER_BYTES: usize = 4;
 /// Largest `chunk_bytes` a header may carry (1 GiB).
 pub const MAX_CHUNK_BYTES: usize = 1 << 30;
+/// Largest `file_bytes` a header may carry (1 EiB). With it every offset and size of a chunk
+/// file fits a u64 (at most 64 + 2^60 · 5 bytes for k = 1, `chunk_bytes` = 1), so the
+/// arithmetic of [`StripeLayout`] cannot overflow for a valid header, however it was crafted.
+pub const MAX_FILE_BYTES: u64 = 1 << 60;
 /// Bytes of the header covered by its own checksum (everything before the checksum field).
 const HEADER_CRC_OFFSET: usize = HEADER_BYTES - 4;
 
@@ -74,6 +78,8 @@ pub enum ChunkFileError {
     },
     #[error("chunk_bytes {chunk_bytes} out of range 1..={max}")]
     BadChunkBytes { chunk_bytes: usize, max: usize },
+    #[error("file_bytes {file_bytes} exceeds the limit of {max}")]
+    FileTooLarge { file_bytes: u64, max: u64 },
     #[error("code parameter {value} does not fit the header's 16-bit field")]
     ParameterTooLarge { value: usize },
     #[error("header says {stored} stripes, but {file_bytes} bytes in chunks of {chunk_bytes} with k = {k} make {expected}")]
@@ -151,6 +157,13 @@ impl ChunkHeader {
             return Err(ChunkFileError::BadChunkBytes {
                 chunk_bytes: self.chunk_bytes,
                 max: MAX_CHUNK_BYTES,
+            });
+        }
+        // The limit keeps the layout's arithmetic in range; the checked size is the proof.
+        if self.file_bytes > MAX_FILE_BYTES || self.layout().try_chunk_file_bytes().is_none() {
+            return Err(ChunkFileError::FileTooLarge {
+                file_bytes: self.file_bytes,
+                max: MAX_FILE_BYTES,
             });
         }
         Ok(())
@@ -308,7 +321,7 @@ impl StripeLayout {
     }
 
     fn stripe_capacity(&self) -> u64 {
-        self.k as u64 * self.chunk_bytes as u64
+        (self.k as u64).saturating_mul(self.chunk_bytes as u64)
     }
 
     /// Number of stripes (0 for an empty file).
@@ -329,22 +342,50 @@ impl StripeLayout {
         self.stripe_data_bytes(stripe_index).div_ceil(self.k)
     }
 
-    /// Offset of stripe `stripe_index`'s record in every chunk file of this layout.
+    /// Offset of stripe `stripe_index`'s record in every chunk file of this layout
+    /// (saturating at `u64::MAX` far beyond the last stripe of a valid header).
     pub fn record_offset(&self, stripe_index: u64) -> u64 {
         // Only the last stripe may be shorter, so every earlier record is full-sized.
-        HEADER_BYTES as u64 + stripe_index * (self.chunk_bytes as u64 + RECORD_TRAILER_BYTES as u64)
+        stripe_index
+            .saturating_mul(self.chunk_bytes as u64 + RECORD_TRAILER_BYTES as u64)
+            .saturating_add(HEADER_BYTES as u64)
     }
 
-    /// The exact length of a complete chunk file of this layout.
-    pub fn chunk_file_bytes(&self) -> u64 {
+    /// The exact length of a complete chunk file of this layout, or `None` if it does not
+    /// fit a u64 (never for a layout of a valid [`ChunkHeader`]).
+    pub fn try_chunk_file_bytes(&self) -> Option<u64> {
         let stripes = self.stripe_count();
         if stripes == 0 {
-            return HEADER_BYTES as u64;
+            return Some(HEADER_BYTES as u64);
         }
         let last = stripes - 1;
-        self.record_offset(last)
-            + self.stripe_chunk_bytes(last) as u64
-            + RECORD_TRAILER_BYTES as u64
+        last.checked_mul(self.chunk_bytes as u64 + RECORD_TRAILER_BYTES as u64)?
+            .checked_add(HEADER_BYTES as u64)?
+            .checked_add(self.stripe_chunk_bytes(last) as u64)?
+            .checked_add(RECORD_TRAILER_BYTES as u64)
+    }
+
+    /// The exact length of a complete chunk file of this layout (saturating at `u64::MAX`;
+    /// see [`StripeLayout::try_chunk_file_bytes`]).
+    pub fn chunk_file_bytes(&self) -> u64 {
+        self.try_chunk_file_bytes().unwrap_or(u64::MAX)
+    }
+
+    /// How many stripes have their complete record within the first `file_len` bytes of a
+    /// chunk file: the stripes a truncated file still holds (at most `stripe_count`).
+    pub fn complete_stripes(&self, file_len: u64) -> u64 {
+        let stripes = self.stripe_count();
+        if stripes == 0 || file_len < HEADER_BYTES as u64 {
+            return 0;
+        }
+        let record = self.chunk_bytes as u64 + RECORD_TRAILER_BYTES as u64;
+        let full = ((file_len - HEADER_BYTES as u64) / record).min(stripes - 1);
+        // Every stripe before the last has a full-sized record; the last may be shorter.
+        if full == stripes - 1 && file_len >= self.chunk_file_bytes() {
+            stripes
+        } else {
+            full
+        }
     }
 }
 
@@ -582,10 +623,10 @@ mod tests {
                 value: 1
             })
         );
-        assert!(matches!(
+        assert_eq!(
             edit(14, &[0, 0]),
-            Err(ChunkFileError::BadCode(CodeError::BadParameters { .. }))
-        ));
+            Err(ChunkFileError::BadCode(CodeError::NoDataChunks))
+        );
         assert!(matches!(
             edit(20, &[9, 0]),
             Err(ChunkFileError::ChunkIndexOutOfRange { index: 9, n: 9, .. })
@@ -657,6 +698,68 @@ mod tests {
         assert_eq!(odd.record_offset(40), 64 + 40 * 4100);
         assert_eq!(odd.chunk_file_bytes(), 64 + 40 * 4100 + 2828 + 4);
         assert_eq!(odd.stripe_data_bytes(41), 0);
+    }
+
+    /// A header with a valid checksum and k = 1, m = 1, chunk_bytes = 1, file_bytes = 2^63
+    /// used to overflow `record_offset` (a panic in debug builds) and make `inec verify` walk
+    /// 2^63 stripes in release builds.
+    #[test]
+    fn crafted_header_with_huge_file_bytes_is_refused() {
+        let code = Code::rs(1, 1).unwrap();
+        let small = ChunkHeader::new(code, 0, 1, 1, 0).unwrap();
+        for file_bytes in [1u64 << 63, MAX_FILE_BYTES + 1, u64::MAX] {
+            let mut b = small.to_bytes();
+            b[32..40].copy_from_slice(&file_bytes.to_le_bytes());
+            // The stripe count is consistent (k · chunk_bytes = 1), so only the limit refuses it.
+            b[40..48].copy_from_slice(&file_bytes.to_le_bytes());
+            reseal(&mut b);
+            assert_eq!(
+                ChunkHeader::parse(&b),
+                Err(ChunkFileError::FileTooLarge {
+                    file_bytes,
+                    max: MAX_FILE_BYTES
+                })
+            );
+            assert!(matches!(
+                ChunkHeader::new(code, 0, 1, file_bytes, 0),
+                Err(ChunkFileError::FileTooLarge { .. })
+            ));
+        }
+        // The limit itself is accepted, and its chunk file size fits with room to spare.
+        let edge = ChunkHeader::new(code, 0, 1, MAX_FILE_BYTES, 0).unwrap();
+        assert_eq!(ChunkHeader::parse(&edge.to_bytes()), Ok(edge));
+        assert_eq!(
+            edge.layout().try_chunk_file_bytes(),
+            Some(64 + MAX_FILE_BYTES * 5)
+        );
+        let layout = edge.layout();
+        assert_eq!(
+            layout.record_offset(MAX_FILE_BYTES - 1),
+            64 + (MAX_FILE_BYTES - 1) * 5
+        );
+        assert_eq!(layout.record_offset(u64::MAX), u64::MAX);
+        // An unvalidated layout saturates instead of wrapping.
+        let absurd = StripeLayout::new(1, 1, u64::MAX);
+        assert_eq!(absurd.try_chunk_file_bytes(), None);
+        assert_eq!(absurd.chunk_file_bytes(), u64::MAX);
+    }
+
+    #[test]
+    fn complete_stripes_of_truncated_files() {
+        // 41 stripes: 40 of 4100-byte records, the last of 2828 + 4.
+        let odd = StripeLayout::new(6, 4096, 1_000_003);
+        let full = odd.chunk_file_bytes();
+        assert_eq!(odd.complete_stripes(full), 41);
+        assert_eq!(odd.complete_stripes(full + 100), 41);
+        assert_eq!(odd.complete_stripes(full - 1), 40);
+        assert_eq!(odd.complete_stripes(64 + 40 * 4100), 40);
+        assert_eq!(odd.complete_stripes(64 + 4100), 1);
+        assert_eq!(odd.complete_stripes(64 + 4099), 0);
+        assert_eq!(odd.complete_stripes(10), 0);
+        assert_eq!(StripeLayout::new(4, 100, 0).complete_stripes(1000), 0);
+        // Huge headers: one step, no loop.
+        let huge = StripeLayout::new(1, 1, MAX_FILE_BYTES);
+        assert_eq!(huge.complete_stripes(64 + 5 * 3), 3);
     }
 
     #[test]

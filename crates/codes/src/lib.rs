@@ -95,8 +95,70 @@ pub enum Code {
 /// Errors of this crate. Messages are lowercase and name the value and the limit.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CodeError {
-    #[error("bad code parameters: {reason}")]
-    BadParameters { reason: String },
+    /// More chunks per stripe than GF(2^8) allows. `n` is exact (k + parity computed without
+    /// overflow), so it is the count asked for even for absurd parameters.
+    #[error("{n} chunks per stripe, at most {max} in gf(2^8)")]
+    TooManyChunks { n: u128, max: usize },
+    /// k = 0.
+    #[error("k = 0: a stripe needs at least 1 data chunk")]
+    NoDataChunks,
+    /// RS with m = 0.
+    #[error("m = 0: an rs stripe needs at least 1 parity chunk")]
+    NoParityChunks,
+    /// LRC with l = 0.
+    #[error("l = 0: an lrc needs at least 1 local group")]
+    NoLocalGroups,
+    /// LRC whose l does not divide k.
+    #[error("l = {l} does not divide k = {k}: local groups must be of equal size")]
+    GroupsDoNotDivide { k: usize, l: usize },
+    /// ISA-L `gf_gen_rs_matrix` is not MDS for (k, m): it is MDS for this m only up to
+    /// `max_k`; the parity `rows` × data `cols` submatrix is singular.
+    #[error(
+        "rs-vand:{k},{m}: isa-l gf_gen_rs_matrix is not mds for k = {k}, m = {m}: with m = {m} \
+         it is mds only up to k = {max_k} (parity rows {rows:?} × data columns {cols:?} are \
+         singular); use rs:{k},{m} (cauchy)"
+    )]
+    NotMds {
+        k: usize,
+        m: usize,
+        max_k: usize,
+        rows: Vec<usize>,
+        cols: Vec<usize>,
+    },
+    /// The exact MDS check of `gf_gen_rs_matrix` would exceed its work limit.
+    #[error(
+        "rs-vand:{k},{m}: cannot verify that isa-l gf_gen_rs_matrix is mds: checking its \
+         {minors} square submatrices exceeds the work limit of {limit} steps; use rs:{k},{m} \
+         (cauchy)"
+    )]
+    MdsCheckTooLarge {
+        k: usize,
+        m: usize,
+        minors: u128,
+        limit: u64,
+    },
+    /// A code string longer than [`MAX_CODE_STRING_BYTES`].
+    #[error("code string of {len} bytes is longer than the limit of {max}")]
+    CodeStringTooLong { len: usize, max: usize },
+    /// A code string without the `name:` prefix.
+    #[error(
+        "cannot parse {input:?} as a code: expected rs:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3"
+    )]
+    Unparsable { input: String },
+    /// A code name other than `rs`, `rs-vand` and `lrc`.
+    #[error("unknown code {name:?} in {input:?}: expected rs, rs-vand or lrc")]
+    UnknownCode { name: String, input: String },
+    /// A parameter that is not a non-negative integer.
+    #[error("{token:?} in {input:?} is not a non-negative integer")]
+    NotAnInteger { token: String, input: String },
+    /// The wrong number of parameters for the code name.
+    #[error("{name} takes {expected} parameters, {input:?} gives {found}")]
+    WrongParameterCount {
+        name: &'static str,
+        expected: usize,
+        found: usize,
+        input: String,
+    },
     #[error("too few chunks: have {have}, need {need}")]
     TooFewChunks { have: usize, need: usize },
     #[error("chunks of unequal length: chunk {index} has {len} bytes, expected {expected}")]
@@ -123,8 +185,19 @@ pub enum CodeError {
     },
 }
 
-fn bad(reason: String) -> CodeError {
-    CodeError::BadParameters { reason }
+impl CodeError {
+    /// Whether this error says the code's parameters (or its text) are invalid, as opposed
+    /// to a problem with the chunks handed to a valid code.
+    pub fn is_bad_parameters(&self) -> bool {
+        !matches!(
+            self,
+            CodeError::TooFewChunks { .. }
+                | CodeError::UnequalLengths { .. }
+                | CodeError::Unrecoverable { .. }
+                | CodeError::BadIndex { .. }
+                | CodeError::CountMismatch { .. }
+        )
+    }
 }
 
 impl Code {
@@ -152,45 +225,41 @@ impl Code {
     /// parser already do).
     pub fn validate(&self) -> Result<(), CodeError> {
         if self.k() == 0 {
-            return Err(bad(format!(
-                "{self}: k = 0, a stripe needs at least 1 data chunk"
-            )));
+            return Err(CodeError::NoDataChunks);
         }
-        let n = self.k().saturating_add(self.parity_count());
-        if n > MAX_CHUNKS {
-            return Err(bad(format!(
-                "{self}: {n} chunks per stripe, at most {MAX_CHUNKS} in GF(2^8)"
-            )));
+        // Exact even for parameters near usize::MAX, so the error names the real count.
+        let n: u128 = match *self {
+            Code::Rs { k, m, .. } => k as u128 + m as u128,
+            Code::Lrc { k, l, r } => k as u128 + l as u128 + r as u128,
+        };
+        if n > MAX_CHUNKS as u128 {
+            return Err(CodeError::TooManyChunks { n, max: MAX_CHUNKS });
         }
         match *self {
-            Code::Rs { m: 0, .. } => Err(bad(format!(
-                "{self}: m = 0, a stripe needs at least 1 parity chunk"
-            ))),
+            Code::Rs { m: 0, .. } => Err(CodeError::NoParityChunks),
             Code::Rs {
                 k,
                 m,
                 matrix: MatrixKind::Vandermonde,
             } => match matrices::vandermonde_verdict(k, m) {
                 VandermondeVerdict::Mds => Ok(()),
-                VandermondeVerdict::Singular { rows, cols, max_k } => Err(bad(format!(
-                    "{self}: ISA-L gf_gen_rs_matrix is not MDS for k = {k}, m = {m}: with \
-                     m = {m} it is MDS only up to k = {max_k} (parity rows {rows:?} × data \
-                     columns {cols:?} are singular); use rs:{k},{m} (Cauchy)"
-                ))),
-                VandermondeVerdict::TooLarge { minors } => Err(bad(format!(
-                    "{self}: cannot verify that ISA-L gf_gen_rs_matrix is MDS for k = {k}, \
-                     m = {m}: checking its {minors} square submatrices exceeds the work limit \
-                     of {} steps; use rs:{k},{m} (Cauchy)",
-                    matrices::VANDERMONDE_CHECK_LIMIT
-                ))),
+                VandermondeVerdict::Singular { rows, cols, max_k } => Err(CodeError::NotMds {
+                    k,
+                    m,
+                    max_k,
+                    rows,
+                    cols,
+                }),
+                VandermondeVerdict::TooLarge { minors } => Err(CodeError::MdsCheckTooLarge {
+                    k,
+                    m,
+                    minors,
+                    limit: matrices::VANDERMONDE_CHECK_LIMIT,
+                }),
             },
             Code::Rs { .. } => Ok(()),
-            Code::Lrc { l: 0, .. } => Err(bad(format!(
-                "{self}: l = 0, an lrc needs at least 1 local group"
-            ))),
-            Code::Lrc { k, l, .. } if k % l != 0 => Err(bad(format!(
-                "{self}: l = {l} does not divide k = {k}; local groups must be of equal size"
-            ))),
+            Code::Lrc { l: 0, .. } => Err(CodeError::NoLocalGroups),
+            Code::Lrc { k, l, .. } if k % l != 0 => Err(CodeError::GroupsDoNotDivide { k, l }),
             Code::Lrc { .. } => Ok(()),
         }
     }
@@ -237,13 +306,15 @@ impl Code {
     }
 
     /// For LRC: the local group of a data chunk or local parity (None for global parity);
-    /// for RS: None.
+    /// for RS: None. Meaningful for a valid code (see [`Code::validate`]).
     pub fn group_of(&self, index: usize) -> Option<usize> {
         match *self {
             Code::Rs { .. } => None,
             Code::Lrc { k, l, .. } => {
                 if index < k {
-                    Some(index / (k / l.max(1)).max(1))
+                    // Groups hold k / l consecutive data chunks (l divides k); an invalid
+                    // l = 0 or l > k has no groups rather than a division by zero.
+                    k.checked_div(l).and_then(|size| index.checked_div(size))
                 } else if index < k + l {
                     Some(index - k)
                 } else {
@@ -292,54 +363,57 @@ impl FromStr for Code {
     /// Parses `rs:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (surrounding spaces allowed), then checks
     /// the parameters as the constructors do.
     fn from_str(s: &str) -> Result<Code, CodeError> {
-        const EXPECTED: &str = "expected rs:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3";
         if s.len() > MAX_CODE_STRING_BYTES {
-            return Err(bad(format!(
-                "code string of {} bytes is longer than the limit of {MAX_CODE_STRING_BYTES}",
-                s.len()
-            )));
+            return Err(CodeError::CodeStringTooLong {
+                len: s.len(),
+                max: MAX_CODE_STRING_BYTES,
+            });
         }
         let text = s.trim();
         let Some((name, params)) = text.split_once(':') else {
-            return Err(bad(format!("{text:?} has no ':'; {EXPECTED}")));
+            return Err(CodeError::Unparsable {
+                input: text.to_string(),
+            });
         };
         let numbers = params
             .split(',')
             .map(|p| {
                 let p = p.trim();
-                p.parse::<usize>().map_err(|_| {
-                    bad(format!(
-                        "{p:?} in {text:?} is not a non-negative integer; {EXPECTED}"
-                    ))
+                p.parse::<usize>().map_err(|_| CodeError::NotAnInteger {
+                    token: p.to_string(),
+                    input: text.to_string(),
                 })
             })
             .collect::<Result<Vec<usize>, CodeError>>()?;
-        let arity = |want: usize, names: &str| -> Result<(), CodeError> {
-            if numbers.len() == want {
+        let arity = |name: &'static str, expected: usize| -> Result<(), CodeError> {
+            if numbers.len() == expected {
                 Ok(())
             } else {
-                Err(bad(format!(
-                    "{name} takes {want} parameters ({names}), {text:?} gives {}",
-                    numbers.len()
-                )))
+                Err(CodeError::WrongParameterCount {
+                    name,
+                    expected,
+                    found: numbers.len(),
+                    input: text.to_string(),
+                })
             }
         };
         match name.trim() {
             "rs" => {
-                arity(2, "k,m")?;
+                arity("rs", 2)?;
                 Code::rs(numbers[0], numbers[1])
             }
             "rs-vand" => {
-                arity(2, "k,m")?;
+                arity("rs-vand", 2)?;
                 Code::rs_with(numbers[0], numbers[1], MatrixKind::Vandermonde)
             }
             "lrc" => {
-                arity(3, "k,l,r")?;
+                arity("lrc", 3)?;
                 Code::lrc(numbers[0], numbers[1], numbers[2])
             }
-            other => Err(bad(format!(
-                "unknown code {other:?} in {text:?}; {EXPECTED}"
-            ))),
+            other => Err(CodeError::UnknownCode {
+                name: other.to_string(),
+                input: text.to_string(),
+            }),
         }
     }
 }
@@ -611,14 +685,23 @@ impl Codec {
     /// local-parity loss reads its group only; otherwise k chunks, preferring data chunks and
     /// then lower indices). Errors if unrecoverable.
     ///
-    /// The result is sorted ascending. Wanted chunks that are available are read (and copied)
-    /// rather than rebuilt; if every wanted chunk is available the result is `wanted` itself.
-    /// For LRC, when every missing wanted chunk is a data chunk or local parity whose group has
-    /// no other loss, the result is the union of those groups' survivors (plus the available
-    /// wanted chunks). Otherwise it is the first k available chunks that are independent
-    /// (greedy by rank in ascending index order: data, then local, then global parities); and
-    /// if the survivors have rank below k but still span the wanted chunks (an LRC whose other
-    /// groups are damaged), the greedy basis pruned of every chunk not needed.
+    /// The result is sorted ascending and contains every wanted chunk that is available: such
+    /// a chunk is read and copied (the calculator of [`Codec::decoder`] gives it coefficient
+    /// 1), never rebuilt. If every wanted chunk is available the result is `wanted` itself.
+    /// Besides those, it holds as few chunks as possible that, together with them, span the
+    /// missing wanted chunks:
+    /// - RS: the available wanted chunks, filled up to k with the lowest other available
+    ///   indices (data first); only the available wanted chunks if there are k or more.
+    /// - LRC, when every missing wanted chunk is a data chunk or local parity whose group has
+    ///   no other loss: the union of those groups' survivors, plus the available wanted
+    ///   chunks — unless the greedy set below is smaller (possible only when a wanted parity
+    ///   chunk is available).
+    /// - LRC otherwise: a greedy basis — the available wanted chunks first, then the other
+    ///   available chunks in ascending index order (data, then local, then global parities),
+    ///   each kept only if it raises the rank, until the rank is k; if the survivors have rank
+    ///   below k but still span the wanted chunks (an LRC whose other groups are damaged), that
+    ///   basis pruned of every chunk the wanted ones do not need.
+    ///
     /// Errors: [`CodeError::TooFewChunks`] if fewer than k chunks are available and the wanted
     /// chunks cannot be rebuilt, [`CodeError::Unrecoverable`] otherwise, and
     /// [`CodeError::BadIndex`] for an index ≥ n.
@@ -635,85 +718,70 @@ impl Codec {
             self.check_index(i)?;
             is_available[i] = true;
         }
+        let mut is_wanted = [false; MAX_CHUNKS];
         for &w in wanted {
             self.check_index(w)?;
+            is_wanted[w] = true;
         }
         let is_available = &is_available[..n];
-        if wanted.iter().all(|&w| is_available[w]) {
-            let mut want = wanted.to_vec();
-            want.sort_unstable();
-            want.dedup();
-            return Ok(want);
+        let is_wanted = &is_wanted[..n];
+        // Available wanted chunks: always read (and copied).
+        let forced = |i: usize| is_wanted[i] && is_available[i];
+        if (0..n).all(|i| !is_wanted[i] || is_available[i]) {
+            return Ok((0..n).filter(|&i| is_wanted[i]).collect());
         }
 
         if let Code::Rs { .. } = self.code {
-            // MDS: any k survivors are independent.
-            let reads: Vec<usize> = (0..n).filter(|&i| is_available[i]).take(k).collect();
-            return if reads.len() == k {
+            // MDS: any k chunks are independent, and fewer than k span no other chunk.
+            let forced_count = (0..n).filter(|&i| forced(i)).count();
+            let mut extra = k.saturating_sub(forced_count);
+            let reads: Vec<usize> = (0..n)
+                .filter(|&i| {
+                    if forced(i) {
+                        true
+                    } else if is_available[i] && extra > 0 {
+                        extra -= 1;
+                        true
+                    } else {
+                        false
+                    }
+                })
+                .collect();
+            return if extra == 0 {
                 Ok(reads)
             } else {
                 Err(self.unrecoverable(is_available))
             };
         }
 
-        let mut want = wanted.to_vec();
-        want.sort_unstable();
-        want.dedup();
-        let missing: Vec<usize> = want.iter().copied().filter(|&w| !is_available[w]).collect();
-        if let Some(reads) = self.local_repair_set(is_available, &want, &missing) {
-            return Ok(reads);
-        }
-
-        // Greedy by rank in ascending order. Available data chunks are unit rows, always
-        // independent; a parity row raises the rank exactly when its restriction to the
-        // unread data columns does.
-        let unread: Vec<usize> = (0..k).filter(|&j| !is_available[j]).collect();
-        let mut reads: Vec<usize> = (0..k).filter(|&j| is_available[j]).collect();
-        let mut basis = Basis::new(unread.len(), 0);
-        let mut restricted = Vec::with_capacity(unread.len());
-        for i in (k..n).filter(|&i| is_available[i]) {
-            if basis.rank() == unread.len() {
-                break;
+        let missing: Vec<usize> = (0..n)
+            .filter(|&i| is_wanted[i] && !is_available[i])
+            .collect();
+        let local = self.local_repair_set(is_available, is_wanted, &missing);
+        let forced_parity = (k..n).any(forced);
+        match local {
+            // With no wanted parity among the reads, the local set is at most k chunks and
+            // the greedy one at least k: no need to build it.
+            Some(local) if !forced_parity => Ok(local),
+            Some(local) => {
+                let greedy = self.greedy_repair_set(is_available, is_wanted, &missing)?;
+                Ok(if greedy.len() < local.len() {
+                    greedy
+                } else {
+                    local
+                })
             }
-            let row = self.row(i);
-            restricted.clear();
-            restricted.extend(unread.iter().map(|&j| row[j]));
-            if basis.insert(&restricted, 0) {
-                reads.push(i);
-            }
+            None => self.greedy_repair_set(is_available, is_wanted, &missing),
         }
-        if basis.rank() == unread.len() {
-            return Ok(reads);
-        }
-        // Rank below k: the data is not recoverable, but the wanted chunks may be. Keep the
-        // greedy basis only if it spans them, then drop every chunk they do not need.
-        let spans_wanted = |set: &[usize]| {
-            let mut b = Basis::new(k, 0);
-            for &i in set {
-                b.insert(self.row(i), 0);
-            }
-            missing.iter().all(|&w| b.contains(self.row(w)))
-        };
-        if !spans_wanted(&reads) {
-            return Err(self.unrecoverable(is_available));
-        }
-        let mut pos = reads.len();
-        while pos > 0 {
-            pos -= 1;
-            let removed = reads.remove(pos);
-            if want.contains(&removed) || !spans_wanted(&reads) {
-                reads.insert(pos, removed);
-            }
-        }
-        Ok(reads)
     }
 
     /// LRC: the reads when every missing wanted chunk is a data chunk or local parity whose
-    /// group has no other loss (its group's survivors), else `None`.
+    /// group has no other loss (its group's survivors, plus the available wanted chunks),
+    /// else `None`.
     fn local_repair_set(
         &self,
         is_available: &[bool],
-        want: &[usize],
+        is_wanted: &[bool],
         missing: &[usize],
     ) -> Option<Vec<usize>> {
         let mut reads = vec![false; is_available.len()];
@@ -726,12 +794,85 @@ impl Codec {
                 reads[member] = true;
             }
         }
-        for &w in want {
-            if is_available[w] {
-                reads[w] = true;
-            }
+        for (i, read) in reads.iter_mut().enumerate() {
+            *read |= is_wanted[i] && is_available[i];
         }
         Some((0..reads.len()).filter(|&i| reads[i]).collect())
+    }
+
+    /// LRC: the greedy basis of [`Codec::repair_set`] (available wanted chunks first, then
+    /// ascending indices, until rank k), pruned when the survivors have rank below k.
+    fn greedy_repair_set(
+        &self,
+        is_available: &[bool],
+        is_wanted: &[bool],
+        missing: &[usize],
+    ) -> Result<Vec<usize>, CodeError> {
+        let (k, n) = (self.code.k(), self.code.n());
+        let forced = |i: usize| is_wanted[i] && is_available[i];
+        let mut reads: Vec<usize>;
+        let full_rank;
+        if (k..n).any(forced) {
+            // A wanted parity chunk is read anyway: let it stand in for data chunks.
+            let mut basis = Basis::new(k, 0);
+            reads = (0..n).filter(|&i| forced(i)).collect();
+            for &i in &reads {
+                basis.insert(self.row(i), 0);
+            }
+            for i in (0..n).filter(|&i| is_available[i] && !is_wanted[i]) {
+                if basis.rank() == k {
+                    break;
+                }
+                if basis.insert(self.row(i), 0) {
+                    reads.push(i);
+                }
+            }
+            full_rank = basis.rank() == k;
+            reads.sort_unstable();
+        } else {
+            // Available data chunks are unit rows, always independent; a parity row raises
+            // the rank exactly when its restriction to the unread data columns does.
+            let unread: Vec<usize> = (0..k).filter(|&j| !is_available[j]).collect();
+            reads = (0..k).filter(|&j| is_available[j]).collect();
+            let mut basis = Basis::new(unread.len(), 0);
+            let mut restricted = Vec::with_capacity(unread.len());
+            for i in (k..n).filter(|&i| is_available[i]) {
+                if basis.rank() == unread.len() {
+                    break;
+                }
+                let row = self.row(i);
+                restricted.clear();
+                restricted.extend(unread.iter().map(|&j| row[j]));
+                if basis.insert(&restricted, 0) {
+                    reads.push(i);
+                }
+            }
+            full_rank = basis.rank() == unread.len();
+        }
+        if full_rank {
+            return Ok(reads);
+        }
+        // Rank below k: the data is not recoverable, but the wanted chunks may be. Keep the
+        // greedy basis only if it spans them, then drop every chunk they do not need.
+        let spans_missing = |set: &[usize]| {
+            let mut b = Basis::new(k, 0);
+            for &i in set {
+                b.insert(self.row(i), 0);
+            }
+            missing.iter().all(|&w| b.contains(self.row(w)))
+        };
+        if !spans_missing(&reads) {
+            return Err(self.unrecoverable(is_available));
+        }
+        let mut pos = reads.len();
+        while pos > 0 {
+            pos -= 1;
+            let removed = reads.remove(pos);
+            if forced(removed) || !spans_missing(&reads) {
+                reads.insert(pos, removed);
+            }
+        }
+        Ok(reads)
     }
 
     /// A calculator that rebuilds `wanted` from exactly the chunks `inputs` (as returned by

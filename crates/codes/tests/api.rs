@@ -4,11 +4,10 @@ use std::sync::Arc;
 
 use codes::{Code, CodeError, Codec, Kernel, MatrixKind};
 
-fn reason(e: CodeError) -> String {
-    match e {
-        CodeError::BadParameters { reason } => reason,
-        other => panic!("expected bad parameters, got {other:?}"),
-    }
+fn parse_err(s: &str) -> CodeError {
+    let e = s.parse::<Code>().unwrap_err();
+    assert!(e.is_bad_parameters(), "{s}: {e:?}");
+    e
 }
 
 #[test]
@@ -40,29 +39,126 @@ fn parse_and_print_round_trip() {
 
 #[test]
 fn parse_errors_say_what_is_wrong() {
+    let text = |s: &str| s.to_string();
+    assert_eq!(
+        parse_err("rs6,3"),
+        CodeError::Unparsable {
+            input: text("rs6,3")
+        }
+    );
+    assert_eq!(
+        parse_err("foo:1,2"),
+        CodeError::UnknownCode {
+            name: text("foo"),
+            input: text("foo:1,2")
+        }
+    );
+    assert_eq!(
+        parse_err("rs:6"),
+        CodeError::WrongParameterCount {
+            name: "rs",
+            expected: 2,
+            found: 1,
+            input: text("rs:6")
+        }
+    );
+    assert!(matches!(
+        parse_err("lrc:12,2"),
+        CodeError::WrongParameterCount {
+            name: "lrc",
+            expected: 3,
+            found: 2,
+            ..
+        }
+    ));
+    assert_eq!(
+        parse_err("rs:a,3"),
+        CodeError::NotAnInteger {
+            token: text("a"),
+            input: text("rs:a,3")
+        }
+    );
+    assert!(matches!(parse_err("rs:-1,3"), CodeError::NotAnInteger { token, .. } if token == "-1"));
+    assert_eq!(parse_err("rs:0,3"), CodeError::NoDataChunks);
+    assert_eq!(parse_err("rs:6,0"), CodeError::NoParityChunks);
+    assert_eq!(
+        parse_err("rs:250,10"),
+        CodeError::TooManyChunks { n: 260, max: 256 }
+    );
+    assert_eq!(
+        parse_err("lrc:12,5,2"),
+        CodeError::GroupsDoNotDivide { k: 12, l: 5 }
+    );
+    assert_eq!(parse_err("lrc:12,0,2"), CodeError::NoLocalGroups);
+    assert!(matches!(
+        parse_err("rs-vand:22,4"),
+        CodeError::NotMds {
+            k: 22,
+            m: 4,
+            max_k: 21,
+            ..
+        }
+    ));
+    let long = format!("rs:{}", "1".repeat(100));
+    assert_eq!(
+        parse_err(&long),
+        CodeError::CodeStringTooLong { len: 103, max: 64 }
+    );
+}
+
+#[test]
+fn parameter_messages_name_the_value_and_the_limit() {
     let cases = [
-        ("rs6,3", "no ':'"),
-        ("foo:1,2", "unknown code \"foo\""),
-        ("rs:6", "rs takes 2 parameters"),
-        ("lrc:12,2", "lrc takes 3 parameters"),
+        ("rs6,3", "cannot parse \"rs6,3\" as a code: expected rs:K,M"),
+        ("foo:1,2", "unknown code \"foo\" in \"foo:1,2\""),
+        ("rs:6", "rs takes 2 parameters, \"rs:6\" gives 1"),
         (
             "rs:a,3",
             "\"a\" in \"rs:a,3\" is not a non-negative integer",
         ),
-        ("rs:-1,3", "is not a non-negative integer"),
-        ("rs:0,3", "k = 0"),
-        ("rs:6,0", "m = 0"),
-        ("rs:250,10", "260 chunks per stripe, at most 256"),
+        ("rs:0,3", "k = 0: a stripe needs at least 1 data chunk"),
+        (
+            "rs:6,0",
+            "m = 0: an rs stripe needs at least 1 parity chunk",
+        ),
+        ("rs:250,10", "260 chunks per stripe, at most 256 in gf(2^8)"),
         ("lrc:12,5,2", "l = 5 does not divide k = 12"),
-        ("lrc:12,0,2", "l = 0"),
-        ("rs-vand:22,4", "MDS only up to k = 21"),
+        ("lrc:12,0,2", "l = 0: an lrc needs at least 1 local group"),
     ];
     for (input, expect) in cases {
-        let msg = reason(input.parse::<Code>().unwrap_err());
-        assert!(msg.contains(expect), "{input}: {msg:?} lacks {expect:?}");
+        let msg = parse_err(input).to_string();
+        assert!(msg.starts_with(expect), "{input}: {msg:?} lacks {expect:?}");
+        assert!(!msg.starts_with(char::is_uppercase), "{msg}");
     }
-    let long = format!("rs:{}", "1".repeat(100));
-    assert!(reason(long.parse::<Code>().unwrap_err()).contains("limit of 64"));
+    let msg = parse_err("rs-vand:22,4").to_string();
+    assert!(msg.starts_with("rs-vand:22,4: "), "{msg}");
+    assert!(msg.contains("not mds for k = 22, m = 4"), "{msg}");
+    assert!(msg.contains("mds only up to k = 21"), "{msg}");
+    assert!(msg.contains("use rs:22,4 (cauchy)"), "{msg}");
+}
+
+/// `k + m` used to saturate at usize::MAX, so the error reported the wrong chunk count.
+#[test]
+fn too_many_chunks_reports_the_exact_count_for_huge_k() {
+    let e = Code::rs(usize::MAX, 1).unwrap_err();
+    assert_eq!(
+        e,
+        CodeError::TooManyChunks {
+            n: usize::MAX as u128 + 1,
+            max: 256
+        }
+    );
+    assert!(e
+        .to_string()
+        .starts_with("18446744073709551616 chunks per stripe"));
+    let e = Code::lrc(usize::MAX, usize::MAX, usize::MAX).unwrap_err();
+    assert_eq!(
+        e,
+        CodeError::TooManyChunks {
+            n: 3 * usize::MAX as u128,
+            max: 256
+        }
+    );
 }
 
 #[test]
@@ -70,23 +166,39 @@ fn parameter_limits() {
     assert!(Code::rs(1, 1).is_ok());
     assert!(Code::rs(255, 1).is_ok());
     assert!(Code::rs(128, 128).is_ok());
-    assert!(reason(Code::rs(200, 57).unwrap_err()).contains("257 chunks"));
+    assert_eq!(
+        Code::rs(200, 57),
+        Err(CodeError::TooManyChunks { n: 257, max: 256 })
+    );
     assert!(Code::lrc(252, 2, 2).is_ok());
-    assert!(reason(Code::lrc(252, 2, 3).unwrap_err()).contains("257 chunks"));
-    assert!(reason(Code::lrc(0, 1, 1).unwrap_err()).contains("k = 0"));
+    assert_eq!(
+        Code::lrc(252, 2, 3),
+        Err(CodeError::TooManyChunks { n: 257, max: 256 })
+    );
+    assert_eq!(Code::lrc(0, 1, 1), Err(CodeError::NoDataChunks));
     // A code built from the enum is checked by validate and by Codec::try_new.
     let bad = Code::Rs {
         k: 4,
         m: 0,
         matrix: MatrixKind::Cauchy,
     };
-    assert!(bad.validate().is_err());
-    assert!(Codec::try_new(bad, Kernel::reference(), 4).is_err());
+    assert_eq!(bad.validate(), Err(CodeError::NoParityChunks));
+    assert_eq!(
+        Codec::try_new(bad, Kernel::reference(), 4).unwrap_err(),
+        CodeError::NoParityChunks
+    );
+    // An invalid LRC built from the enum has no groups rather than dividing by zero.
+    assert_eq!(Code::Lrc { k: 4, l: 0, r: 1 }.group_of(1), None);
+    assert_eq!(Code::Lrc { k: 2, l: 4, r: 1 }.group_of(1), None);
 }
 
 #[test]
 fn vandermonde_refused_where_not_mds() {
     let vand = |k, m| Code::rs_with(k, m, MatrixKind::Vandermonde);
+    let max_k_of = |k, m| match vand(k, m) {
+        Err(CodeError::NotMds { max_k, .. }) => max_k,
+        other => panic!("rs-vand {k},{m}: expected NotMds, got {other:?}"),
+    };
     // m ≤ 3: MDS for any k that fits.
     for (k, m) in [(1, 1), (253, 3), (254, 2), (255, 1), (100, 3)] {
         assert!(vand(k, m).is_ok(), "rs-vand {k},{m}");
@@ -94,17 +206,13 @@ fn vandermonde_refused_where_not_mds() {
     // m = 4: MDS exactly up to k = 21.
     assert!(vand(21, 4).is_ok());
     assert!(vand(10, 4).is_ok());
-    let msg = reason(vand(22, 4).unwrap_err());
-    assert!(msg.starts_with("rs-vand:22,4: "), "{msg}");
-    assert!(msg.contains("not MDS for k = 22, m = 4"), "{msg}");
-    assert!(msg.contains("MDS only up to k = 21"), "{msg}");
-    assert!(msg.contains("use rs:22,4 (Cauchy)"), "{msg}");
+    assert_eq!(max_k_of(22, 4), 21);
     // Larger m: refused beyond the limit the exact check finds.
     assert!(vand(5, 5).is_ok());
-    assert!(reason(vand(6, 5).unwrap_err()).contains("MDS only up to k = 5"));
+    assert_eq!(max_k_of(6, 5), 5);
     assert!(vand(4, 8).is_ok());
-    assert!(reason(vand(12, 8).unwrap_err()).contains("MDS only up to k = 4"));
-    assert!(reason(vand(200, 56).unwrap_err()).contains("MDS only up to k = 3"));
+    assert_eq!(max_k_of(12, 8), 4);
+    assert_eq!(max_k_of(200, 56), 3);
     // Cauchy has no such limit.
     assert!(Code::rs(200, 56).is_ok());
 }
