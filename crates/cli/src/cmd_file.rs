@@ -2,9 +2,13 @@
 //!
 //! The byte format lives in `codes::chunk_file` (specified in docs/chunk-format.md); this
 //! module is the I/O around it. Every loop works stripe by stripe with buffers of at most
-//! n · `chunk_bytes`, so memory does not grow with the file. Outputs are written under a
-//! temporary name in the target directory and renamed into place only when complete and
-//! checked, so a failed run never leaves a wrong file under the final name.
+//! n · `chunk_bytes` (n · `chunk_bytes` ≤ [`MAX_STRIPE_BUFFER_BYTES`] is enforced when the
+//! arguments are checked, and buffers are allocated fallibly, so a shortage is an error and
+//! not an abort), so memory does not grow with the file. Outputs are written under a
+//! temporary name holding the process id in the target directory and renamed into place only
+//! when complete and checked: a failed run removes its temporary files and never leaves a
+//! wrong file under the final name, and temporary files of a run that was killed are removed
+//! by the next run in that directory.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -12,13 +16,16 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, ensure, Context, Result};
+use anyhow::{anyhow, bail, ensure, Context, Result};
 use clap::{Args, ValueEnum};
 use codes::chunk_file::{
-    check_record, chunk_file_name, parse_chunk_file_name, stripe_crc32c, ChunkHeader, StripeLayout,
-    HEADER_BYTES, MAX_CHUNK_BYTES, RECORD_TRAILER_BYTES,
+    check_record, chunk_file_name, parse_chunk_file_name, stripe_crc32c, ChunkFileError,
+    ChunkHeader, StripeLayout, HEADER_BYTES, MAX_CHUNK_BYTES, RECORD_TRAILER_BYTES,
 };
 use codes::{Code, Codec, MatrixKind};
+
+/// Most memory the stripe buffers of `inec encode` may take: n · `chunk_bytes` (4 GiB).
+pub const MAX_STRIPE_BUFFER_BYTES: u64 = 4 << 30;
 
 /// Generator matrix of an RS code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -122,18 +129,31 @@ fn parse_chunk_bytes(s: &str) -> Result<usize, String> {
 }
 
 impl EncodeArgs {
-    fn code(&self) -> Result<Code> {
-        Ok(match (self.lrc, self.k, self.m) {
-            (Some(p), _, _) => Code::lrc(p.k, p.l, p.r)?,
+    /// The code and the chunk size, after checking the parameters and the memory limit, before
+    /// any file is touched.
+    fn checked(&self) -> Result<(Code, usize)> {
+        let code = match (self.lrc, self.k, self.m) {
+            (Some(p), _, _) => Code::lrc(p.k, p.l, p.r)
+                .with_context(|| format!("invalid --lrc {},{},{}", p.k, p.l, p.r))?,
             (None, Some(k), Some(m)) => {
                 let matrix = match self.matrix {
                     MatrixArg::Cauchy => MatrixKind::Cauchy,
                     MatrixArg::Vandermonde => MatrixKind::Vandermonde,
                 };
-                Code::rs_with(k, m, matrix)?
+                Code::rs_with(k, m, matrix).with_context(|| format!("invalid --k {k} --m {m}"))?
             }
             _ => bail!("give --k and --m, or --lrc K,L,R"),
-        })
+        };
+        let n = code.n();
+        let buffer_bytes = n as u64 * self.chunk_bytes as u64;
+        ensure!(
+            buffer_bytes <= MAX_STRIPE_BUFFER_BYTES,
+            "--chunk-bytes {} with {n} chunks per stripe ({code}) needs stripe buffers of \
+             {buffer_bytes} bytes, over the limit of {MAX_STRIPE_BUFFER_BYTES} bytes (4 GiB); \
+             use a smaller --chunk-bytes",
+            self.chunk_bytes
+        );
+        Ok((code, self.chunk_bytes))
     }
 }
 
@@ -176,22 +196,91 @@ fn read_full(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(filled)
 }
 
+/// A zeroed buffer, allocated fallibly: a shortage of memory is an error, not an abort.
+fn try_zeroed(len: usize, what: &str) -> Result<Vec<u8>> {
+    let mut v = Vec::new();
+    grow(&mut v, len, what)?;
+    Ok(v)
+}
+
+/// Grows `buf` to at least `len` bytes (zero-filled), fallibly.
+fn grow(buf: &mut Vec<u8>, len: usize, what: &str) -> Result<()> {
+    if buf.len() < len {
+        buf.try_reserve_exact(len - buf.len())
+            .map_err(|e| anyhow!("cannot allocate {len} bytes for {what}: {e}"))?;
+        buf.resize(len, 0);
+    }
+    Ok(())
+}
+
+/// The temporary name of a file being written by this process: `.{name}.{pid}.partial`.
+fn partial_name(name: &str) -> String {
+    format!(".{name}.{}.partial", std::process::id())
+}
+
+/// Whether process `pid` exists. Without `/proc` nothing can be known: assume it does.
+fn process_alive(pid: u32) -> bool {
+    let proc = Path::new("/proc");
+    !proc.join("self").exists() || proc.join(pid.to_string()).exists()
+}
+
+/// Removes the temporary files `.{name}.{pid}.partial` in `dir` for which `is_target(name)`
+/// holds and whose process no longer exists: what a run that was killed left behind. Running
+/// writers are left alone. With `pidless`, also `.{name}.partial` (the name encode used before
+/// temporary names carried the pid). Returns the names removed.
+fn remove_stale_partials(
+    dir: &Path,
+    pidless: bool,
+    is_target: impl Fn(&str) -> bool,
+) -> Result<Vec<String>> {
+    let mut removed = Vec::new();
+    for entry in fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))? {
+        let entry = entry?;
+        let file_name = entry.file_name();
+        let Some(full) = file_name.to_str() else {
+            continue;
+        };
+        let Some(inner) = full
+            .strip_prefix('.')
+            .and_then(|x| x.strip_suffix(".partial"))
+        else {
+            continue;
+        };
+        let stale = match inner.rsplit_once('.') {
+            Some((name, pid)) if pid.bytes().all(|b| b.is_ascii_digit()) => {
+                is_target(name) && pid.parse().is_ok_and(|pid| !process_alive(pid))
+            }
+            _ => pidless && is_target(inner),
+        };
+        if stale && entry.file_type()?.is_file() {
+            fs::remove_file(entry.path())
+                .with_context(|| format!("cannot remove {}", entry.path().display()))?;
+            removed.push(full.to_string());
+        }
+    }
+    Ok(removed)
+}
+
 pub fn encode(a: EncodeArgs) -> Result<()> {
-    let code = a.code()?;
+    let (code, chunk_bytes) = a.checked()?;
     let codec = Codec::new(code);
     let (k, n) = (code.k(), code.n());
-    let chunk_bytes = a.chunk_bytes;
 
     let mut input =
         File::open(&a.file).with_context(|| format!("cannot open {}", a.file.display()))?;
     let meta = input.metadata()?;
     ensure!(meta.is_file(), "{} is not a regular file", a.file.display());
     let file_bytes = meta.len();
-    let layout = StripeLayout::new(k, chunk_bytes, file_bytes);
-    // Check the header fields before writing anything.
+    // Check the header fields (file_bytes among them) before writing anything.
     ChunkHeader::new(code, n - 1, chunk_bytes, file_bytes, 0)?;
+    let layout = StripeLayout::new(k, chunk_bytes, file_bytes);
 
     let dir = &a.output;
+    ensure!(
+        !dir.exists() || dir.is_dir(),
+        "output {} exists and is not a directory",
+        dir.display()
+    );
     fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let existing = existing_chunk_files(dir)?;
     if !existing.is_empty() && !a.force {
@@ -202,22 +291,42 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
         );
     }
 
-    // Chunk files are written as `.chunk-NNN.partial`, with a zeroed header (no magic) until
-    // the content checksum is known; they get their names only once complete.
+    // The first stripe has the largest chunks: `chunk_bytes`, or less for a small file.
+    let buffer_chunk_bytes = layout.stripe_chunk_bytes(0);
+    let mut data = try_zeroed(k * buffer_chunk_bytes, "the data chunks of a stripe")?;
+    let mut parity = try_zeroed(
+        (n - k) * buffer_chunk_bytes,
+        "the parity chunks of a stripe",
+    )?;
+
+    let stale = remove_stale_partials(dir, true, |name| parse_chunk_file_name(name).is_some())?;
+    if !stale.is_empty() {
+        eprintln!(
+            "note: removed {} temporary file(s) of an interrupted encode: {}",
+            stale.len(),
+            name_list(stale.into_iter())
+        );
+    }
+
+    // Chunk files are written as `.chunk-NNN.<pid>.partial`, with a zeroed header (no magic)
+    // until the content checksum is known; they get their names only once complete.
     let mut partial = Partial::default();
     let mut writers = Vec::with_capacity(n);
+    let mut partial_paths = Vec::with_capacity(n);
     for i in 0..n {
-        let path = dir.join(format!(".{}.partial", chunk_file_name(i)));
-        let file =
-            File::create(&path).with_context(|| format!("cannot create {}", path.display()))?;
-        partial.add(path);
+        let path = dir.join(partial_name(&chunk_file_name(i)));
+        let file = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .with_context(|| format!("cannot create {}", path.display()))?;
+        partial.add(path.clone());
+        partial_paths.push(path);
         let mut w = BufWriter::with_capacity(1 << 16, file);
         w.write_all(&[0u8; HEADER_BYTES])?;
         writers.push(w);
     }
 
-    let mut data = vec![0u8; k * chunk_bytes];
-    let mut parity = vec![0u8; code.parity_count() * chunk_bytes];
     let mut content_crc = 0u32;
     for s in 0..layout.stripe_count() {
         let len = layout.stripe_data_bytes(s);
@@ -256,9 +365,8 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
         file.write_all(&header.to_bytes())?;
         file.sync_all()?;
     }
-    for i in 0..n {
-        let name = chunk_file_name(i);
-        fs::rename(dir.join(format!(".{name}.partial")), dir.join(&name))?;
+    for (i, path) in partial_paths.iter().enumerate() {
+        fs::rename(path, dir.join(chunk_file_name(i)))?;
     }
     partial.keep();
     // Chunk files of an earlier, wider encode would otherwise linger beside the new ones.
@@ -309,8 +417,9 @@ fn name_list(names: impl Iterator<Item = String>) -> String {
 /// One chunk index of the encoded file as found on disk.
 #[derive(Debug)]
 enum Source {
-    /// A file with a valid header of the chosen set.
-    Present { name: String, file: File },
+    /// A file with a valid header of the chosen set; `len` bounds what can be read from it
+    /// (records past it are missing without reading or allocating anything).
+    Present { name: String, file: File, len: u64 },
     /// No usable file; the reason says why (no file, bad header, …).
     Absent(String),
 }
@@ -424,7 +533,7 @@ fn scan(dir: &Path) -> Result<ChunkSet> {
                         len - expected_bytes
                     ));
                 }
-                Source::Present { name, file }
+                Source::Present { name, file, len }
             }
             None => Source::Absent(
                 bad.remove(&i)
@@ -455,29 +564,42 @@ fn majority(headers: &[(usize, PathBuf, ChunkHeader)]) -> Option<ChunkHeader> {
     best.map(|(_, h)| h)
 }
 
-/// Reads and checks the record of stripe `s` of chunk `index` into `buf`; returns the
-/// payload length or why the record is unusable.
+/// Reads and checks the record of stripe `s` of chunk `index` (a file of `file_len` bytes)
+/// into `buf`. The outer error is fatal (no memory); the inner one says why this record is
+/// unusable.
 fn read_record(
     file: &mut File,
+    file_len: u64,
     layout: &StripeLayout,
     index: usize,
     s: u64,
     buf: &mut Vec<u8>,
-) -> Result<usize, String> {
+) -> Result<Result<(), String>> {
     let c = layout.stripe_chunk_bytes(s);
-    if buf.len() < c + RECORD_TRAILER_BYTES {
-        buf.resize(c + RECORD_TRAILER_BYTES, 0);
+    let record_bytes = c + RECORD_TRAILER_BYTES;
+    let offset = layout.record_offset(s);
+    if offset.saturating_add(record_bytes as u64) > file_len {
+        return Ok(Err("file ends before this stripe".to_string()));
     }
-    let record = &mut buf[..c + RECORD_TRAILER_BYTES];
-    file.seek(SeekFrom::Start(layout.record_offset(s)))
-        .map_err(|e| format!("seek failed: {e}"))?;
-    let got = read_full(file, record).map_err(|e| format!("read failed: {e}"))?;
-    if got < record.len() {
-        return Err("file ends before this stripe".to_string());
-    }
-    check_record(index, s, record, c)
-        .map(|_| c)
-        .map_err(|e| e.to_string())
+    grow(buf, record_bytes, "a stripe record")?;
+    let record = &mut buf[..record_bytes];
+    let read = file
+        .seek(SeekFrom::Start(offset))
+        .and_then(|_| read_full(file, record));
+    Ok(match read {
+        Err(e) => Err(format!("read failed: {e}")),
+        Ok(got) if got < record_bytes => Err("file ends before this stripe".to_string()),
+        Ok(_) => match check_record(index, s, record, c) {
+            Ok(_) => Ok(()),
+            // The caller names the stripe and the chunk; say only what failed.
+            Err(ChunkFileError::StripeChecksum {
+                stored, computed, ..
+            }) => Err(format!(
+                "crc32c mismatch (stored {stored:#010x}, computed {computed:#010x})"
+            )),
+            Err(e) => Err(e.to_string()),
+        },
+    })
 }
 
 /// What one chunk looked like in one stripe.
@@ -497,21 +619,95 @@ struct Damage {
 
 impl Damage {
     fn record(&mut self, s: u64, why: String) {
-        self.count += 1;
+        self.record_run(s, 1, why);
+    }
+    /// `count` consecutive stripes from `s`, counted in one step.
+    fn record_run(&mut self, s: u64, count: u64, why: String) {
+        if count == 0 {
+            return;
+        }
+        self.count += count;
         if self.first.len() < 4 {
-            self.first.push((s, why));
+            let at = if count == 1 {
+                format!("stripe {s}")
+            } else {
+                format!("stripes {s}..{}", s + count)
+            };
+            self.first.push((s, format!("{at}: {why}")));
         }
     }
     fn describe(&self) -> String {
         let mut out = String::new();
-        for (s, why) in &self.first {
-            let _ = write!(out, "; stripe {s}: {why}");
+        for (_, why) in &self.first {
+            let _ = write!(out, "; {why}");
         }
         if self.count > self.first.len() as u64 {
             out.push_str("; …");
         }
         out
     }
+}
+
+/// Reads stripe `s` of chunk `i` into `bufs[i]` and says whether it can be used; damage is
+/// recorded against the chunk.
+fn load(
+    sources: &mut [Source],
+    damage: &mut [Damage],
+    layout: &StripeLayout,
+    s: u64,
+    i: usize,
+    bufs: &mut [Vec<u8>],
+) -> Result<State> {
+    Ok(match &mut sources[i] {
+        Source::Absent(why) => State::Bad(why.clone()),
+        Source::Present { file, len, .. } => {
+            match read_record(file, *len, layout, i, s, &mut bufs[i])? {
+                Ok(()) => State::Good,
+                Err(why) => {
+                    damage[i].record(s, why.clone());
+                    State::Bad(why)
+                }
+            }
+        }
+    })
+}
+
+/// Computes chunks `wanted` of one stripe (chunk size `c`) from chunks `inputs`, all in
+/// `bufs`; the two lists are disjoint.
+fn rebuild(
+    codec: &Codec,
+    bufs: &mut [Vec<u8>],
+    inputs: &[usize],
+    wanted: &[usize],
+    c: usize,
+) -> Result<()> {
+    let calculator = codec.decoder(inputs, wanted)?;
+    let mut outputs: Vec<Vec<u8>> = wanted
+        .iter()
+        .map(|&j| std::mem::take(&mut bufs[j]))
+        .collect();
+    for o in &mut outputs {
+        grow(o, c, "a rebuilt chunk")?;
+    }
+    {
+        let ins: Vec<&[u8]> = inputs.iter().map(|&i| &bufs[i][..c]).collect();
+        let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|o| &mut o[..c]).collect();
+        calculator.compute(&ins, &mut outs)?;
+    }
+    for (&j, o) in wanted.iter().zip(outputs) {
+        bufs[j] = o;
+    }
+    Ok(())
+}
+
+fn describe_bad(state: &[State]) -> String {
+    let mut out = String::new();
+    for (i, st) in state.iter().enumerate() {
+        if let State::Bad(why) = st {
+            let _ = write!(out, "\n  {}: {why}", chunk_file_name(i));
+        }
+    }
+    out
 }
 
 pub fn decode(a: DecodeArgs) -> Result<()> {
@@ -535,7 +731,10 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
 
     let out_path = &a.output;
     if out_path.is_dir() {
-        bail!("{} is a directory", out_path.display());
+        bail!(
+            "output {} is a directory; give the path of the file to write",
+            out_path.display()
+        );
     }
     let out_name = out_path
         .file_name()
@@ -546,7 +745,8 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
     };
-    let tmp_path = out_dir.join(format!(".{out_name}.{}.partial", std::process::id()));
+    remove_stale_partials(&out_dir, false, |name| name == out_name)?;
+    let tmp_path = out_dir.join(partial_name(&out_name));
     let mut partial = Partial::default();
     let tmp = OpenOptions::new()
         .write(true)
@@ -564,7 +764,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
         let c = layout.stripe_chunk_bytes(s);
         let mut state = vec![State::NotRead; n];
         for (j, st) in state.iter_mut().enumerate().take(k) {
-            *st = load(&mut set.sources, &mut damage, &layout, s, j, &mut bufs);
+            *st = load(&mut set.sources, &mut damage, &layout, s, j, &mut bufs)?;
         }
         let wanted: Vec<usize> = (0..k).filter(|&j| state[j] != State::Good).collect();
         if !wanted.is_empty() {
@@ -579,7 +779,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
                     })
                     .collect();
                 let inputs = codec.repair_set(&available, &wanted).map_err(|e| {
-                    anyhow::anyhow!(
+                    anyhow!(
                         "cannot decode stripe {s} of {}: {e}{}",
                         layout.stripe_count(),
                         describe_bad(&state)
@@ -588,7 +788,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
                 let mut all_good = true;
                 for &i in &inputs {
                     if state[i] == State::NotRead {
-                        state[i] = load(&mut set.sources, &mut damage, &layout, s, i, &mut bufs);
+                        state[i] = load(&mut set.sources, &mut damage, &layout, s, i, &mut bufs)?;
                     }
                     all_good &= state[i] == State::Good;
                 }
@@ -596,23 +796,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
                     break inputs;
                 }
             };
-            let mut outputs: Vec<Vec<u8>> = wanted
-                .iter()
-                .map(|&j| std::mem::take(&mut bufs[j]))
-                .collect();
-            for o in &mut outputs {
-                o.resize(o.len().max(c), 0);
-            }
-            {
-                let chunks: Vec<Option<&[u8]>> = (0..n)
-                    .map(|i| inputs.contains(&i).then(|| &bufs[i][..c]))
-                    .collect();
-                let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|o| &mut o[..c]).collect();
-                codec.reconstruct(&chunks, &wanted, &mut outs)?;
-            }
-            for (&j, o) in wanted.iter().zip(outputs) {
-                bufs[j] = o;
-            }
+            rebuild(&codec, &mut bufs, &inputs, &wanted, c)?;
             rebuilt_chunks += wanted.len() as u64;
         }
         let mut left = layout.stripe_data_bytes(s);
@@ -640,20 +824,30 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
     for (i, d) in damage.iter().enumerate() {
         if d.count > 0 {
             eprintln!(
-                "note: {}: {} corrupt stripe(s){}",
+                "note: {}: {} damaged stripe(s){}",
                 chunk_file_name(i),
                 d.count,
                 d.describe()
             );
         }
     }
+    let damaged_files = damage.iter().filter(|d| d.count > 0).count();
     let degraded = if absent.is_empty() && rebuilt_chunks == 0 {
         String::new()
     } else {
-        format!(
-            " ({} chunk file(s) unusable, {rebuilt_chunks} data chunk(s) rebuilt from parity)",
-            absent.len()
-        )
+        let mut parts = Vec::new();
+        if !absent.is_empty() {
+            parts.push(format!("{} chunk file(s) unusable", absent.len()));
+        }
+        if damaged_files > 0 {
+            parts.push(format!(
+                "{damaged_files} chunk file(s) with damaged stripes"
+            ));
+        }
+        parts.push(format!(
+            "{rebuilt_chunks} data chunk(s) rebuilt from parity"
+        ));
+        format!(" ({})", parts.join(", "))
     };
     println!(
         "decoded {} bytes of {code} from {} into {}{degraded}",
@@ -664,36 +858,11 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
     Ok(())
 }
 
-/// Reads stripe `s` of chunk `i` into `bufs[i]` and says whether it can be used; damage is
-/// recorded against the chunk.
-fn load(
-    sources: &mut [Source],
-    damage: &mut [Damage],
-    layout: &StripeLayout,
-    s: u64,
-    i: usize,
-    bufs: &mut [Vec<u8>],
-) -> State {
-    match &mut sources[i] {
-        Source::Absent(why) => State::Bad(why.clone()),
-        Source::Present { file, .. } => match read_record(file, layout, i, s, &mut bufs[i]) {
-            Ok(_) => State::Good,
-            Err(why) => {
-                damage[i].record(s, why.clone());
-                State::Bad(why)
-            }
-        },
-    }
-}
-
-fn describe_bad(state: &[State]) -> String {
-    let mut out = String::new();
-    for (i, st) in state.iter().enumerate() {
-        if let State::Bad(why) = st {
-            let _ = write!(out, "\n  {}: {why}", chunk_file_name(i));
-        }
-    }
-    out
+/// Stripes whose parity chunk disagrees with the parity of the stripe's data.
+#[derive(Debug, Default)]
+struct Mismatch {
+    count: u64,
+    first: Option<u64>,
 }
 
 pub fn verify(a: VerifyArgs) -> Result<()> {
@@ -701,7 +870,7 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
     let header = set.header;
     let code = header.code;
     let codec = Codec::new(code);
-    let n = code.n();
+    let (k, n) = (code.k(), code.n());
     let layout = header.layout();
     let stripes = layout.stripe_count();
     println!(
@@ -715,24 +884,81 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
     }
 
     let absent = set.absent();
+    // Stripes at or past `end` have no record in any file (every file is shorter): they are
+    // counted in one step, however many the header claims.
+    let held: Vec<u64> = set
+        .sources
+        .iter()
+        .map(|source| match source {
+            Source::Present { len, .. } => layout.complete_stripes(*len),
+            Source::Absent(_) => 0,
+        })
+        .collect();
+    let end = held.iter().copied().max().unwrap_or(0);
+
     let mut damage: Vec<Damage> = vec![Damage::default(); n];
-    let mut buf = Vec::new();
+    let mut bufs: Vec<Vec<u8>> = vec![Vec::new(); n];
+    let mut recomputed: Vec<Vec<u8>> = vec![Vec::new(); n - k];
+    let mut mismatch: Vec<Mismatch> = (0..n).map(|_| Mismatch::default()).collect();
     let mut lost_stripes = 0u64;
     let mut first_lost: Option<(u64, Vec<usize>)> = None;
-    for s in 0..stripes {
-        let mut erased = absent.clone();
-        for (i, source) in set.sources.iter_mut().enumerate() {
-            if let Source::Present { file, .. } = source {
-                if let Err(why) = read_record(file, &layout, i, s, &mut buf) {
-                    damage[i].record(s, why);
-                    erased.push(i);
-                }
-            }
+    let mut content_crc = 0u32;
+    for s in 0..end {
+        let c = layout.stripe_chunk_bytes(s);
+        let mut state = Vec::with_capacity(n);
+        for i in 0..n {
+            state.push(load(
+                &mut set.sources,
+                &mut damage,
+                &layout,
+                s,
+                i,
+                &mut bufs,
+            )?);
         }
-        erased.sort_unstable();
+        let erased: Vec<usize> = (0..n).filter(|&i| state[i] != State::Good).collect();
         if !codec.is_recoverable(&erased) {
             lost_stripes += 1;
             first_lost.get_or_insert((s, erased));
+            continue;
+        }
+        // Decode the data (without writing it) for the whole-file checksum.
+        let wanted: Vec<usize> = erased.iter().copied().filter(|&i| i < k).collect();
+        if !wanted.is_empty() {
+            let good: Vec<usize> = (0..n).filter(|&i| state[i] == State::Good).collect();
+            let inputs = codec.repair_set(&good, &wanted)?;
+            rebuild(&codec, &mut bufs, &inputs, &wanted, c)?;
+        }
+        let mut left = layout.stripe_data_bytes(s);
+        for buf in &bufs[..k] {
+            let take = left.min(c);
+            content_crc = crc32c::crc32c_append(content_crc, &buf[..take]);
+            left -= take;
+        }
+        // Re-encode and compare every parity chunk that was read.
+        for r in &mut recomputed {
+            grow(r, c, "a recomputed parity chunk")?;
+        }
+        {
+            let data: Vec<&[u8]> = bufs[..k].iter().map(|b| &b[..c]).collect();
+            let mut parity: Vec<&mut [u8]> = recomputed.iter_mut().map(|r| &mut r[..c]).collect();
+            codec.encode(&data, &mut parity)?;
+        }
+        for p in (k..n).filter(|&p| state[p] == State::Good) {
+            if bufs[p][..c] != recomputed[p - k][..c] {
+                let m = &mut mismatch[p];
+                m.count += 1;
+                m.first.get_or_insert(s);
+            }
+        }
+    }
+    if end < stripes {
+        lost_stripes += stripes - end;
+        first_lost.get_or_insert((end, (0..n).collect()));
+        for (i, source) in set.sources.iter().enumerate() {
+            if let Source::Present { .. } = source {
+                damage[i].record_run(end, stripes - end, "file ends before this stripe".into());
+            }
         }
     }
 
@@ -766,8 +992,12 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
             }
         }
     }
-    // A file whose header was also unreadable for a file of the chosen index is reported
-    // above; the whole-file pattern decides only for an empty file (no stripes).
+    println!(
+        "checked: the header and every stripe record's crc32c of each chunk file; the data \
+         decoded (not written) against the whole-file crc32c; each parity chunk read against \
+         the parity re-encoded from the stripe's data"
+    );
+    // The whole-file pattern decides only for an empty file (no stripes).
     let recoverable = lost_stripes == 0 && codec.is_recoverable(&absent);
     if !recoverable {
         let detail = match first_lost {
@@ -778,11 +1008,39 @@ pub fn verify(a: VerifyArgs) -> Result<()> {
         };
         bail!("not recoverable: too few good chunks for {code}{detail}");
     }
+    let mut inconsistent = Vec::new();
+    for (p, m) in mismatch.iter().enumerate() {
+        if let Some(first) = m.first {
+            inconsistent.push(format!(
+                "{} differs from the parity of the data in {} stripe(s), the first is stripe {first}",
+                chunk_file_name(p),
+                m.count
+            ));
+        }
+    }
+    if !inconsistent.is_empty() {
+        bail!(
+            "parity inconsistent with the data although every record checksum passed (written \
+             wrongly, or data and parity chunks of different encodes):\n  {}",
+            inconsistent.join("\n  ")
+        );
+    }
+    if content_crc != header.content_crc32c {
+        bail!(
+            "decoded data fails the whole-file check: crc32c {content_crc:#010x}, the chunk headers record {:#010x}",
+            header.content_crc32c
+        );
+    }
     if unusable == 0 {
-        println!("status: ok: all {n} chunk files intact");
+        println!(
+            "status: ok: all {n} chunk files intact, parity consistent, content crc32c {:#010x} matches",
+            header.content_crc32c
+        );
     } else {
         println!(
-            "status: degraded but recoverable: {unusable} of {n} chunk files missing or damaged; `inec decode` rebuilds the file"
+            "status: degraded but recoverable: {unusable} of {n} chunk files missing or damaged; \
+             the data decodes and matches its crc32c {:#010x}; `inec decode` rebuilds the file",
+            header.content_crc32c
         );
     }
     Ok(())

@@ -1,11 +1,15 @@
 //! `inec encode` / `decode` / `verify` run as the real binary on real files: sizes from empty
-//! to 256 MiB, chunk files deleted, truncated and bit-flipped, RS (both matrices) and LRC.
+//! to 256 MiB (under an address-space limit), chunk files deleted, truncated, bit-flipped and
+//! rewritten with valid checksums, crafted headers, RS (both matrices) and LRC.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
+
+use codes::chunk_file::{stripe_crc32c, ChunkHeader, MAX_FILE_BYTES};
+use codes::Code;
 
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};
@@ -244,12 +248,25 @@ fn bit_flips_are_detected_and_repaired_per_stripe() {
     }
     let o = c.decode_equals(&data);
     let o = text(&o);
-    assert!(o.contains("chunk-002: 1 corrupt stripe"), "{o}");
-    assert!(o.contains("crc32c mismatch"), "{o}");
+    assert!(
+        o.contains("chunk-002: 1 damaged stripe(s); stripe 7: crc32c mismatch"),
+        "{o}"
+    );
+    // Decode reads parity only where a data chunk is bad: chunks 4 and 5 (damaged in stripe
+    // 49 only) are not read at all.
+    assert!(
+        o.contains("(4 chunk file(s) with damaged stripes, 5 data chunk(s) rebuilt from parity)"),
+        "{o}"
+    );
+    assert!(!o.contains("unusable"), "{o}");
     let v = ok(&["verify", p(&dir)]);
     let v = text(&v);
     assert!(v.contains("chunk-000  corrupt: 2 of 50"), "{v}");
+    // Each stripe is named once, not again inside the reason.
+    assert!(v.contains("; stripe 30: crc32c mismatch (stored"), "{v}");
+    assert!(!v.contains("of chunk"), "{v}");
     assert!(v.contains("degraded but recoverable"), "{v}");
+    assert!(v.contains("the data decodes and matches its crc32c"), "{v}");
     // One more flip makes stripe 7 lose three chunks: not recoverable, and no output.
     flip_bit(&chunk(&dir, 0), payload_offset(1000, 7) + 3);
     let v = fails(&["verify", p(&dir)]);
@@ -278,7 +295,11 @@ fn corrupt_header_and_truncated_file_count_as_lost() {
     assert!(v.contains("chunk-001  corrupt header"), "{v}");
     assert!(v.contains("header checksum mismatch"), "{v}");
     assert!(v.contains("chunk-003: truncated"), "{v}");
-    c.decode_equals(&data);
+    let d = text(&c.decode_equals(&data));
+    assert!(
+        d.contains("(1 chunk file(s) unusable, 1 chunk file(s) with damaged stripes, "),
+        "{d}"
+    );
     // Losing one more chunk file leaves stripes 0 and 1 recoverable but not stripe 2.
     fs::remove_file(chunk(&dir, 6)).unwrap();
     let out = c.path("output");
@@ -394,6 +415,16 @@ fn chunk_file_of_another_encode_is_ignored() {
     );
 }
 
+/// Runs `args` expecting failure and a message holding every one of `expect`.
+#[track_caller]
+fn fails_with(args: &[&str], expect: &[&str]) {
+    let o = fails(args);
+    let t = text(&o);
+    for e in expect {
+        assert!(t.contains(e), "inec {args:?}: no {e:?} in\n{t}");
+    }
+}
+
 #[test]
 fn bad_arguments_are_refused() {
     let c = Case::new();
@@ -402,92 +433,315 @@ fn bad_arguments_are_refused() {
     let dir = c.path("chunks");
     let d = p(&dir);
     let i = p(&input);
-    fails(&["encode", i, "-o", d]);
-    fails(&["encode", i, "-o", d, "--k", "4"]);
-    fails(&[
-        "encode", i, "-o", d, "--k", "4", "--m", "2", "--lrc", "4,2,2",
-    ]);
-    fails(&["encode", i, "-o", d, "--lrc", "6,2"]);
-    fails(&[
-        "encode",
-        i,
-        "-o",
-        d,
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--chunk-bytes",
-        "0",
-    ]);
-    fails(&[
-        "encode",
-        i,
-        "-o",
-        d,
-        "--k",
-        "4",
-        "--m",
-        "2",
-        "--chunk-bytes",
-        "3XB",
-    ]);
+    let enc = |extra: &[&'static str]| -> Vec<&str> {
+        let mut v = vec!["encode", i, "-o", d];
+        v.extend_from_slice(extra);
+        v
+    };
+    fails_with(
+        &enc(&[]),
+        &["required arguments were not provided", "--k <K>"],
+    );
+    fails_with(&enc(&["--k", "4"]), &["--m <M>"]);
+    fails_with(
+        &enc(&["--k", "4", "--m", "2", "--lrc", "4,2,2"]),
+        &["cannot be used with"],
+    );
+    fails_with(&enc(&["--lrc", "6,2"]), &["expected K,L,R (three numbers)"]);
+    fails_with(
+        &enc(&["--k", "4", "--m", "2", "--chunk-bytes", "0"]),
+        &["chunk size 0 out of range 1..=1073741824 bytes"],
+    );
+    fails_with(
+        &enc(&["--k", "4", "--m", "2", "--chunk-bytes", "3XB"]),
+        &["unknown unit \"XB\""],
+    );
+    fails_with(
+        &enc(&["--k", "0", "--m", "2"]),
+        &[
+            "invalid --k 0 --m 2",
+            "k = 0: a stripe needs at least 1 data chunk",
+        ],
+    );
+    fails_with(
+        &enc(&["--k", "4", "--m", "300"]),
+        &[
+            "invalid --k 4 --m 300",
+            "304 chunks per stripe, at most 256",
+        ],
+    );
+    fails_with(
+        &enc(&["--lrc", "5,2,2"]),
+        &["invalid --lrc 5,2,2", "l = 2 does not divide k = 5"],
+    );
     // gf_gen_rs_matrix is not MDS for m = 4 beyond k = 21.
-    fails(&[
-        "encode",
-        i,
-        "-o",
-        d,
-        "--k",
-        "30",
-        "--m",
-        "4",
-        "--matrix",
-        "vandermonde",
-    ]);
-    fails(&[
-        "encode",
-        p(&c.path("absent")),
-        "-o",
-        d,
-        "--k",
-        "2",
-        "--m",
-        "1",
-    ]);
+    fails_with(
+        &enc(&["--k", "30", "--m", "4", "--matrix", "vandermonde"]),
+        &["not mds for k = 30, m = 4", "mds only up to k = 21"],
+    );
+    // n · chunk_bytes over the 4 GiB buffer limit: refused before anything is allocated.
+    fails_with(
+        &enc(&["--k", "200", "--m", "50", "--chunk-bytes", "1GiB"]),
+        &[
+            "needs stripe buffers of 268435456000 bytes",
+            "over the limit of 4294967296 bytes",
+        ],
+    );
+    fails_with(
+        &[
+            "encode",
+            p(&c.path("absent")),
+            "-o",
+            d,
+            "--k",
+            "2",
+            "--m",
+            "1",
+        ],
+        &["cannot open", "absent"],
+    );
+    // An output "directory" that is a regular file.
+    let plain = c.path("plain");
+    fs::write(&plain, b"not a directory").unwrap();
+    fails_with(
+        &["encode", i, "-o", p(&plain), "--k", "2", "--m", "1"],
+        &["exists and is not a directory"],
+    );
     assert!(!chunk(&dir, 0).exists());
+    assert!(!dir.exists() || hidden_files(&dir).is_empty());
+
+    // decode -o <dir>
+    let good = c.encode(b"some bytes", &["--k", "2", "--m", "1"]);
+    let out_dir = c.path("outdir");
+    fs::create_dir(&out_dir).unwrap();
+    fails_with(
+        &["decode", p(&good), "-o", p(&out_dir)],
+        &["is a directory; give the path of the file to write"],
+    );
+    assert_eq!(fs::read_dir(&out_dir).unwrap().count(), 0);
 }
 
-/// Runs the binary, polling its peak resident set (VmHWM of /proc/<pid>/status) until it
-/// exits. VmHWM only grows, so the last reading is the peak up to that moment.
-fn run_measuring_peak_rss(args: &[&str]) -> (Output, u64, Duration) {
-    let start = Instant::now();
-    let mut child = inec()
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let status_path = format!("/proc/{}/status", child.id());
-    let mut peak_kib = 0u64;
-    loop {
-        if let Ok(s) = fs::read_to_string(&status_path) {
-            if let Some(line) = s.lines().find(|l| l.starts_with("VmHWM:")) {
-                let kib: u64 = line
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|x| x.parse().ok())
-                    .unwrap_or(0);
-                peak_kib = peak_kib.max(kib);
-            }
-        }
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
+/// An encode killed before it finished leaves `.chunk-NNN.<pid>.partial` files; the next one
+/// removes them (and the pid-less names of older builds) but not those of a running encode.
+#[test]
+fn stale_partial_files_are_removed_by_the_next_run() {
+    let data = random_bytes(9_000, 13);
+    let c = Case::new();
+    let dir = c.path("chunks");
+    fs::create_dir(&dir).unwrap();
+    // No process has this pid: pids stay below 2^22 on Linux.
+    let dead = ".chunk-003.999999999.partial";
+    let old_style = ".chunk-001.partial";
+    let live = format!(".chunk-002.{}.partial", std::process::id());
+    for name in [dead, old_style, live.as_str(), ".unrelated.partial"] {
+        fs::write(dir.join(name), b"junk").unwrap();
     }
-    let out = child.wait_with_output().unwrap();
-    (out, peak_kib * 1024, start.elapsed())
+    let input = c.path("input");
+    fs::write(&input, &data).unwrap();
+    let o = ok(&["encode", p(&input), "-o", p(&dir), "--k", "3", "--m", "2"]);
+    let t = text(&o);
+    assert!(
+        t.contains("removed 2 temporary file(s) of an interrupted encode"),
+        "{t}"
+    );
+    let mut left = hidden_files(&dir);
+    left.sort();
+    assert_eq!(left, vec![live.clone(), ".unrelated.partial".to_string()]);
+    c.decode_equals(&data);
+
+    // The same for decode's temporary output.
+    let out = c.path("output");
+    let stale_out = c.path(".output.999999999.partial");
+    fs::write(&stale_out, b"junk").unwrap();
+    ok(&["decode", p(&dir), "-o", p(&out)]);
+    assert!(!stale_out.exists());
+    assert_eq!(fs::read(&out).unwrap(), data);
+}
+
+/// Encoding needs no memory beyond its stripe buffers: a failed allocation is reported as an
+/// error and leaves nothing behind (it used to abort and leave n partial files).
+#[test]
+fn allocation_failure_is_an_error_and_leaves_no_files() {
+    let c = Case::new();
+    let input = c.path("input");
+    // A sparse 64 MiB file: the first stripe uses full 16 MiB chunks, 9 · 16 MiB of buffers.
+    File::create(&input).unwrap().set_len(64 << 20).unwrap();
+    let dir = c.path("chunks");
+    let o = run_with_address_space_limit(
+        &[
+            "encode",
+            p(&input),
+            "-o",
+            p(&dir),
+            "--k",
+            "6",
+            "--m",
+            "3",
+            "--chunk-bytes",
+            "16MiB",
+        ],
+        ADDRESS_SPACE_LIMIT_BYTES,
+    );
+    assert!(!o.status.success(), "{}", text(&o));
+    assert!(text(&o).contains("cannot allocate"), "{}", text(&o));
+    assert_eq!(
+        fs::read_dir(&dir).unwrap().count(),
+        0,
+        "files left in {dir:?}"
+    );
+}
+
+/// Writes the chunk files of `code` for a crafted header claiming `file_bytes` bytes in
+/// 1-byte chunks, holding only the first `records` stripes (with valid checksums).
+fn write_crafted(dir: &Path, code: Code, file_bytes: u64, records: u64) {
+    fs::create_dir_all(dir).unwrap();
+    for i in 0..code.n() {
+        let mut bytes = ChunkHeader::new(code, i, 1, file_bytes, 0)
+            .unwrap()
+            .to_bytes()
+            .to_vec();
+        for s in 0..records {
+            let payload = [s as u8];
+            bytes.extend_from_slice(&payload);
+            bytes.extend_from_slice(&stripe_crc32c(i, s, &payload).to_le_bytes());
+        }
+        fs::write(chunk(dir, i), bytes).unwrap();
+    }
+}
+
+/// A header with a valid checksum claiming 2^63 bytes (k = 1, m = 1, 1-byte chunks) used to
+/// overflow in debug builds and make verify walk 2^63 stripes in release builds. Now such a
+/// header is refused, and the largest allowed one (2^60 stripes) over short files is judged
+/// at once: the stripes past the end of every file are counted in one step.
+#[test]
+fn crafted_huge_file_bytes_header_is_refused_or_judged_in_one_step() {
+    let c = Case::new();
+    let code = Code::rs(1, 1).unwrap();
+    let dir = c.path("huge");
+    write_crafted(&dir, code, MAX_FILE_BYTES, 2);
+    // Beyond the limit: rewrite file_bytes and stripe_count, reseal the header checksum.
+    let beyond = c.path("beyond");
+    write_crafted(&beyond, code, MAX_FILE_BYTES, 2);
+    for i in 0..2 {
+        let path = chunk(&beyond, i);
+        let mut b = fs::read(&path).unwrap();
+        b[32..40].copy_from_slice(&(1u64 << 63).to_le_bytes());
+        b[40..48].copy_from_slice(&(1u64 << 63).to_le_bytes());
+        let crc = crc32c::crc32c(&b[..60]);
+        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        fs::write(&path, b).unwrap();
+    }
+    let started = Instant::now();
+    fails_with(
+        &["verify", p(&beyond)],
+        &["file_bytes 9223372036854775808 exceeds the limit of 1152921504606846976"],
+    );
+    fails_with(
+        &["decode", p(&beyond), "-o", p(&c.path("out"))],
+        &["exceeds the limit"],
+    );
+    let lost = (MAX_FILE_BYTES - 2).to_string();
+    fails_with(
+        &["verify", p(&dir)],
+        &[
+            "not recoverable",
+            &format!("{lost} stripe(s) lost, the first is stripe 2"),
+            &format!("chunk-000  corrupt: {lost} of {MAX_FILE_BYTES} stripe(s) fail; stripes 2..{MAX_FILE_BYTES}: file ends before this stripe"),
+        ],
+    );
+    fails_with(
+        &["decode", p(&dir), "-o", p(&c.path("out"))],
+        &["cannot decode stripe 2 of 1152921504606846976"],
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(hidden_files(c.tmp.path()).is_empty());
+}
+
+/// Rewrites the payload byte at `at` of stripe `stripe` in chunk file `index` and reseals
+/// its record checksum, so only a check beyond the records can notice.
+fn rewrite_resealed(dir: &Path, index: usize, chunk_bytes: u64, stripe: u64, at: u64) {
+    let path = chunk(dir, index);
+    let mut b = fs::read(&path).unwrap();
+    let start = (HEADER_BYTES + stripe * (chunk_bytes + 4)) as usize;
+    let end = start + chunk_bytes as usize;
+    b[start + at as usize] ^= 0x40;
+    let crc = stripe_crc32c(index, stripe, &b[start..end]);
+    b[end..end + 4].copy_from_slice(&crc.to_le_bytes());
+    fs::write(&path, b).unwrap();
+}
+
+#[test]
+fn verify_decodes_and_checks_parity_and_content() {
+    let data = random_bytes(60_000, 14);
+    let args = ["--k", "4", "--m", "2", "--chunk-bytes", "1000"];
+    let c = Case::new();
+    let dir = c.encode(&data, &args);
+    let v = text(&ok(&["verify", p(&dir)]));
+    assert!(
+        v.contains("checked: the header and every stripe record's crc32c"),
+        "{v}"
+    );
+    assert!(
+        v.contains("status: ok: all 6 chunk files intact, parity consistent, content crc32c"),
+        "{v}"
+    );
+
+    // A parity record rewritten with a valid checksum: the records all pass, the parity
+    // check does not.
+    rewrite_resealed(&dir, 5, 1000, 3, 10);
+    fails_with(
+        &["verify", p(&dir)],
+        &[
+            "parity inconsistent with the data",
+            "chunk-005 differs from the parity of the data in 1 stripe(s), the first is stripe 3",
+        ],
+    );
+    // Decode reads only data chunks here and still rebuilds the file.
+    c.decode_equals(&data);
+
+    // A data record rewritten with a valid checksum: both parity chunks disagree, and decode's
+    // end-to-end check refuses the result.
+    let c = Case::new();
+    let dir = c.encode(&data, &args);
+    rewrite_resealed(&dir, 2, 1000, 7, 0);
+    fails_with(
+        &["verify", p(&dir)],
+        &[
+            "chunk-004 differs from the parity of the data in 1 stripe(s), the first is stripe 7",
+            "chunk-005 differs",
+        ],
+    );
+    fails_with(
+        &["decode", p(&dir), "-o", p(&c.path("output"))],
+        &["fails the end-to-end check"],
+    );
+
+    // With a data chunk file gone, verify rebuilds it to check the content.
+    let c = Case::new();
+    let dir = c.encode(&data, &args);
+    fs::remove_file(chunk(&dir, 1)).unwrap();
+    let v = text(&ok(&["verify", p(&dir)]));
+    assert!(v.contains("the data decodes and matches its crc32c"), "{v}");
+}
+
+/// Address-space limit for the streaming test: far below the 256 MiB file, and above what
+/// the binary maps at rest (about 15 MiB) plus its stripe buffers (9 MiB for rs:6,3 with
+/// 1 MiB chunks).
+const ADDRESS_SPACE_LIMIT_BYTES: u64 = 64 << 20;
+
+/// Runs the binary under `prlimit --as=<limit_bytes>` (util-linux): every mapping the process
+/// makes counts against the limit, so exceeding it fails the run (an allocation error) rather
+/// than depending on when memory is sampled. Backtraces are off so that an error path does not
+/// need memory of its own to symbolize one.
+fn run_with_address_space_limit(args: &[&str], limit_bytes: u64) -> Output {
+    Command::new("prlimit")
+        .arg(format!("--as={limit_bytes}"))
+        .arg(env!("CARGO_BIN_EXE_inec"))
+        .args(args)
+        .env_remove("RUST_BACKTRACE")
+        .env_remove("RUST_LIB_BACKTRACE")
+        .output()
+        .expect("run prlimit (util-linux)")
 }
 
 fn files_equal(a: &Path, b: &Path) -> bool {
@@ -511,7 +765,6 @@ fn files_equal(a: &Path, b: &Path) -> bool {
 #[test]
 fn large_file_streams_in_bounded_memory() {
     const FILE_BYTES: usize = 256 << 20;
-    const PEAK_LIMIT_BYTES: u64 = 64 << 20;
     let c = Case::new();
     let input = c.path("input");
     {
@@ -526,29 +779,63 @@ fn large_file_streams_in_bounded_memory() {
         f.write_all(&block[..12_345]).unwrap();
     }
     let dir = c.path("chunks");
-    let (o, encode_peak, encode_time) =
-        run_measuring_peak_rss(&["encode", p(&input), "-o", p(&dir), "--k", "6", "--m", "3"]);
-    assert!(o.status.success(), "{}", text(&o));
+    let started = Instant::now();
+    let o = run_with_address_space_limit(
+        &["encode", p(&input), "-o", p(&dir), "--k", "6", "--m", "3"],
+        ADDRESS_SPACE_LIMIT_BYTES,
+    );
+    let encode_time = started.elapsed();
+    assert!(
+        o.status.success(),
+        "encode within {ADDRESS_SPACE_LIMIT_BYTES} bytes of address space: {}",
+        text(&o)
+    );
     // Damage: one data and one parity chunk file gone, one bit flipped in another data chunk.
     fs::remove_file(chunk(&dir, 2)).unwrap();
     fs::remove_file(chunk(&dir, 7)).unwrap();
     flip_bit(&chunk(&dir, 4), payload_offset(1 << 20, 20) + 999);
     let out = c.path("output");
-    let (o, decode_peak, decode_time) = run_measuring_peak_rss(&["decode", p(&dir), "-o", p(&out)]);
-    assert!(o.status.success(), "{}", text(&o));
+    let started = Instant::now();
+    let o = run_with_address_space_limit(
+        &["decode", p(&dir), "-o", p(&out)],
+        ADDRESS_SPACE_LIMIT_BYTES,
+    );
+    let decode_time = started.elapsed();
+    assert!(
+        o.status.success(),
+        "decode within {ADDRESS_SPACE_LIMIT_BYTES} bytes of address space: {}",
+        text(&o)
+    );
     assert!(files_equal(&input, &out), "decoded 256 MiB file differs");
+    let o = run_with_address_space_limit(&["verify", p(&dir)], ADDRESS_SPACE_LIMIT_BYTES);
+    assert!(
+        o.status.success(),
+        "verify within {ADDRESS_SPACE_LIMIT_BYTES} bytes of address space: {}",
+        text(&o)
+    );
     eprintln!(
-        "256 MiB, rs:6,3, 1 MiB chunks: encode {encode_time:.2?} peak RSS {} KiB; decode (2 lost, 1 flipped) {decode_time:.2?} peak RSS {} KiB",
-        encode_peak >> 10,
-        decode_peak >> 10
+        "256 MiB, rs:6,3, 1 MiB chunks, address space limited to {} MiB: encode {encode_time:.2?}; decode (2 lost, 1 flipped) {decode_time:.2?}",
+        ADDRESS_SPACE_LIMIT_BYTES >> 20
     );
-    assert!(encode_peak > 0 && decode_peak > 0, "no VmHWM reading");
-    assert!(
-        encode_peak < PEAK_LIMIT_BYTES,
-        "encode peak RSS {encode_peak} bytes"
+    // The limit binds: the same encode with 16 MiB chunks (144 MiB of buffers) fails.
+    let o = run_with_address_space_limit(
+        &[
+            "encode",
+            p(&input),
+            "-o",
+            p(&c.path("wide")),
+            "--k",
+            "6",
+            "--m",
+            "3",
+            "--chunk-bytes",
+            "16MiB",
+        ],
+        ADDRESS_SPACE_LIMIT_BYTES,
     );
     assert!(
-        decode_peak < PEAK_LIMIT_BYTES,
-        "decode peak RSS {decode_peak} bytes"
+        !o.status.success() && text(&o).contains("cannot allocate"),
+        "{}",
+        text(&o)
     );
 }
