@@ -2,6 +2,7 @@
 //! and turns completions into "operation finished" results.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::{Completion, Engine, Mode, WorkRequest};
@@ -11,7 +12,12 @@ use crate::wire::{Header, Kind};
 use crate::EngineError;
 
 /// The outcome of one operation on this node: the chunks it stored, or why it failed.
-pub type OpResult = Result<Vec<(ChunkRef, Vec<u8>)>, EngineError>;
+pub type OpResult = Result<Vec<(ChunkRef, Arc<Vec<u8>>)>, EngineError>;
+
+/// While computing, the sends queued so far are posted once this many bytes are waiting, so
+/// that an incoherent source also sends its first slices while it computes the rest (the same
+/// threshold the engine uses to flush in coherent mode).
+const POST_BYTES: usize = 32 << 10;
 
 /// What [`OpDriver::handle`] made of a completion.
 #[derive(Debug)]
@@ -31,14 +37,21 @@ struct Incoherent {
 
 /// Drives operations for one application thread. In coherent mode it posts each operation's
 /// chains once and waits for one completion. In incoherent mode it is the application loop
-/// the baseline needs: for every received slice it runs the calculation itself and posts the
+/// the baseline needs: for every received slice it runs the calculation itself and queues the
 /// sends, and it finishes an operation when every send has completed.
+///
+/// Work requests produced by [`OpDriver::handle`] are queued, not posted: call
+/// [`OpDriver::flush`] after handling each batch of completions drained from the queue, so
+/// that one wake-up of the engine carries every send of the batch (as an application using a
+/// socket API would write everything it has before waiting again).
 #[derive(Debug)]
 pub struct OpDriver {
     engine: Engine,
     coherent: HashSet<u64>,
     incoherent: HashMap<u64, Incoherent>,
     wrs: Vec<WorkRequest>,
+    /// Reused for the sends one slice produces.
+    out: Vec<Outgoing>,
 }
 
 impl std::fmt::Debug for Incoherent {
@@ -58,6 +71,7 @@ impl OpDriver {
             coherent: HashSet::new(),
             incoherent: HashMap::new(),
             wrs: Vec::new(),
+            out: Vec::new(),
         }
     }
 
@@ -103,36 +117,44 @@ impl OpDriver {
                     parts,
                     sends_outstanding: 0,
                 };
-                let mut out = Vec::new();
+                // Compute slice by slice, posting the sends whenever enough are queued.
+                let mut pending = 0usize;
+                let mut err = None;
                 for p in &mut st.parts {
-                    p.start(&mut |o| out.push(o));
+                    p.start(&mut |o| {
+                        st.sends_outstanding += 1;
+                        let len = o.payload.len();
+                        if let Err(e) = push_send(&mut self.wrs, op, o, self.engine.pool()) {
+                            st.sends_outstanding -= 1;
+                            err.get_or_insert(e);
+                        }
+                        pending += len;
+                        if pending >= POST_BYTES {
+                            self.engine.post_all(self.wrs.drain(..));
+                            pending = 0;
+                        }
+                    });
                 }
-                st.sends_outstanding += out.len();
-                self.push_sends(op, out);
                 self.incoherent.insert(op, st);
                 self.flush();
+                if let Some(e) = err {
+                    // Completes as `Failed` through the engine.
+                    self.fail(op, e);
+                    return None;
+                }
                 match self.try_finish(op) {
-                    Handled::Finished(op, r) => Some((op, r)),
+                    Handled::Finished(op, r) => {
+                        self.flush();
+                        Some((op, r))
+                    }
                     _ => None,
                 }
             }
         }
     }
 
-    fn push_sends(&mut self, op: u64, out: Vec<Outgoing>) {
-        for o in out {
-            let header = Header::new(Kind::Data, op, o.edge, o.slice, o.payload.len());
-            self.wrs.push(WorkRequest::Send {
-                op,
-                peer: o.to,
-                header,
-                payload: o.payload,
-                signal: true,
-            });
-        }
-    }
-
-    fn flush(&mut self) {
+    /// Posts every queued work request with one wake-up of the engine.
+    pub fn flush(&mut self) {
         if !self.wrs.is_empty() {
             self.engine.post_all(self.wrs.drain(..));
         }
@@ -141,6 +163,19 @@ impl OpDriver {
     fn fail(&mut self, op: u64, error: EngineError) {
         self.wrs.push(WorkRequest::Fail { op, error });
         self.flush();
+    }
+
+    /// Queues `self.out`'s sends of operation `op`; returns how many were queued.
+    fn queue_out(&mut self, op: u64) -> Result<usize, EngineError> {
+        let mut n = 0;
+        let mut res = Ok(());
+        for o in self.out.drain(..) {
+            match push_send(&mut self.wrs, op, o, self.engine.pool()) {
+                Ok(()) => n += 1,
+                Err(e) => res = Err(e),
+            }
+        }
+        res.map(|()| n)
     }
 
     fn try_finish(&mut self, op: u64) -> Handled {
@@ -152,7 +187,6 @@ impl OpDriver {
         }
         let st = self.incoherent.remove(&op).expect("present");
         self.wrs.push(WorkRequest::Release { op });
-        self.flush();
         let results = st
             .parts
             .into_iter()
@@ -168,7 +202,12 @@ impl OpDriver {
                 Handled::Finished(op, Ok(results))
             }
             Completion::Failed { op, error } => {
-                if self.coherent.remove(&op) || self.incoherent.remove(&op).is_some() {
+                let incoherent = self.incoherent.remove(&op);
+                let known = incoherent.is_some();
+                if let Some(st) = incoherent {
+                    st.parts.into_iter().for_each(PartRun::recycle);
+                }
+                if self.coherent.remove(&op) || known {
                     Handled::Finished(op, Err(error))
                 } else {
                     Handled::Consumed
@@ -185,7 +224,7 @@ impl OpDriver {
                     self.engine.pool().put(payload);
                     return Handled::Consumed;
                 };
-                let mut out = Vec::new();
+                let out = &mut self.out;
                 let r = match st.parts.iter_mut().find(|p| p.has_in_edge(edge)) {
                     Some(p) => p.on_input(edge, slice, &payload, &mut |o| out.push(o)),
                     None => Err(EngineError::UnexpectedSlice {
@@ -196,12 +235,16 @@ impl OpDriver {
                     }),
                 };
                 self.engine.pool().put(payload);
-                st.sends_outstanding += out.len();
-                self.push_sends(op, out);
-                self.flush();
+                let r = r.and_then(|()| self.queue_out(op));
                 match r {
-                    Ok(()) => self.try_finish(op),
+                    Ok(n) => {
+                        if let Some(st) = self.incoherent.get_mut(&op) {
+                            st.sends_outstanding += n;
+                        }
+                        self.try_finish(op)
+                    }
                     Err(e) => {
+                        // The engine fails the operation and completes it as `Failed`.
                         self.fail(op, e);
                         Handled::Consumed
                     }
@@ -223,4 +266,28 @@ impl OpDriver {
             other => Handled::Other(other),
         }
     }
+}
+
+/// Queues the `SEND` of one computed slice.
+fn push_send(
+    wrs: &mut Vec<WorkRequest>,
+    op: u64,
+    o: Outgoing,
+    pool: &crate::BufferPool,
+) -> Result<(), EngineError> {
+    let header = match Header::new(Kind::Data, op, o.edge, o.slice, o.payload.len()) {
+        Ok(h) => h,
+        Err(e) => {
+            o.payload.recycle(pool);
+            return Err(EngineError::Wire(e));
+        }
+    };
+    wrs.push(WorkRequest::Send {
+        op,
+        peer: o.to,
+        header,
+        payload: o.payload,
+        signal: true,
+    });
+    Ok(())
 }

@@ -12,8 +12,13 @@ use crate::wire::{Header, Kind};
 use crate::EngineError;
 
 /// Frames that arrive for an operation before it is posted wait here, up to this many bytes
-/// in all; beyond it the operation is failed.
-const EARLY_LIMIT_BYTES: usize = 1 << 30;
+/// in all; beyond it the operation's frames are dropped and the operation fails when posted.
+const EARLY_LIMIT_BYTES: usize = 512 << 20;
+/// Held frames of an operation that is not posted within this time are dropped (a coordinator
+/// that died between sending `run` to some nodes and to others, or a late duplicate).
+const EARLY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Abort reasons longer than this are cut (they travel in one frame).
+const MAX_REASON_BYTES: usize = 4096;
 /// Operations remembered as finished, so that late frames for them are dropped.
 const FINISHED_MEMORY: usize = 4096;
 /// Above this many bytes queued in one turn the engine writes to the sockets before it
@@ -81,7 +86,7 @@ pub enum Completion {
     /// Coherent: every chain of `op` on this node is complete; the stored outputs.
     ChainDone {
         op: u64,
-        results: Vec<(ChunkRef, Vec<u8>)>,
+        results: Vec<(ChunkRef, Arc<Vec<u8>>)>,
     },
     /// `op` failed on this node.
     Failed {
@@ -205,13 +210,16 @@ impl Engine {
             finished_order: VecDeque::new(),
             lost_peers: HashMap::new(),
             events: Vec::new(),
-            outgoing: Vec::new(),
             done: Vec::new(),
             unflushed: 0,
         };
+        let guard = StopGuard(shared.clone());
         let thread = std::thread::Builder::new()
             .name(format!("engine-{node}"))
-            .spawn(move || lp.run())
+            .spawn(move || {
+                let _guard = guard;
+                lp.run()
+            })
             .expect("spawn engine thread");
         Engine {
             shared,
@@ -260,6 +268,20 @@ impl Engine {
     }
 }
 
+/// Tells the application that the engine thread is gone if it dies by a panic, so that no
+/// one waits forever on the completion queue.
+struct StopGuard(Arc<Shared>);
+
+impl Drop for StopGuard {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.cq.push_all(&mut vec![Completion::Stopped {
+                reason: "the engine thread panicked".into(),
+            }]);
+        }
+    }
+}
+
 struct ChainState {
     parts: Vec<PartRun>,
     peers: Vec<NodeId>,
@@ -284,6 +306,26 @@ enum Early {
     },
 }
 
+/// Frames of one operation that is not posted yet.
+struct EarlyOp {
+    /// When the first frame arrived; the frames are dropped `EARLY_TIMEOUT` later.
+    since: Instant,
+    frames: Vec<Early>,
+    /// Set when the memory limit was hit: later data frames are dropped, and the operation
+    /// fails with this reason when it is posted.
+    refused: Option<String>,
+}
+
+impl EarlyOp {
+    fn new(now: Instant) -> EarlyOp {
+        EarlyOp {
+            since: now,
+            frames: Vec::new(),
+            refused: None,
+        }
+    }
+}
+
 struct Loop<T: Transport> {
     t: T,
     shared: Arc<Shared>,
@@ -291,7 +333,7 @@ struct Loop<T: Transport> {
     chains: HashMap<u64, ChainState>,
     recvs: HashMap<u64, RecvState>,
     /// Frames of operations not posted yet.
-    early: HashMap<u64, Vec<Early>>,
+    early: HashMap<u64, EarlyOp>,
     early_bytes: usize,
     finished: HashSet<u64>,
     finished_order: VecDeque<u64>,
@@ -299,10 +341,44 @@ struct Loop<T: Transport> {
     /// that needs one of them fails at once instead of waiting for its deadline.
     lost_peers: HashMap<NodeId, String>,
     events: Vec<Event>,
-    outgoing: Vec<Outgoing>,
     /// Completions of this turn, pushed to the CQ together.
     done: Vec<Completion>,
     unflushed: usize,
+}
+
+/// Hands one computed slice to the transport at once (so the first slice leaves while the
+/// next is computed) and writes to the sockets whenever `FLUSH_BYTES` have been queued. After
+/// the first error, further frames are only recycled.
+fn emit<T: Transport>(
+    t: &mut T,
+    pool: &BufferPool,
+    unflushed: &mut usize,
+    op: u64,
+    o: Outgoing,
+    err: &mut Option<EngineError>,
+) {
+    if err.is_some() {
+        o.payload.recycle(pool);
+        return;
+    }
+    let len = o.payload.len();
+    let header = match Header::new(Kind::Data, op, o.edge, o.slice, len) {
+        Ok(h) => h,
+        Err(e) => {
+            o.payload.recycle(pool);
+            *err = Some(EngineError::Wire(e));
+            return;
+        }
+    };
+    if let Err(e) = t.send(o.to, header, o.payload) {
+        *err = Some(EngineError::Transport(e));
+        return;
+    }
+    *unflushed += len;
+    if *unflushed >= FLUSH_BYTES {
+        t.flush();
+        *unflushed = 0;
+    }
 }
 
 impl<T: Transport> Loop<T> {
@@ -362,6 +438,7 @@ impl<T: Transport> Loop<T> {
             .values()
             .map(|c| c.deadline)
             .chain(self.recvs.values().map(|r| r.deadline))
+            .chain(self.early.values().map(|e| e.since + EARLY_TIMEOUT))
             .min()
     }
 
@@ -381,6 +458,31 @@ impl<T: Transport> Loop<T> {
         for op in late {
             self.fail(op, EngineError::Timeout { op });
         }
+        if self.early.is_empty() {
+            return;
+        }
+        let stale: Vec<u64> = self
+            .early
+            .iter()
+            .filter(|(_, e)| e.since + EARLY_TIMEOUT <= now)
+            .map(|(&op, _)| op)
+            .collect();
+        for op in stale {
+            // Never posted: forget it, and drop whatever still comes for it.
+            self.mark_finished(op);
+        }
+    }
+
+    /// Drops the held frames of `op`, returning their buffers.
+    fn drop_early(&mut self, op: u64) -> Option<EarlyOp> {
+        let mut e = self.early.remove(&op)?;
+        for f in e.frames.iter_mut() {
+            if let Early::Data { payload, .. } = f {
+                self.early_bytes -= payload.len();
+                self.pool.put(std::mem::take(payload));
+            }
+        }
+        Some(e)
     }
 
     fn mark_finished(&mut self, op: u64) {
@@ -392,59 +494,63 @@ impl<T: Transport> Loop<T> {
                 }
             }
         }
-        if let Some(list) = self.early.remove(&op) {
-            for e in list {
-                if let Early::Data { payload, .. } = e {
-                    self.early_bytes -= payload.len();
-                    self.pool.put(payload);
-                }
-            }
-        }
+        self.drop_early(op);
     }
 
     /// Fails `op` on this node and tells every peer of it, so that nobody waits for this
     /// node's part.
     fn fail(&mut self, op: u64, error: EngineError) {
         let peers = if let Some(c) = self.chains.remove(&op) {
+            c.parts.into_iter().for_each(PartRun::recycle);
             c.peers
         } else if let Some(r) = self.recvs.remove(&op) {
             r.peers
         } else {
             return;
         };
-        let reason = error.to_string().into_bytes();
+        let mut reason = error.to_string().into_bytes();
+        reason.truncate(MAX_REASON_BYTES);
         for p in peers {
-            let h = Header::new(Kind::Abort, op, 0, 0, reason.len());
+            // Abort frames carry no edge or slice (both 0): they concern the whole operation.
+            let h = Header::new(Kind::Abort, op, 0, 0, reason.len()).expect("short reason");
             let _ = self.t.send(p, h, Payload::Owned(reason.clone()));
         }
         self.mark_finished(op);
         self.done.push(Completion::Failed { op, error });
     }
 
-    fn send_outgoing(&mut self, op: u64) -> Result<(), EngineError> {
-        let mut out = std::mem::take(&mut self.outgoing);
-        let mut res = Ok(());
-        for o in out.drain(..) {
-            if res.is_err() {
-                if let Payload::Owned(v) = o.payload {
-                    self.pool.put(v);
+    /// Replays the frames that arrived before `op` was posted.
+    fn replay_early(&mut self, op: u64) {
+        let Some(e) = self.early.remove(&op) else {
+            return;
+        };
+        if let Some(reason) = e.refused {
+            for f in e.frames {
+                if let Early::Data { payload, .. } = f {
+                    self.early_bytes -= payload.len();
+                    self.pool.put(payload);
                 }
-                continue;
             }
-            let len = o.payload.len();
-            let h = Header::new(Kind::Data, op, o.edge, o.slice, len);
-            if let Err(e) = self.t.send(o.to, h, o.payload) {
-                res = Err(EngineError::Transport(e));
-                continue;
-            }
-            self.unflushed += len;
-            if self.unflushed >= FLUSH_BYTES {
-                self.t.flush();
-                self.unflushed = 0;
+            let peer = self.t.local();
+            self.fail(op, EngineError::PeerAborted { peer, reason });
+            return;
+        }
+        for f in e.frames {
+            match f {
+                Early::Data {
+                    from,
+                    edge,
+                    slice,
+                    payload,
+                } => {
+                    self.early_bytes -= payload.len();
+                    self.data(op, from, edge, slice, payload);
+                }
+                Early::Abort { from, reason } => {
+                    self.fail(op, EngineError::PeerAborted { peer: from, reason })
+                }
             }
         }
-        self.outgoing = out;
-        res
     }
 
     fn work(&mut self, wr: WorkRequest) {
@@ -457,12 +563,29 @@ impl<T: Transport> Loop<T> {
                 let mut peers: Vec<NodeId> = parts.iter().flat_map(|p| p.part().peers()).collect();
                 peers.sort_unstable();
                 peers.dedup();
-                let mut outgoing = std::mem::take(&mut self.outgoing);
-                for p in &mut parts {
-                    p.start(&mut |o| outgoing.push(o));
+                if let Some(error) = self.lost_peer_of(&peers) {
+                    self.chains.insert(
+                        op,
+                        ChainState {
+                            parts,
+                            peers,
+                            deadline,
+                        },
+                    );
+                    self.fail(op, error);
+                    return;
                 }
-                self.outgoing = outgoing;
-                let lost = self.lost_peer_of(&peers);
+                // Source vertices compute and send slice by slice: each slice goes to the
+                // transport as soon as it is computed.
+                let mut err = None;
+                {
+                    let Loop {
+                        t, pool, unflushed, ..
+                    } = self;
+                    for p in &mut parts {
+                        p.start(&mut |o| emit(t, pool, unflushed, op, o, &mut err));
+                    }
+                }
                 self.chains.insert(
                     op,
                     ChainState {
@@ -471,30 +594,11 @@ impl<T: Transport> Loop<T> {
                         deadline,
                     },
                 );
-                if let Some(error) = lost {
-                    self.fail(op, error);
-                    return;
-                }
-                if let Err(e) = self.send_outgoing(op) {
+                if let Some(e) = err {
                     self.fail(op, e);
                     return;
                 }
-                for e in self.early.remove(&op).unwrap_or_default() {
-                    match e {
-                        Early::Data {
-                            from,
-                            edge,
-                            slice,
-                            payload,
-                        } => {
-                            self.early_bytes -= payload.len();
-                            self.data(op, from, edge, slice, payload);
-                        }
-                        Early::Abort { from, reason } => {
-                            self.fail(op, EngineError::PeerAborted { peer: from, reason })
-                        }
-                    }
-                }
+                self.replay_early(op);
                 self.maybe_complete(op);
             }
             WorkRequest::Recv {
@@ -508,22 +612,7 @@ impl<T: Transport> Loop<T> {
                     self.fail(op, error);
                     return;
                 }
-                for e in self.early.remove(&op).unwrap_or_default() {
-                    match e {
-                        Early::Data {
-                            from,
-                            edge,
-                            slice,
-                            payload,
-                        } => {
-                            self.early_bytes -= payload.len();
-                            self.data(op, from, edge, slice, payload);
-                        }
-                        Early::Abort { from, reason } => {
-                            self.fail(op, EngineError::PeerAborted { peer: from, reason })
-                        }
-                    }
-                }
+                self.replay_early(op);
             }
             WorkRequest::Send {
                 op,
@@ -594,24 +683,31 @@ impl<T: Transport> Loop<T> {
 
     /// One data slice: coherent chains compute and forward it here, in this turn.
     fn data(&mut self, op: u64, from: NodeId, edge: u32, slice: u32, payload: Vec<u8>) {
-        if let Some(chain) = self.chains.get_mut(&op) {
-            let Some(part) = chain.parts.iter_mut().find(|p| p.has_in_edge(edge)) else {
-                self.pool.put(payload);
-                let error = EngineError::UnexpectedSlice {
-                    op,
-                    edge,
-                    slice,
-                    reason: format!("no vertex on this node receives edge {edge}"),
-                };
-                self.fail(op, error);
-                return;
+        if self.chains.contains_key(&op) {
+            let mut err = None;
+            let r = {
+                let Loop {
+                    t,
+                    pool,
+                    unflushed,
+                    chains,
+                    ..
+                } = self;
+                let chain = chains.get_mut(&op).expect("checked");
+                match chain.parts.iter_mut().find(|p| p.has_in_edge(edge)) {
+                    Some(part) => part.on_input(edge, slice, &payload, &mut |o| {
+                        emit(t, pool, unflushed, op, o, &mut err)
+                    }),
+                    None => Err(EngineError::UnexpectedSlice {
+                        op,
+                        edge,
+                        slice,
+                        reason: format!("no vertex on this node receives edge {edge}"),
+                    }),
+                }
             };
-            let mut outgoing = std::mem::take(&mut self.outgoing);
-            let r = part.on_input(edge, slice, &payload, &mut |o| outgoing.push(o));
-            self.outgoing = outgoing;
             self.pool.put(payload);
-            let r = r.and_then(|()| self.send_outgoing(op));
-            match r {
+            match r.and_then(|()| err.map_or(Ok(()), Err)) {
                 Ok(()) => self.maybe_complete(op),
                 Err(e) => self.fail(op, e),
             }
@@ -626,25 +722,34 @@ impl<T: Transport> Loop<T> {
         } else if self.finished.contains(&op) {
             self.pool.put(payload);
         } else {
-            self.early_bytes += payload.len();
-            self.early.entry(op).or_default().push(Early::Data {
+            let now = Instant::now();
+            let len = payload.len();
+            let e = self.early.entry(op).or_insert_with(|| EarlyOp::new(now));
+            if e.refused.is_some() {
+                self.pool.put(payload);
+                return;
+            }
+            if self.early_bytes + len > EARLY_LIMIT_BYTES {
+                // Refuse to hold more: drop this operation's frames; it fails when posted
+                // (or its record expires).
+                let reason = format!(
+                    "more than {EARLY_LIMIT_BYTES} bytes arrived for operations this node had not started"
+                );
+                self.pool.put(payload);
+                let since = e.since;
+                self.drop_early(op);
+                let mut e = EarlyOp::new(since);
+                e.refused = Some(reason);
+                self.early.insert(op, e);
+                return;
+            }
+            self.early_bytes += len;
+            e.frames.push(Early::Data {
                 from,
                 edge,
                 slice,
                 payload,
             });
-            if self.early_bytes > EARLY_LIMIT_BYTES {
-                // Refuse to hold more: drop this operation's frames and fail it when posted.
-                let bytes = self.early_bytes;
-                self.mark_finished(op);
-                self.finished.remove(&op);
-                self.early.entry(op).or_default().push(Early::Abort {
-                    from: self.t.local(),
-                    reason: format!(
-                        "{bytes} bytes arrived for operations not posted yet, limit {EARLY_LIMIT_BYTES}"
-                    ),
-                });
-            }
         }
     }
 
@@ -658,9 +763,11 @@ impl<T: Transport> Loop<T> {
                 if self.chains.contains_key(&op) || self.recvs.contains_key(&op) {
                     self.fail(op, EngineError::PeerAborted { peer: from, reason });
                 } else if !self.finished.contains(&op) {
+                    let now = Instant::now();
                     self.early
                         .entry(op)
-                        .or_default()
+                        .or_insert_with(|| EarlyOp::new(now))
+                        .frames
                         .push(Early::Abort { from, reason });
                 }
             }

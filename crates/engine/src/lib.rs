@@ -44,7 +44,7 @@
 //!     let c = e1.cq().wait(Duration::from_secs(5)).expect("completion");
 //!     if let Handled::Finished(_, r) = d1.handle(c) { break r.unwrap(); }
 //! };
-//! assert_eq!(result[0].1, vec![3u8; 8]);
+//! assert_eq!(*result[0].1, vec![3u8; 8]);
 //! e0.shutdown();
 //! e1.shutdown();
 //! ```
@@ -74,6 +74,8 @@ pub use transport::{
 pub enum EngineError {
     #[error("transport: {0}")]
     Transport(#[from] TransportError),
+    #[error("wire: {0}")]
+    Wire(#[from] wire::WireError),
     #[error("peer {peer} lost: {reason}")]
     PeerLost { peer: NodeId, reason: String },
     #[error("peer {peer} aborted the operation: {reason}")]

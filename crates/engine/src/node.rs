@@ -107,9 +107,20 @@ fn decode_control<T: for<'de> Deserialize<'de>>(payload: &[u8]) -> Result<(T, &[
     Ok((msg, &payload[4 + n..]))
 }
 
-fn send_control<T: Serialize>(engine: &Engine, to: NodeId, req: u64, msg: &T, binary: &[u8]) {
+/// The most binary data (a chunk's bytes) one control message carries: a frame's payload
+/// less room for the JSON. Larger chunks are refused by `store` and `fetch` with an error.
+pub const MAX_CONTROL_BINARY_BYTES: usize = crate::wire::MAX_PAYLOAD_BYTES - (64 << 10);
+
+fn send_control<T: Serialize>(
+    engine: &Engine,
+    to: NodeId,
+    req: u64,
+    msg: &T,
+    binary: &[u8],
+) -> Result<(), EngineError> {
+    let json_bytes = serde_json::to_vec(msg).map_or(0, |j| j.len());
+    let header = Header::new(Kind::Control, req, 0, 0, 4 + json_bytes + binary.len())?;
     let v = encode_control(msg, binary, engine.pool());
-    let header = Header::new(Kind::Control, req, 0, 0, v.len());
     engine.post(WorkRequest::Send {
         op: req,
         peer: to,
@@ -117,6 +128,43 @@ fn send_control<T: Serialize>(engine: &Engine, to: NodeId, req: u64, msg: &T, bi
         payload: Payload::Owned(v),
         signal: false,
     });
+    Ok(())
+}
+
+/// Sends a node's reply; a reply too large for a frame becomes an error reply.
+fn send_reply(engine: &Engine, to: NodeId, req: u64, reply: &Reply, binary: &[u8]) {
+    if let Err(e) = send_control(engine, to, req, reply, binary) {
+        let message = format!("node {}: reply too large: {e}", engine.node());
+        let _ = send_control(engine, to, req, &Reply::Error { message }, &[]);
+    }
+}
+
+/// Keeps `bytes` as `chunk`; the buffer it replaces goes back to the pool when nothing else
+/// uses it, so that repeated operations reuse their output buffers.
+fn keep(
+    store: &mut HashMap<ChunkRef, Arc<Vec<u8>>>,
+    pool: &BufferPool,
+    chunk: ChunkRef,
+    bytes: Arc<Vec<u8>>,
+) {
+    if let Some(old) = store.insert(chunk, bytes) {
+        Payload::Shared(old, 0..0).recycle(pool);
+    }
+}
+
+/// A coordinator id for this process: [`crate::COORDINATOR_BASE`] plus 28 random bits (the
+/// process id, the time and the standard library's per-process random hash keys), so that
+/// coordinators started at the same time on one machine do not collide.
+pub fn coordinator_id() -> NodeId {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    crate::COORDINATOR_BASE + (h.finish() as u32 & 0x0FFF_FFFF)
 }
 
 /// A node's application loop: answers control requests and runs plan parts with `engine`
@@ -130,6 +178,8 @@ pub fn serve(engine: Engine) -> String {
     let mut running: HashMap<u64, (NodeId, u64)> = HashMap::new();
     let mut batch = Vec::new();
     loop {
+        // Every send produced while handling this batch is posted with one wake-up.
+        driver.flush();
         engine.cq().wait_all(&mut batch, Duration::from_secs(3600));
         for c in batch.drain(..) {
             let c = match driver.handle(c) {
@@ -149,7 +199,8 @@ pub fn serve(engine: Engine) -> String {
                     let reply = match decode_control::<Request>(&payload) {
                         Err(message) => Some((Reply::Error { message }, Vec::new())),
                         Ok((Request::Shutdown, _)) => {
-                            send_control(&engine, from, req, &Reply::Ok, &[]);
+                            driver.flush();
+                            send_reply(&engine, from, req, &Reply::Ok, &[]);
                             engine.shutdown();
                             return "shutdown requested".into();
                         }
@@ -168,7 +219,7 @@ pub fn serve(engine: Engine) -> String {
                     };
                     engine.pool().put(payload);
                     if let Some((reply, binary)) = reply {
-                        send_control(&engine, from, req, &reply, &binary);
+                        send_reply(&engine, from, req, &reply, &binary);
                     }
                 }
                 Completion::Stopped { reason } => return reason,
@@ -192,13 +243,13 @@ fn finish_op(
     let error = match result {
         Ok(results) => {
             for (chunk, bytes) in results {
-                store.insert(chunk, Arc::new(bytes));
+                keep(store, engine.pool(), chunk, bytes);
             }
             None
         }
         Err(e) => Some(format!("node {}: {e}", engine.node())),
     };
-    send_control(engine, to, req, &Reply::Done { op, error }, &[]);
+    send_reply(engine, to, req, &Reply::Done { op, error }, &[]);
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -225,7 +276,9 @@ fn handle_request(
             (Reply::Ok, Vec::new())
         }
         Request::Store { chunk } => {
-            store.insert(chunk, Arc::new(binary.to_vec()));
+            let mut v = engine.pool().take(binary.len());
+            v.copy_from_slice(binary);
+            keep(store, engine.pool(), chunk, Arc::new(v));
             (Reply::Ok, Vec::new())
         }
         Request::Install { template, parts } => {
@@ -292,6 +345,18 @@ fn handle_request(
             return None;
         }
         Request::Fetch { chunk } => match store.get(&chunk) {
+            Some(bytes) if bytes.len() > MAX_CONTROL_BINARY_BYTES => (
+                Reply::Error {
+                    message: format!(
+                        "node {node}: chunk {}/{} has {} bytes, more than one control message \
+                         carries ({MAX_CONTROL_BINARY_BYTES})",
+                        chunk.stripe,
+                        chunk.index,
+                        bytes.len()
+                    ),
+                },
+                Vec::new(),
+            ),
             Some(bytes) => (Reply::Chunk { chunk }, bytes.to_vec()),
             None => (
                 Reply::Error {
@@ -305,7 +370,9 @@ fn handle_request(
         },
         Request::Delete { chunks } => {
             for c in chunks {
-                store.remove(&c);
+                if let Some(old) = store.remove(&c) {
+                    Payload::Shared(old, 0..0).recycle(engine.pool());
+                }
             }
             (Reply::Ok, Vec::new())
         }
@@ -398,7 +465,9 @@ impl Coordinator {
     }
 
     fn with_engine(engine: Engine) -> Coordinator {
-        let seed = u64::from(engine.node()) << 40;
+        // Request and operation ids start from the coordinator's id, so that coordinators
+        // sharing nodes do not reuse each other's ids (2^36 ids each).
+        let seed = (u64::from(engine.node()) & 0x0FFF_FFFF) << 36;
         Coordinator {
             engine,
             next_req: seed,
@@ -447,8 +516,15 @@ impl Coordinator {
                 });
             }
             self.next_req += 1;
+            if bin.len() > MAX_CONTROL_BINARY_BYTES {
+                return Err(EngineError::Node(format!(
+                    "{} bytes of data for node {node}: more than one control message carries \
+                     ({MAX_CONTROL_BINARY_BYTES})",
+                    bin.len()
+                )));
+            }
             waiting.insert(self.next_req, (i, node));
-            send_control(&self.engine, node, self.next_req, &req, &bin);
+            send_control(&self.engine, node, self.next_req, &req, &bin)?;
         }
         let mut replies: Vec<Option<(Reply, Vec<u8>)>> = (0..n).map(|_| None).collect();
         while !waiting.is_empty() {
@@ -598,6 +674,22 @@ impl Coordinator {
         window: usize,
         timeout: Duration,
     ) -> Result<RunStats, EngineError> {
+        self.run_observed(template, nodes, mode, ops, window, timeout, &mut |_| {})
+    }
+
+    /// [`Coordinator::run_many`], calling `on_done(node)` whenever a node reports its part of
+    /// an operation finished (tests use it to act at a known point of a plan).
+    #[allow(clippy::too_many_arguments)]
+    pub fn run_observed(
+        &mut self,
+        template: u64,
+        nodes: &[NodeId],
+        mode: Mode,
+        ops: usize,
+        window: usize,
+        timeout: Duration,
+        on_done: &mut dyn FnMut(NodeId),
+    ) -> Result<RunStats, EngineError> {
         let start = Instant::now();
         // Nodes give up at `timeout` and say why; wait a little longer to hear it.
         let deadline = start + timeout + Duration::from_secs(2);
@@ -626,7 +718,7 @@ impl Coordinator {
                         mode,
                         timeout_ms,
                     };
-                    send_control(&self.engine, node, self.next_req, &req, &[]);
+                    send_control(&self.engine, node, self.next_req, &req, &[])?;
                 }
                 issued += 1;
             }
@@ -649,6 +741,7 @@ impl Coordinator {
                         .map_err(|e| EngineError::Node(format!("node {from}: {e}")))?;
                     match reply {
                         Reply::Done { error: None, .. } => {
+                            on_done(from);
                             left[i] -= 1;
                             if left[i] == 0 {
                                 finished += 1;

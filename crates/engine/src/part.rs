@@ -143,6 +143,14 @@ impl VertexPart {
         if self.chunk_bytes == 0 || self.slice_bytes == 0 {
             return Err(bad("chunk_bytes and slice_bytes must be positive".into()));
         }
+        let frame_bytes = self.slice_bytes.min(self.chunk_bytes);
+        if frame_bytes > crate::wire::MAX_PAYLOAD_BYTES {
+            return Err(bad(format!(
+                "slices of {frame_bytes} bytes exceed the wire limit of {} bytes per frame; \
+                 use a smaller slice_bytes",
+                crate::wire::MAX_PAYLOAD_BYTES
+            )));
+        }
         if self.slice_count() > u32::MAX as usize {
             return Err(bad(format!("{} slices is too many", self.slice_count())));
         }
@@ -171,6 +179,8 @@ pub struct Outgoing {
 enum OutBuf {
     /// An output kept as a chunk: computed in place, slice by slice.
     Whole(Vec<u8>),
+    /// A kept output of one slice that was also sent: shared with the transport, no copy.
+    Shared(Arc<Vec<u8>>),
     /// An output only sent: one pool buffer per slice, handed to the transport when complete.
     Sliced(Vec<Option<Vec<u8>>>),
     /// An unchanged local chunk: sent straight from the store.
@@ -316,7 +326,19 @@ impl PartRun {
         if self.part.locals.is_empty() {
             return;
         }
-        let inputs: Vec<&[u8]> = self.locals.iter().map(|c| &c[r.clone()]).collect();
+        // The locals' slices, without an allocation for the usual handful of them.
+        const INLINE: usize = 32;
+        let mut inline: [&[u8]; INLINE] = [&[]; INLINE];
+        let heap: Vec<&[u8]>;
+        let inputs: &[&[u8]] = if self.locals.len() <= INLINE {
+            for (d, c) in inline.iter_mut().zip(&self.locals) {
+                *d = &c[r.clone()];
+            }
+            &inline[..self.locals.len()]
+        } else {
+            heap = self.locals.iter().map(|c| &c[r.clone()]).collect();
+            &heap
+        };
         for (o, buf) in self.outs.iter_mut().enumerate() {
             let Some(row) = &self.local_rows[o] else {
                 continue;
@@ -324,9 +346,9 @@ impl PartRun {
             let target: &mut [u8] = match buf {
                 OutBuf::Whole(w) => &mut w[r.clone()],
                 OutBuf::Sliced(v) => v[s].as_mut().expect("slice buffer taken above"),
-                OutBuf::Plain(_) => continue,
+                OutBuf::Plain(_) | OutBuf::Shared(_) => continue,
             };
-            self.kernel.dot_prod(row, &inputs, &mut [target]);
+            self.kernel.dot_prod(row, inputs, &mut [target]);
         }
         self.fresh[s] = false;
     }
@@ -391,7 +413,7 @@ impl PartRun {
             let target: &mut [u8] = match buf {
                 OutBuf::Whole(w) => &mut w[r.clone()],
                 OutBuf::Sliced(v) => v[s].as_mut().expect("slice started"),
-                OutBuf::Plain(_) => continue,
+                OutBuf::Plain(_) | OutBuf::Shared(_) => continue,
             };
             if fresh {
                 self.kernel.mul(c, data, target);
@@ -409,6 +431,7 @@ impl PartRun {
 
     fn finish_slice(&mut self, s: usize, out: &mut dyn FnMut(Outgoing)) {
         let r = self.range(s);
+        let single = self.waiting.len() == 1;
         let part = self.part.clone();
         for (o, spec) in part.outputs.iter().enumerate() {
             if spec.sends.is_empty() {
@@ -416,11 +439,20 @@ impl PartRun {
             }
             let payload = match &mut self.outs[o] {
                 OutBuf::Plain(j) => Payload::Shared(self.locals[*j].clone(), r.clone()),
+                OutBuf::Whole(w) if single => {
+                    // Kept and sent, one slice: the transport and the result share the buffer.
+                    let a = Arc::new(std::mem::take(w));
+                    self.outs[o] = OutBuf::Shared(a.clone());
+                    Payload::Shared(a, r.clone())
+                }
                 OutBuf::Whole(w) => {
+                    // Kept and sent, several slices: the chunk is still being computed in
+                    // place, so the finished slice is copied out for the transport.
                     let mut v = self.pool.take(r.len());
                     v.copy_from_slice(&w[r.clone()]);
                     Payload::Owned(v)
                 }
+                OutBuf::Shared(a) => Payload::Shared(a.clone(), r.clone()),
                 OutBuf::Sliced(v) => Payload::Owned(v[s].take().expect("slice computed")),
             };
             if let [e] = spec.sends.as_slice() {
@@ -432,7 +464,8 @@ impl PartRun {
                 });
                 continue;
             }
-            // One result to several peers: share the buffer instead of copying it.
+            // One result to several peers: share the buffer instead of copying it; the
+            // transport returns it to the pool when the last copy is written.
             let (buf, rr) = match payload {
                 Payload::Owned(v) => {
                     let len = v.len();
@@ -454,13 +487,26 @@ impl PartRun {
     }
 
     /// The chunks this part keeps (`store` outputs). Call when complete.
-    pub fn into_results(self) -> Vec<(ChunkRef, Vec<u8>)> {
+    pub fn into_results(self) -> Vec<(ChunkRef, Arc<Vec<u8>>)> {
         let mut res = Vec::new();
         for (spec, buf) in self.part.outputs.iter().zip(self.outs) {
-            if let (Some(c), OutBuf::Whole(w)) = (spec.store, buf) {
-                res.push((c, w));
+            match (spec.store, buf) {
+                (Some(c), OutBuf::Whole(w)) => res.push((c, Arc::new(w))),
+                (Some(c), OutBuf::Shared(a)) => res.push((c, a)),
+                _ => {}
             }
         }
         res
+    }
+
+    /// Gives the part's unsent slice buffers back to the pool (a failed operation).
+    pub fn recycle(self) {
+        for buf in self.outs {
+            match buf {
+                OutBuf::Whole(w) => self.pool.put(w),
+                OutBuf::Sliced(v) => v.into_iter().flatten().for_each(|b| self.pool.put(b)),
+                OutBuf::Shared(_) | OutBuf::Plain(_) => {}
+            }
+        }
     }
 }

@@ -8,8 +8,8 @@
 //!  3      1   kind           Hello | Data | Abort | Control
 //!  4      4   payload_bytes  u32 LE, at most MAX_PAYLOAD_BYTES
 //!  8      8   op             u64 LE: the operation (plan run) the frame belongs to
-//! 16      4   edge           u32 LE: the plan edge (Data, Abort) or the sender's node id (Hello)
-//! 20      4   slice          u32 LE: the slice index within the edge's buffer
+//! 16      4   edge           u32 LE: the plan edge (Data), the sender's node id (Hello), 0 else
+//! 20      4   slice          u32 LE: the slice index within the edge's buffer (Data), 0 else
 //! ```
 
 /// Size of a frame header in bytes.
@@ -71,15 +71,25 @@ pub enum WireError {
 }
 
 impl Header {
-    pub fn new(kind: Kind, op: u64, edge: u32, slice: u32, payload_bytes: usize) -> Header {
-        assert!(payload_bytes <= MAX_PAYLOAD_BYTES, "payload too large");
-        Header {
+    /// A header for a payload of `payload_bytes`; refused (never truncated) above
+    /// [`MAX_PAYLOAD_BYTES`].
+    pub fn new(
+        kind: Kind,
+        op: u64,
+        edge: u32,
+        slice: u32,
+        payload_bytes: usize,
+    ) -> Result<Header, WireError> {
+        if payload_bytes > MAX_PAYLOAD_BYTES {
+            return Err(WireError::TooLarge { payload_bytes });
+        }
+        Ok(Header {
             kind,
             payload_bytes: payload_bytes as u32,
             op,
             edge,
             slice,
-        }
+        })
     }
 
     /// The 24 header bytes.
@@ -130,7 +140,7 @@ mod tests {
 
     #[test]
     fn header_round_trips_and_has_the_documented_layout() {
-        let h = Header::new(Kind::Data, 0x0102_0304_0506_0708, 9, 10, 4096);
+        let h = Header::new(Kind::Data, 0x0102_0304_0506_0708, 9, 10, 4096).unwrap();
         let b = h.encode();
         assert_eq!(
             b,
@@ -141,23 +151,29 @@ mod tests {
 
     #[test]
     fn bad_headers_are_refused() {
-        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).unwrap().encode();
         b[0] = 0;
         assert!(matches!(
             Header::decode(&b),
             Err(WireError::BadMagic { .. })
         ));
-        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).unwrap().encode();
         b[2] = 9;
         assert_eq!(Header::decode(&b), Err(WireError::BadVersion { found: 9 }));
-        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).encode();
+        let mut b = Header::new(Kind::Hello, 0, 3, 0, 0).unwrap().encode();
         b[3] = 77;
         assert_eq!(Header::decode(&b), Err(WireError::BadKind { found: 77 }));
-        let mut b = Header::new(Kind::Data, 0, 3, 0, 0).encode();
+        let mut b = Header::new(Kind::Data, 0, 3, 0, 0).unwrap().encode();
         b[4..8].copy_from_slice(&(MAX_PAYLOAD_BYTES as u32 + 1).to_le_bytes());
         assert!(matches!(
             Header::decode(&b),
             Err(WireError::TooLarge { .. })
         ));
+        assert_eq!(
+            Header::new(Kind::Data, 0, 0, 0, MAX_PAYLOAD_BYTES + 1),
+            Err(WireError::TooLarge {
+                payload_bytes: MAX_PAYLOAD_BYTES + 1
+            })
+        );
     }
 }

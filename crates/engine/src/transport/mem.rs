@@ -139,9 +139,7 @@ impl Transport for MemTransport {
         };
         let mut copy = self.pool.take(payload.len());
         copy.copy_from_slice(payload.as_slice());
-        if let Payload::Owned(v) = payload {
-            self.pool.put(v);
-        }
+        payload.recycle(&self.pool);
         tx.send(Msg::Frame {
             from: self.id,
             header,

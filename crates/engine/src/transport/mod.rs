@@ -11,6 +11,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::pool::BufferPool;
 use crate::wire::Header;
 
 /// A node's identity in a cluster. Coordinators use ids from [`COORDINATOR_BASE`] up.
@@ -43,6 +44,20 @@ impl Payload {
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Done with the bytes: an owned buffer goes back to `pool`, and so does a shared one
+    /// whose last reference this was (a result sent to several peers).
+    pub fn recycle(self, pool: &BufferPool) {
+        match self {
+            Payload::Empty => {}
+            Payload::Owned(v) => pool.put(v),
+            Payload::Shared(a, _) => {
+                if let Ok(v) = Arc::try_unwrap(a) {
+                    pool.put(v);
+                }
+            }
+        }
     }
 }
 

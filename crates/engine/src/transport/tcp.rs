@@ -3,9 +3,16 @@
 //!
 //! Writes: frames queue per connection as (header, payload) pairs and are written with
 //! `writev` straight from the payload buffers at the end of each event-loop turn, so small
-//! frames of one turn share a system call and no payload is copied in user space. Reads: each
-//! connection reads into a 256 KiB staging buffer and cuts frames out of it; a payload that is
-//! not yet complete is finished by reading directly into its pool buffer.
+//! frames of one turn share a system call and no payload is copied in user space.
+//!
+//! Reads: each connection reads into a staging buffer and cuts frames out of it. A payload of
+//! less than `DIRECT_BYTES` is copied once from the staging buffer into its pool buffer (one
+//! read system call then picks up many small frames). A larger payload is read straight into
+//! its pool buffer: only the bytes that arrived together with its header (at most
+//! `SMALL_READ_BYTES`, because the read after a large frame is kept that short) are copied.
+//!
+//! Connects are non-blocking: frames queue on the connection until it is established, and a
+//! failed connect reports the peer lost.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::{self, IoSlice, Read, Write};
@@ -24,10 +31,13 @@ const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
 const FIRST_CONN: usize = 2;
 const READ_BUF_BYTES: usize = 256 << 10;
+/// Payloads of at least this many bytes are read straight into their pool buffer.
+const DIRECT_BYTES: usize = 16 << 10;
+/// After a large payload, the next read into the staging buffer asks for at most this many
+/// bytes, so that little of a following large payload is read into the staging buffer.
+const SMALL_READ_BYTES: usize = 4 << 10;
 /// At most this many frames go into one `writev`.
 const MAX_IOVECS: usize = 64;
-/// How long a connect may take before the peer is declared unreachable.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 struct OutItem {
     header: [u8; HEADER_BYTES],
@@ -53,6 +63,10 @@ struct Conn {
     rend: usize,
     /// A frame whose payload is still arriving: header, its pool buffer, bytes filled.
     partial: Option<(Header, Vec<u8>, usize)>,
+    /// How many bytes the next read into `rbuf` asks for.
+    read_cap: usize,
+    /// A non-blocking connect not yet established: nothing is written until it is.
+    connecting: Option<String>,
 }
 
 /// See the module documentation.
@@ -155,6 +169,8 @@ impl TcpTransport {
             rstart: 0,
             rend: 0,
             partial: None,
+            read_cap: READ_BUF_BYTES,
+            connecting: None,
         });
         Ok(idx)
     }
@@ -185,9 +201,10 @@ impl TcpTransport {
         };
         let _ = self.poll.registry().deregister(&mut conn.stream);
         for item in conn.out.drain(..) {
-            if let Payload::Owned(v) = item.payload {
-                self.pool.put(v);
-            }
+            item.payload.recycle(&self.pool);
+        }
+        if let Some((_, buf, _)) = conn.partial.take() {
+            self.pool.put(buf);
         }
         if let Some(peer) = conn.peer {
             if self.by_peer.get(&peer) == Some(&idx) {
@@ -208,6 +225,26 @@ impl TcpTransport {
         let Some(conn) = self.conns[idx].as_mut() else {
             return;
         };
+        if let Some(addr) = &conn.connecting {
+            // Established once writable with no error and a peer address.
+            match conn.stream.take_error() {
+                Ok(None) => {}
+                Ok(Some(e)) | Err(e) => {
+                    let reason = format!("connect to {addr} failed: {e}");
+                    self.close(idx, &reason, true);
+                    return;
+                }
+            }
+            match conn.stream.peer_addr() {
+                Ok(_) => conn.connecting = None,
+                Err(e) if e.kind() == io::ErrorKind::NotConnected => return,
+                Err(e) => {
+                    let reason = format!("connect to {addr} failed: {e}");
+                    self.close(idx, &reason, true);
+                    return;
+                }
+            }
+        }
         let result = write_queue(conn, &self.pool);
         if let Err(e) = result {
             let reason = format!("write failed: {e}");
@@ -249,28 +286,29 @@ impl TcpTransport {
 
 fn write_queue(conn: &mut Conn, pool: &BufferPool) -> io::Result<()> {
     while !conn.out.is_empty() {
-        let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(2 * MAX_IOVECS);
+        let mut iov = [IoSlice::new(&[]); 2 * MAX_IOVECS];
+        let mut used = 0;
         for (i, item) in conn.out.iter().take(MAX_IOVECS).enumerate() {
             let skip = if i == 0 { conn.out_pos } else { 0 };
             if skip < HEADER_BYTES {
-                iov.push(IoSlice::new(&item.header[skip..]));
+                iov[used] = IoSlice::new(&item.header[skip..]);
+                used += 1;
                 if !item.payload.is_empty() {
-                    iov.push(IoSlice::new(item.payload.as_slice()));
+                    iov[used] = IoSlice::new(item.payload.as_slice());
+                    used += 1;
                 }
             } else {
-                iov.push(IoSlice::new(
-                    &item.payload.as_slice()[skip - HEADER_BYTES..],
-                ));
+                iov[used] = IoSlice::new(&item.payload.as_slice()[skip - HEADER_BYTES..]);
+                used += 1;
             }
         }
-        let n = match conn.stream.write_vectored(&iov) {
+        let n = match conn.stream.write_vectored(&iov[..used]) {
             Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        drop(iov);
         let mut left = n;
         while left > 0 {
             let front = conn
@@ -281,12 +319,8 @@ fn write_queue(conn: &mut Conn, pool: &BufferPool) -> io::Result<()> {
             if left >= rest {
                 left -= rest;
                 conn.out_pos = 0;
-                if let Some(OutItem {
-                    payload: Payload::Owned(v),
-                    ..
-                }) = conn.out.pop_front()
-                {
-                    pool.put(v);
+                if let Some(item) = conn.out.pop_front() {
+                    item.payload.recycle(pool);
                 }
             } else {
                 conn.out_pos += left;
@@ -324,7 +358,10 @@ fn read_frames(
     loop {
         if let Some((header, mut buf, mut filled)) = conn.partial.take() {
             match conn.stream.read(&mut buf[filled..]) {
-                Ok(0) => return Err("connection closed by peer".into()),
+                Ok(0) => {
+                    pool.put(buf);
+                    return Err("connection closed by peer".into());
+                }
                 Ok(n) => {
                     filled += n;
                     if filled == buf.len() {
@@ -342,20 +379,32 @@ fn read_frames(
                     conn.partial = Some((header, buf, filled));
                     continue;
                 }
-                Err(e) => return Err(format!("read failed: {e}")),
+                Err(e) => {
+                    pool.put(buf);
+                    return Err(format!("read failed: {e}"));
+                }
             }
         }
         // Cut whole frames out of the staging buffer.
         while conn.rend - conn.rstart >= HEADER_BYTES {
             let header = Header::decode(&conn.rbuf[conn.rstart..conn.rend])
                 .map_err(|e| format!("protocol error: {e}"))?;
-            conn.rstart += HEADER_BYTES;
             let len = header.payload_bytes as usize;
-            let avail = conn.rend - conn.rstart;
+            let avail = conn.rend - conn.rstart - HEADER_BYTES;
+            if len < DIRECT_BYTES && avail < len {
+                // A small frame not complete yet: wait for the rest in the staging buffer.
+                break;
+            }
+            conn.rstart += HEADER_BYTES;
             let mut buf = pool.take(len);
             let have = avail.min(len);
             buf[..have].copy_from_slice(&conn.rbuf[conn.rstart..conn.rstart + have]);
             conn.rstart += have;
+            conn.read_cap = if len >= DIRECT_BYTES {
+                SMALL_READ_BYTES
+            } else {
+                READ_BUF_BYTES
+            };
             if have == len {
                 emit(conn, header, buf)?;
             } else {
@@ -375,9 +424,17 @@ fn read_frames(
             conn.rstart = 0;
         }
         let rend = conn.rend;
-        match conn.stream.read(&mut conn.rbuf[rend..]) {
+        let want = conn.read_cap.max(HEADER_BYTES);
+        let end = (rend + want).min(conn.rbuf.len());
+        match conn.stream.read(&mut conn.rbuf[rend..end]) {
             Ok(0) => return Err("connection closed by peer".into()),
-            Ok(n) => conn.rend += n,
+            Ok(n) => {
+                conn.rend += n;
+                // A full short read: more is waiting, go back to large reads.
+                if n == end - rend {
+                    conn.read_cap = READ_BUF_BYTES;
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
             Err(e) => return Err(format!("read failed: {e}")),
@@ -456,6 +513,15 @@ impl Transport for TcpTransport {
                 LISTENER => self.accept_all(),
                 Token(t) => {
                     let idx = t - FIRST_CONN;
+                    let connecting = self
+                        .conns
+                        .get(idx)
+                        .and_then(|c| c.as_ref())
+                        .is_some_and(|c| c.connecting.is_some());
+                    if connecting {
+                        // Finish (or fail) the connect first, for a clear reason.
+                        self.write_out(idx);
+                    }
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
                         self.read_in(idx, events);
                     }
@@ -481,20 +547,21 @@ impl Transport for TcpTransport {
             .map_err(|e| fail(format!("bad address {addr:?}: {e}")))?
             .next()
             .ok_or_else(|| fail(format!("address {addr:?} resolves to nothing")))?;
-        let std_stream = std::net::TcpStream::connect_timeout(&sa, CONNECT_TIMEOUT)
-            .map_err(|e| fail(format!("connect to {sa} failed: {e}")))?;
-        std_stream
-            .set_nonblocking(true)
-            .map_err(|e| fail(e.to_string()))?;
-        let stream = TcpStream::from_std(std_stream);
+        // Non-blocking: the engine thread never waits for the handshake.
+        let stream =
+            TcpStream::connect(sa).map_err(|e| fail(format!("connect to {sa} failed: {e}")))?;
         let idx = self
             .add_conn(stream, Some(peer))
             .map_err(|e| fail(e.to_string()))?;
         let hello = OutItem {
-            header: Header::new(Kind::Hello, 0, self.id, 0, 0).encode(),
+            header: Header::new(Kind::Hello, 0, self.id, 0, 0)
+                .expect("empty payload")
+                .encode(),
             payload: Payload::Empty,
         };
-        self.conns[idx].as_mut().unwrap().out.push_back(hello);
+        let conn = self.conns[idx].as_mut().expect("just added");
+        conn.connecting = Some(sa.to_string());
+        conn.out.push_back(hello);
         self.bind_peer(idx, peer);
         self.dirty.push(idx);
         Ok(())
