@@ -4,13 +4,13 @@ use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use engine::node::{ClusterNode, ClusterState, Coordinator, Request};
-use engine::{BufferPool, Engine, NodeId, TcpTransport, COORDINATOR_BASE};
+use engine::node::{coordinator_id, ClusterNode, ClusterState, Coordinator, Request};
+use engine::{BufferPool, Engine, NodeId, TcpTransport};
 
 #[derive(Args, Debug)]
 pub struct NodeArgs {
@@ -130,11 +130,75 @@ fn parse_rate(s: &str) -> Result<u64> {
     Ok((v * mult as f64) as u64)
 }
 
-fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
-    teardown_netns(n);
-    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
-    sh(&["ip", "addr", "add", "10.77.0.1/16", "dev", BRIDGE])?;
-    sh(&["ip", "link", "set", BRIDGE, "up"])?;
+/// What `setup_netns` created, so that a failure (or `down`) removes exactly that.
+#[derive(Default)]
+struct NetnsCreated {
+    bridge: bool,
+    namespaces: Vec<String>,
+    host_links: Vec<String>,
+}
+
+impl NetnsCreated {
+    fn remove(&self) {
+        for ns in &self.namespaces {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        for link in &self.host_links {
+            let _ = Command::new("ip")
+                .args(["link", "del", link])
+                .stderr(Stdio::null())
+                .status();
+        }
+        if self.bridge {
+            let _ = Command::new("ip")
+                .args(["link", "del", BRIDGE])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn link_exists(name: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Creates the bridge, one namespace per node and their veth links. Refuses to touch an
+/// existing setup (the names are machine-wide: one namespace cluster at a time); on failure
+/// removes what it created.
+fn setup_netns(n: usize, rate: Option<&str>) -> Result<NetnsCreated> {
+    if link_exists(BRIDGE) {
+        bail!(
+            "bridge {BRIDGE} exists: a namespace cluster is already up on this machine \
+             (stop it with `inec cluster down --dir <its dir>`, or remove a stale one with \
+             `ip link del {BRIDGE}` and `ip netns del inec-ns<i>`)"
+        );
+    }
+    for i in 0..n {
+        if Path::new("/run/netns").join(ns_name(i)).exists() {
+            bail!(
+                "network namespace {} exists (left by another cluster?); remove it with \
+                 `ip netns del {}`",
+                ns_name(i),
+                ns_name(i)
+            );
+        }
+    }
+    let mut made = NetnsCreated::default();
+    match build_netns(n, rate, &mut made) {
+        Ok(()) => Ok(made),
+        Err(e) => {
+            made.remove();
+            Err(e)
+        }
+    }
+}
+
+fn build_netns(n: usize, rate: Option<&str>, made: &mut NetnsCreated) -> Result<()> {
     let tbf = rate
         .map(|r| -> Result<(String, String)> {
             let bps = parse_rate(r)?;
@@ -143,13 +207,19 @@ fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
             Ok((r.to_string(), format!("{burst}b")))
         })
         .transpose()?;
+    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
+    made.bridge = true;
+    sh(&["ip", "addr", "add", "10.77.0.1/16", "dev", BRIDGE])?;
+    sh(&["ip", "link", "set", BRIDGE, "up"])?;
     for i in 0..n {
         let ns = ns_name(i);
         let (host, inner) = (format!("inec-h{i}"), format!("inec-n{i}"));
         sh(&["ip", "netns", "add", &ns])?;
+        made.namespaces.push(ns.clone());
         sh(&[
             "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
         ])?;
+        made.host_links.push(host.clone());
         sh(&["ip", "link", "set", &inner, "netns", &ns])?;
         sh(&["ip", "link", "set", &host, "master", BRIDGE])?;
         sh(&["ip", "link", "set", &host, "up"])?;
@@ -158,7 +228,8 @@ fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
         sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
         sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
         if let Some((rate, burst)) = &tbf {
-            // Upload: the node's side; download: the bridge's side of its veth.
+            // Upload: the node's side; download: the bridge's side of its veth. A 5 ms queue
+            // (about 600 KB at 1 Gbit/s) absorbs bursts without adding much delay.
             for (dev, netns) in [(&inner, Some(&ns)), (&host, None)] {
                 let mut args = vec!["tc"];
                 if let Some(ns) = netns {
@@ -166,7 +237,7 @@ fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
                 }
                 args.extend([
                     "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
-                    "latency", "50ms",
+                    "latency", "5ms",
                 ]);
                 sh(&args)?;
             }
@@ -175,21 +246,21 @@ fn setup_netns(n: usize, rate: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-fn teardown_netns(n: usize) {
-    for i in 0..n.max(64) {
-        let ns = ns_name(i);
-        if Path::new("/run/netns").join(&ns).exists() {
-            let _ = sh(&["ip", "netns", "del", &ns]);
+/// Removes the namespaces of a cluster's nodes (and their host links) and the bridge.
+fn teardown_netns(state: &ClusterState) {
+    let mut made = NetnsCreated {
+        bridge: true,
+        ..NetnsCreated::default()
+    };
+    for (i, n) in state.nodes.iter().enumerate() {
+        if let Some(ns) = &n.netns {
+            if Path::new("/run/netns").join(ns).exists() {
+                made.namespaces.push(ns.clone());
+            }
+            made.host_links.push(format!("inec-h{i}"));
         }
-        let _ = Command::new("ip")
-            .args(["link", "del", &format!("inec-h{i}")])
-            .stderr(Stdio::null())
-            .status();
     }
-    let _ = Command::new("ip")
-        .args(["link", "del", BRIDGE])
-        .stderr(Stdio::null())
-        .status();
+    made.remove();
 }
 
 /// Waits until the log of a node shows its readiness line; returns the address it names.
@@ -260,60 +331,36 @@ fn up(a: UpArgs) -> Result<()> {
     }
     fs::create_dir_all(dir)?;
     let exe = std::env::current_exe()?;
-    if a.netns {
-        setup_netns(a.nodes, a.link_rate.as_deref())?;
-    }
-    let deadline = Instant::now() + Duration::from_secs(a.ready_timeout_s);
-    let mut nodes = Vec::new();
-    for i in 0..a.nodes {
-        let log_path = dir.join(format!("node-{i}.log"));
-        let log = fs::File::create(&log_path)?;
-        let mut cmd = if a.netns {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", &ns_name(i)]).arg(&exe);
-            c.args([
-                "node",
-                "--id",
-                &i.to_string(),
-                "--listen",
-                &format!("{}:{NETNS_PORT}", ns_addr(i)),
-            ]);
-            c
-        } else {
-            let mut c = Command::new(&exe);
-            c.args(["node", "--id", &i.to_string(), "--listen", "127.0.0.1:0"]);
-            c
-        };
-        let child = cmd
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting a node")?;
-        nodes.push(ClusterNode {
-            id: i as NodeId,
-            addr: String::new(),
-            pid: child.id(),
-            netns: a.netns.then(|| ns_name(i)),
-        });
-    }
-    for (i, n) in nodes.iter_mut().enumerate() {
-        n.addr = wait_ready(&dir.join(format!("node-{i}.log")), n.pid, deadline)?;
-    }
-    let state = ClusterState {
-        nodes,
-        link_rate: a.link_rate.clone(),
+    let netns = if a.netns {
+        Some(setup_netns(a.nodes, a.link_rate.as_deref())?)
+    } else {
+        None
     };
-    fs::write(dir.join(STATE_FILE), serde_json::to_string_pretty(&state)?)?;
-    // Connect the nodes to each other and check that each answers.
-    let addrs = state.addrs();
-    let mut coord = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &addrs)?;
-    coord.introduce(&addrs)?;
-    let pings = addrs
-        .iter()
-        .map(|(id, _)| (*id, Request::Ping, Vec::new()))
-        .collect();
-    coord.request_all(pings, Duration::from_secs(10))?;
+    let mut children: Vec<Child> = Vec::new();
+    let result = start_nodes(&a, &exe, &mut children);
+    let state = match result {
+        Ok(state) => state,
+        Err(e) => {
+            // Leave nothing behind: the nodes started so far and the namespaces.
+            let pids: Vec<u32> = children.iter().map(|c| c.id()).collect();
+            for c in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            if let Some(made) = &netns {
+                made.remove();
+            }
+            let _ = fs::remove_file(dir.join(STATE_FILE));
+            return Err(e.context(format!(
+                "cluster up failed; stopped the nodes it had started (pids {pids:?}){}",
+                if netns.is_some() {
+                    " and removed its network namespaces"
+                } else {
+                    ""
+                }
+            )));
+        }
+    };
     println!(
         "cluster up: {} nodes{} (state in {})",
         state.nodes.len(),
@@ -330,6 +377,65 @@ fn up(a: UpArgs) -> Result<()> {
     Ok(())
 }
 
+/// Starts the node processes (recorded in `children` as they start), waits for each to be
+/// ready, writes the state file, connects the nodes and pings each.
+fn start_nodes(a: &UpArgs, exe: &Path, children: &mut Vec<Child>) -> Result<ClusterState> {
+    let dir = &a.dir.dir;
+    let deadline = Instant::now() + Duration::from_secs(a.ready_timeout_s);
+    let mut nodes = Vec::new();
+    for i in 0..a.nodes {
+        let log_path = dir.join(format!("node-{i}.log"));
+        let log = fs::File::create(&log_path)?;
+        let mut cmd = if a.netns {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", &ns_name(i)]).arg(exe);
+            c.args([
+                "node",
+                "--id",
+                &i.to_string(),
+                "--listen",
+                &format!("{}:{NETNS_PORT}", ns_addr(i)),
+            ]);
+            c
+        } else {
+            let mut c = Command::new(exe);
+            c.args(["node", "--id", &i.to_string(), "--listen", "127.0.0.1:0"]);
+            c
+        };
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .context("starting a node")?;
+        nodes.push(ClusterNode {
+            id: i as NodeId,
+            addr: String::new(),
+            pid: child.id(),
+            netns: a.netns.then(|| ns_name(i)),
+        });
+        children.push(child);
+    }
+    for (i, n) in nodes.iter_mut().enumerate() {
+        n.addr = wait_ready(&dir.join(format!("node-{i}.log")), n.pid, deadline)?;
+    }
+    let state = ClusterState {
+        nodes,
+        link_rate: a.link_rate.clone(),
+    };
+    fs::write(dir.join(STATE_FILE), serde_json::to_string_pretty(&state)?)?;
+    // Connect the nodes to each other and check that each answers.
+    let addrs = state.addrs();
+    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+    coord.introduce(&addrs)?;
+    let pings = addrs
+        .iter()
+        .map(|(id, _)| (*id, Request::Ping, Vec::new()))
+        .collect();
+    coord.request_all(pings, Duration::from_secs(10))?;
+    Ok(state)
+}
+
 fn down(a: DirArgs) -> Result<()> {
     let state = load_state(&a.dir)?;
     let live: Vec<(NodeId, String)> = state
@@ -339,7 +445,7 @@ fn down(a: DirArgs) -> Result<()> {
         .map(|n| (n.id, n.addr.clone()))
         .collect();
     if !live.is_empty() {
-        match Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &live) {
+        match Coordinator::tcp(coordinator_id(), &live) {
             Ok(mut coord) => {
                 let ids: Vec<NodeId> = live.iter().map(|(id, _)| *id).collect();
                 if let Err(e) = coord.shutdown_nodes(&ids) {
@@ -362,7 +468,7 @@ fn down(a: DirArgs) -> Result<()> {
         }
     }
     if state.nodes.iter().any(|n| n.netns.is_some()) {
-        teardown_netns(state.nodes.len());
+        teardown_netns(&state);
     }
     fs::remove_file(a.dir.join(STATE_FILE))?;
     println!("cluster down: {} nodes stopped", state.nodes.len());
@@ -378,7 +484,7 @@ fn status(a: DirArgs) -> Result<()> {
         .filter(|n| pid_alive(n.pid))
         .map(|n| (n.id, n.addr.clone()))
         .collect();
-    if let Ok(mut coord) = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &live) {
+    if let Ok(mut coord) = Coordinator::tcp(coordinator_id(), &live) {
         for (id, _) in &live {
             let ok = coord
                 .request(*id, Request::Ping, Vec::new(), Duration::from_secs(2))

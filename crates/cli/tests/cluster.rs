@@ -1,6 +1,7 @@
 //! Real `inec node` processes on port 0 (readiness line on stdout, never a fixed sleep):
-//! every scheme's plans executed over TCP equal the simulator's bytes in both modes; a node
-//! killed mid-plan makes the plan fail quickly with a clear error; `inec cluster up|status|down`.
+//! every scheme's plans executed over TCP equal the simulator's bytes in both modes; a relay
+//! killed mid-plan makes the plan fail quickly with a clear error; `inec cluster up|status|down`
+//! (and a failed `up` leaves nothing running).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -86,8 +87,11 @@ fn plans_over_tcp_between_node_processes_match_the_simulator() {
     shutdown(nodes, &mut coord);
 }
 
-/// A chain 0 → 1 → 2: node 1 adds its chunk to what node 0 sends, node 2 keeps the result.
-fn chain(chunk_bytes: usize) -> Vec<VertexPart> {
+/// An ECPipe-like chain 0 → 1 → 2 → 3 in slices of 32 KiB: nodes 1 and 2 each add their
+/// chunk to what they receive and pass it on, node 3 keeps the result. With `blocker`, node 3
+/// also waits for an edge from node 4, which is never asked to run, so the plan cannot
+/// finish on its own.
+fn relay_chain(chunk_bytes: usize, blocker: bool) -> Vec<VertexPart> {
     let c = |i| ChunkRef {
         stripe: 5,
         index: i,
@@ -96,110 +100,166 @@ fn chain(chunk_bytes: usize) -> Vec<VertexPart> {
         vertex,
         node,
         chunk_bytes,
-        slice_bytes: 64 << 10,
+        slice_bytes: 32 << 10,
         locals: vec![],
         in_edges: vec![],
         coeffs: vec![],
         outputs: vec![],
     };
-    vec![
+    let send = |edge: u32, to: NodeId| OutputSpec {
+        sends: vec![OutEdge { edge, to }],
+        store: None,
+    };
+    let mut parts = vec![
         VertexPart {
             locals: vec![c(0)],
             coeffs: vec![1],
-            outputs: vec![OutputSpec {
-                sends: vec![OutEdge { edge: 0, to: 1 }],
-                store: None,
-            }],
+            outputs: vec![send(0, 1)],
             ..base(0, 0)
         },
         VertexPart {
             locals: vec![c(1)],
             in_edges: vec![InEdge { edge: 0, from: 0 }],
             coeffs: vec![1, 1],
-            outputs: vec![OutputSpec {
-                sends: vec![OutEdge { edge: 1, to: 2 }],
-                store: None,
-            }],
+            outputs: vec![send(1, 2)],
             ..base(1, 1)
         },
         VertexPart {
+            locals: vec![c(2)],
             in_edges: vec![InEdge { edge: 1, from: 1 }],
+            coeffs: vec![1, 1],
+            outputs: vec![send(2, 3)],
+            ..base(2, 2)
+        },
+        VertexPart {
+            in_edges: vec![InEdge { edge: 2, from: 2 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
                 store: Some(c(9)),
             }],
-            ..base(2, 2)
+            ..base(3, 3)
         },
-    ]
+    ];
+    if blocker {
+        parts[3].in_edges.push(InEdge { edge: 3, from: 4 });
+        parts[3].coeffs.push(1);
+        parts.push(VertexPart {
+            locals: vec![c(4)],
+            coeffs: vec![1],
+            outputs: vec![send(3, 3)],
+            ..base(4, 4)
+        });
+    }
+    parts
 }
 
+/// A relay of a large sliced plan is killed while the plan is under way: the plan fails with
+/// an error naming the lost node, within a bounded time, in both modes.
 #[test]
-fn killing_a_node_mid_plan_fails_the_plan_quickly() {
+fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
+    let bytes = 16 << 20;
     for mode in [Mode::Coherent, Mode::Incoherent] {
-        let (mut nodes, mut coord) = cluster(3);
-        let bytes = 1 << 20;
-        coord
-            .store(vec![
+        let (mut nodes, mut coord) = cluster(5);
+        let stored = (0..5)
+            .map(|i| {
                 (
-                    0,
+                    i,
                     ChunkRef {
                         stripe: 5,
-                        index: 0,
+                        index: i,
                     },
-                    vec![1; bytes],
-                ),
-                (
-                    1,
-                    ChunkRef {
-                        stripe: 5,
-                        index: 1,
-                    },
-                    vec![2; bytes],
-                ),
-            ])
-            .unwrap();
-        coord.install(1, &chain(bytes)).unwrap();
-        // It works while every node is alive.
+                    vec![1u8 << i; bytes],
+                )
+            })
+            .collect();
+        coord.store(stored).unwrap();
+        coord.install(1, &relay_chain(bytes, false)).unwrap();
+        coord.install(2, &relay_chain(bytes, true)).unwrap();
+        // The chain streams end to end while every node is alive.
         coord
-            .run(1, &[0, 1, 2], mode, Duration::from_secs(20))
+            .run(1, &[0, 1, 2, 3], mode, Duration::from_secs(60))
             .unwrap();
         let got = coord
             .fetch(
-                2,
+                3,
                 ChunkRef {
                     stripe: 5,
                     index: 9,
                 },
             )
             .unwrap();
-        assert_eq!(got, vec![3u8; bytes]);
-        // Nodes 1 and 2 start the plan and wait for node 0, which is killed instead of run.
-        let pid = nodes[0].child.id();
-        let killer = std::thread::spawn(move || {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-        });
-        let t0 = Instant::now();
+        assert_eq!(got, vec![1 ^ 2 ^ 4; bytes]);
+        // Run the blocked plan; once the source has handed every slice over, the plan is
+        // under way and cannot finish: kill relay 2 then.
+        let pid = nodes[2].child.id();
+        let mut killed_at = None;
         let err = coord
-            .run(1, &[1, 2], mode, Duration::from_secs(120))
+            .run_observed(
+                2,
+                &[0, 1, 2, 3],
+                mode,
+                1,
+                1,
+                Duration::from_secs(120),
+                &mut |node| {
+                    if node == 0 && killed_at.is_none() {
+                        let _ = Command::new("kill")
+                            .args(["-KILL", &pid.to_string()])
+                            .status();
+                        killed_at = Some(Instant::now());
+                    }
+                },
+            )
             .unwrap_err();
-        killer.join().unwrap();
-        let took = t0.elapsed();
+        let killed_at = killed_at.expect("the source finished its part before the failure");
+        let took = killed_at.elapsed();
         assert!(
             took < Duration::from_secs(10),
             "{mode:?}: failing took {took:?}"
         );
         let msg = err.to_string();
         assert!(
-            msg.contains("peer 0 lost") || msg.contains("aborted"),
+            msg.contains("peer 2 lost") || msg.contains("aborted"),
             "{mode:?}: unclear error: {msg}"
         );
-        let _ = nodes[0].child.wait();
-        nodes.remove(0);
-        coord.shutdown_nodes(&[1, 2]).unwrap();
+        let _ = nodes[2].child.wait();
+        nodes.remove(2);
+        coord.shutdown_nodes(&[0, 1, 3, 4]).unwrap();
     }
+}
+
+/// `cluster up` that fails part-way stops the nodes it started and leaves no state behind.
+#[test]
+fn a_failed_cluster_up_leaves_no_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().to_str().unwrap();
+    // Node 2's log cannot be created (a directory has its name): up fails after starting
+    // nodes 0 and 1.
+    std::fs::create_dir(dir.path().join("node-2.log")).unwrap();
+    let out = Command::new(INEC)
+        .args(["cluster", "up", "--nodes", "4", "--dir", d])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("stopped the nodes it had started"), "{err}");
+    let pids: Vec<u32> = err
+        .split("pids [")
+        .nth(1)
+        .and_then(|r| r.split(']').next())
+        .unwrap_or_else(|| panic!("no pids in {err}"))
+        .split(", ")
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{err}");
+    for pid in pids {
+        assert!(
+            !std::path::Path::new(&format!("/proc/{pid}")).exists(),
+            "node pid {pid} still exists"
+        );
+    }
+    assert!(!dir.path().join("cluster.json").exists());
 }
 
 #[test]
