@@ -21,25 +21,22 @@ use std::fs;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use codes::{Code, Codec};
 use engine::check::store_stripe;
-use engine::node::{ClusterState, Coordinator, LocalNode};
+use engine::node::{coordinator_id, ClusterState, Coordinator, LocalNode};
 use engine::plan::{parts_of, plan_nodes};
-use engine::{
-    BufferPool, ChunkRef, Completion, Engine, InEdge, Mode, NodeId, OutEdge, OutputSpec, Payload,
-    TcpTransport, VertexPart, WorkRequest, COORDINATOR_BASE,
-};
+use engine::{BufferPool, ChunkRef, InEdge, Mode, NodeId, OutEdge, OutputSpec, VertexPart};
 use graph::{account, build, model, sim, Plan, PlanSpec, Request, Scheme, Target};
 use serde::Serialize;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct PrimitivesArgs {
     /// Use the cluster started by `inec cluster up` with this state directory; without it the
-    /// benchmark starts its own nodes on loopback (threads of this process).
+    /// benchmark starts its own `inec node` processes on loopback (threads of this process
+    /// only when it does not run from the `inec` binary).
     #[arg(long)]
     pub dir: Option<PathBuf>,
     /// A small subset: RS(3,2), RS(6,3), LRC(6,2,2); 128 B, 4, 16, 64 KiB and 1 MiB; 5 reps.
@@ -60,11 +57,16 @@ pub struct PrimitivesArgs {
     /// ECPipe slice size (the paper fixes 32 KiB).
     #[arg(long, default_value_t = 32 << 10)]
     pub ecpipe_slice_bytes: usize,
+    /// Slice size for every other scheme (default: the whole chunk, one slice per edge, as
+    /// the schemes are defined). Both modes always use the same slices.
+    #[arg(long)]
+    pub slice_bytes: Option<usize>,
     /// Print JSON lines instead of the table.
     #[arg(long)]
     pub json: bool,
-    /// Also measure the raw transport: plain sends of 1 MiB buffers between two engines on
-    /// loopback against `iperf3` single-stream, in the same run.
+    /// Also measure the raw transport: plain sends of 1 MiB buffers between two node processes
+    /// (nodes 1 and 2 of `--dir`'s cluster, or two `inec node` processes started for it)
+    /// against `iperf3 -l 1M` single-stream on loopback, in the same run.
     #[arg(long)]
     pub raw: bool,
     /// Only the raw transport measurement.
@@ -106,11 +108,19 @@ pub struct Row {
     pub slice_bytes: usize,
     pub mode: String,
     pub latency_us_p50: f64,
-    /// MB/s (10^6 bytes per second) of parity generated (encode) or chunks rebuilt (decode).
+    /// MB/s — megabytes (10^6 bytes) per second, not megabits — of parity generated (encode)
+    /// or chunks rebuilt (decode). The field name is the one the suite's consumers expect;
+    /// `bandwidth_mbytes_per_s` carries the same value under an unambiguous name.
     pub bandwidth_mbps: f64,
+    pub bandwidth_mbytes_per_s: f64,
+    /// Operations in flight in the bandwidth run.
+    pub window: usize,
+    /// The α-β model's latency; the same for both modes (see docs/engine.md: the model has no
+    /// per-mode β term, the bench measures the modes' difference instead of predicting it).
     pub model_us: f64,
-    /// Coherent latency / this mode's latency is 1 for coherent; incoherent / coherent here.
+    /// This mode's latency divided by the coherent latency (1 for coherent).
     pub latency_ratio_vs_coherent: f64,
+    /// The coherent bandwidth divided by this mode's (1 for coherent).
     pub bandwidth_ratio_coherent_over_this: f64,
     pub kernel: String,
     pub nodes: usize,
@@ -131,7 +141,57 @@ struct Cluster {
     coord: Coordinator,
     ids: Vec<NodeId>,
     _local: Vec<LocalNode>,
+    /// Node processes this benchmark started (killed when dropped if still running).
+    _procs: NodeProcs,
     transport: String,
+}
+
+/// `inec node` processes started by the benchmark.
+#[derive(Default)]
+struct NodeProcs(Vec<std::process::Child>);
+
+impl Drop for NodeProcs {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// The `inec` executable, if this benchmark runs from it (it can then start node processes).
+fn inec_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let name = exe.file_name()?.to_str()?;
+    (name == "inec").then_some(exe)
+}
+
+/// Starts `inec node` processes with ids `0..n` on loopback; returns them and their
+/// addresses (read from each node's readiness line, no fixed sleep).
+fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeId, String)>)> {
+    use std::io::{BufRead, BufReader};
+    let mut procs = NodeProcs::default();
+    let mut addrs = Vec::new();
+    for i in 0..n {
+        let mut child = std::process::Command::new(exe)
+            .args(["node", "--id", &i.to_string(), "--listen", "127.0.0.1:0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .context("starting inec node")?;
+        let stdout = child.stdout.take().expect("piped");
+        procs.0.push(child);
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line)?;
+        let addr = line
+            .split(" ready on ")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .ok_or_else(|| anyhow!("node {i}: bad readiness line {line:?}"))?;
+        addrs.push((i as NodeId, addr.to_string()));
+    }
+    Ok((procs, addrs))
 }
 
 fn p50(v: &mut [f64]) -> f64 {
@@ -152,7 +212,7 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
             );
         }
         let addrs = state.addrs();
-        let coord = Coordinator::tcp(COORDINATOR_BASE + std::process::id() % 0x1000, &addrs)?;
+        let coord = Coordinator::tcp(coordinator_id(), &addrs)?;
         let transport = match &state.link_rate {
             Some(r) => format!("tcp-netns-{r}"),
             None if state.nodes.iter().any(|n| n.netns.is_some()) => "tcp-netns".into(),
@@ -162,7 +222,20 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
             coord,
             ids: addrs.iter().map(|(i, _)| *i).collect(),
             _local: Vec::new(),
+            _procs: NodeProcs::default(),
             transport,
+        });
+    }
+    if let Some(exe) = inec_exe() {
+        let (procs, addrs) = spawn_nodes(&exe, need)?;
+        let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+        coord.introduce(&addrs)?;
+        return Ok(Cluster {
+            coord,
+            ids: addrs.iter().map(|(i, _)| *i).collect(),
+            _local: Vec::new(),
+            _procs: procs,
+            transport: "tcp-loopback-processes".into(),
         });
     }
     let pool = BufferPool::new();
@@ -175,12 +248,13 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
         .enumerate()
         .map(|(i, n)| (i as NodeId, n.addr.unwrap().to_string()))
         .collect();
-    let mut coord = Coordinator::tcp(COORDINATOR_BASE, &addrs)?;
+    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
     coord.introduce(&addrs)?;
     Ok(Cluster {
         coord,
         ids: addrs.iter().map(|(i, _)| *i).collect(),
         _local: local,
+        _procs: NodeProcs::default(),
         transport: "tcp-loopback-threads".into(),
     })
 }
@@ -191,13 +265,11 @@ fn time_runs(
     template: u64,
     nodes: &[NodeId],
     reps: usize,
-    mode: Mode,
+    timeout: Duration,
 ) -> Result<f64> {
     let mut t = Vec::new();
     for _ in 0..reps {
-        let d = c
-            .coord
-            .run(template, nodes, mode, Duration::from_secs(30))?;
+        let d = c.coord.run(template, nodes, Mode::Coherent, timeout)?;
         t.push(d.as_secs_f64() * 1e6);
     }
     Ok(p50(&mut t))
@@ -253,7 +325,7 @@ fn kernel_rate(f: impl Fn(&[u8], &mut [u8])) -> f64 {
     bytes as f64 / t0.elapsed().as_secs_f64()
 }
 
-fn calibrate(c: &mut Cluster) -> Result<Calibration> {
+fn calibrate(c: &mut Cluster, timeout: Duration) -> Result<Calibration> {
     let stripe = 900_000;
     let k = gf::kernel();
     let xor = kernel_rate(|s, d| k.xor(s, d));
@@ -280,13 +352,13 @@ fn calibrate(c: &mut Cluster) -> Result<Calibration> {
         ..simple_part(0, 1, 128, 128)
     }];
     c.coord.install(stripe, &local)?;
-    let ctl = time_runs(c, stripe, &[1], 30, Mode::Coherent)?;
+    let ctl = time_runs(c, stripe, &[1], 30, timeout)?;
     c.coord.install(stripe + 1, &hop_parts(stripe, 128, 128))?;
-    let small = time_runs(c, stripe + 1, &[1, 2], 30, Mode::Coherent)?;
+    let small = time_runs(c, stripe + 1, &[1, 2], 30, timeout)?;
     let hop = (small - ctl).max(1.0);
     c.coord
         .install(stripe + 2, &hop_parts(stripe + 1, 16 << 20, 1 << 20))?;
-    let big = time_runs(c, stripe + 2, &[1, 2], 7, Mode::Coherent)?;
+    let big = time_runs(c, stripe + 2, &[1, 2], 7, timeout)?;
     let link = (16u64 << 20) as f64 / ((big - ctl - hop).max(1.0) * 1e-6);
     Ok(Calibration {
         control_round_trip_us: ctl,
@@ -360,6 +432,8 @@ fn measure_case(
     let mut spec = PlanSpec::new(scheme, code, request, chunk_bytes);
     if scheme == Scheme::Ecpipe {
         spec.slice_bytes = Some(args.ecpipe_slice_bytes.min(chunk_bytes));
+    } else if let Some(s) = args.slice_bytes {
+        spec.slice_bytes = Some(s.min(chunk_bytes));
     }
     let plan = build(&spec).map_err(|e| anyhow!("{scheme} {code}: {e}"))?;
     let out_stripe = stripe + 1;
@@ -415,13 +489,18 @@ fn measure_case(
             }
         }
     }
-    // Window-based bandwidth, alternating modes in two halves.
+    // Window-based bandwidth, alternating modes in two halves. Each half runs at least four
+    // windows; the window shrinks for large chunks so that one half moves at most ~512 MiB.
     let per_op_bytes = if encode {
         chunk_bytes * code.parity_count()
     } else {
         chunk_bytes
     };
-    let ops = ((64usize << 20) / per_op_bytes.max(1)).clamp(args.window * 2, 256);
+    let window = args
+        .window
+        .min(((512usize << 20) / (4 * per_op_bytes.max(1))).max(1))
+        .max(1);
+    let half_ops = ((64usize << 20) / per_op_bytes.max(1)).clamp(4 * window, 256.max(4 * window));
     let mut bw: BTreeMap<Mode, f64> = BTreeMap::new();
     for round in 0..2 {
         for mode in if round == 0 {
@@ -429,11 +508,22 @@ fn measure_case(
         } else {
             [modes[1], modes[0]]
         } {
+            c.coord.delete(out_refs.clone())?;
             let st = c
                 .coord
-                .run_many(template, &nodes, mode, ops / 2, args.window, timeout * 4)?;
-            let mbps = (per_op_bytes * st.ops) as f64 / st.elapsed.as_secs_f64() / 1e6;
-            *bw.entry(mode).or_insert(0.0) += mbps / 2.0;
+                .run_many(template, &nodes, mode, half_ops, window, timeout * 4)?;
+            let mbytes_s = (per_op_bytes * st.ops) as f64 / st.elapsed.as_secs_f64() / 1e6;
+            *bw.entry(mode).or_insert(0.0) += mbytes_s / 2.0;
+            // Every operation wrote the same outputs; the last ones must be right.
+            for (&(node, index), r) in stores.iter().zip(&out_refs) {
+                let got = c.coord.fetch(node, r.1)?;
+                if got != chunks[index] {
+                    bail!(
+                        "{scheme} {code} {} {chunk_bytes} B {mode:?} bandwidth run: chunk {index} on node {node} is wrong",
+                        if encode { "encode" } else { "decode" }
+                    );
+                }
+            }
         }
     }
     let net = net_of(cal);
@@ -461,6 +551,8 @@ fn measure_case(
             mode: mode.name().into(),
             latency_us_p50: l50,
             bandwidth_mbps: bw[&mode],
+            bandwidth_mbytes_per_s: bw[&mode],
+            window,
             model_us,
             latency_ratio_vs_coherent: l50 / coh_lat,
             bandwidth_ratio_coherent_over_this: coh_bw / bw[&mode],
@@ -472,58 +564,94 @@ fn measure_case(
     Ok(rows)
 }
 
-/// Raw transport: plain sends of 1 MiB buffers from one engine to another over loopback TCP.
-fn engine_raw_gbps(total_bytes: usize) -> Result<f64> {
-    let pool = BufferPool::new();
-    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
-    let rx_t = TcpTransport::bind(1, any, pool.clone())?;
-    let addr = rx_t.local_addr().unwrap().to_string();
-    let rx = Engine::start(rx_t, pool.clone());
-    let tx = Engine::start(TcpTransport::unbound(2, pool.clone())?, pool.clone());
-    tx.post(WorkRequest::Connect { peer: 1, addr });
-    let op = 1;
-    rx.post(WorkRequest::Recv {
-        op,
-        peers: vec![2],
-        deadline: Instant::now() + Duration::from_secs(120),
-    });
-    let buf = Arc::new(vec![0x3cu8; 1 << 20]);
-    let count = total_bytes / buf.len();
-    let run = |first: u32, count: usize| -> Result<f64> {
-        let t0 = Instant::now();
-        let wrs = (0..count).map(|i| WorkRequest::Send {
-            op,
-            peer: 1,
-            header: engine::wire::Header::new(
-                engine::wire::Kind::Data,
-                op,
-                0,
-                first + i as u32,
-                buf.len(),
-            ),
-            payload: Payload::Shared(buf.clone(), 0..buf.len()),
-            signal: false,
-        });
-        tx.post_all(wrs);
-        let mut got = 0usize;
-        while got < count * buf.len() {
-            match rx.cq().wait(Duration::from_secs(60)) {
-                Some(Completion::Recv { payload, .. }) => {
-                    got += payload.len();
-                    pool.put(payload);
-                }
-                Some(Completion::Stopped { reason }) => bail!("engine stopped: {reason}"),
-                Some(_) => {}
-                None => bail!("raw transfer stalled at {got} bytes"),
-            }
-        }
-        Ok((count * buf.len()) as f64 * 8.0 / t0.elapsed().as_secs_f64() / 1e9)
+/// The chunk the raw measurement sends per operation, in 1 MiB slices (one frame each).
+const RAW_CHUNK_BYTES: usize = 32 << 20;
+const RAW_SLICE_BYTES: usize = 1 << 20;
+
+/// Two node processes for the raw measurement and the ids of sender and receiver: nodes 1
+/// and 2 of `--dir`'s cluster, or two `inec node` processes started for it.
+fn raw_cluster(args: &PrimitivesArgs) -> Result<(Cluster, NodeId, NodeId)> {
+    if args.dir.is_some() {
+        return Ok((connect(args, 3)?, 1, 2));
+    }
+    let exe = inec_exe().ok_or_else(|| {
+        anyhow!("--raw needs node processes: run it as `inec bench primitives` or give --dir")
+    })?;
+    let (procs, addrs) = spawn_nodes(&exe, 2)?;
+    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+    coord.introduce(&addrs)?;
+    Ok((
+        Cluster {
+            coord,
+            ids: vec![0, 1],
+            _local: Vec::new(),
+            _procs: procs,
+            transport: "tcp-loopback-processes".into(),
+        },
+        0,
+        1,
+    ))
+}
+
+/// Installs the raw plan: `from` sends a stored chunk unchanged (straight from its store, in
+/// 1 MiB frames) to `to`, which receives every frame and keeps nothing.
+fn raw_setup(c: &mut Cluster, from: NodeId, to: NodeId, template: u64) -> Result<()> {
+    let chunk = ChunkRef {
+        stripe: template,
+        index: 0,
     };
-    run(0, 64)?; // warm up: connection, pool, socket buffers
-    let gbps = run(64, count)?;
-    tx.shutdown();
-    rx.shutdown();
-    Ok(gbps)
+    c.coord
+        .store(vec![(from, chunk, vec![0x3cu8; RAW_CHUNK_BYTES])])?;
+    let parts = vec![
+        VertexPart {
+            locals: vec![chunk],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![OutEdge { edge: 0, to }],
+                store: None,
+            }],
+            ..simple_part(0, from, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
+        },
+        VertexPart {
+            in_edges: vec![InEdge { edge: 0, from }],
+            ..simple_part(1, to, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
+        },
+    ];
+    c.coord.install(template, &parts)?;
+    Ok(())
+}
+
+/// Engine throughput of the raw plan, Gbit/s, over `total_bytes` (two operations in flight).
+fn engine_raw_gbps(
+    c: &mut Cluster,
+    from: NodeId,
+    to: NodeId,
+    template: u64,
+    total_bytes: usize,
+    timeout: Duration,
+) -> Result<f64> {
+    let ops = (total_bytes / RAW_CHUNK_BYTES).max(2);
+    let st = c
+        .coord
+        .run_many(template, &[from, to], Mode::Coherent, ops, 2, timeout)?;
+    Ok((ops * RAW_CHUNK_BYTES) as f64 * 8.0 / st.elapsed.as_secs_f64() / 1e9)
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut v = v.to_vec();
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn load_average() -> String {
+    fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 /// `iperf3` single stream over loopback, Gbit/s received.
@@ -549,6 +677,8 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
                 &port.to_string(),
                 "-t",
                 &seconds.to_string(),
+                "-l",
+                "1M",
                 "-J",
             ])
             .output()?;
@@ -571,30 +701,73 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
 #[derive(Serialize)]
 struct RawRow {
     raw: bool,
+    /// Medians over the rounds.
     iperf3_gbps: f64,
     engine_gbps: f64,
     ratio: f64,
     buffer_bytes: usize,
+    iperf3_gbps_rounds: Vec<f64>,
+    engine_gbps_rounds: Vec<f64>,
+    transport: String,
+    /// /proc/loadavg before the measurement (the machine may be shared).
+    load_average: String,
 }
+
+/// Rounds of the raw measurement, engine and iperf3 alternating.
+const RAW_ROUNDS: usize = 5;
 
 pub fn run(args: PrimitivesArgs) -> Result<()> {
     fs::create_dir_all(&args.out)?;
     let mut jsonl = fs::File::create(args.out.join("results.jsonl"))?;
     if args.raw || args.raw_only {
-        // Alternate: engine, iperf3, engine, iperf3; report the medians of the pairs.
+        let load = load_average();
+        let (mut rc, from, to) = raw_cluster(&args)?;
+        let template = 950_000;
+        let timeout = Duration::from_secs(args.timeout_s);
+        raw_setup(&mut rc, from, to, template)?;
+        // Warm up: connections, pools, socket buffers.
+        engine_raw_gbps(&mut rc, from, to, template, 256 << 20, timeout)?;
+        // Alternate which goes first, so that drift and other load hit both alike.
         let mut e = Vec::new();
         let mut p = Vec::new();
-        for _ in 0..2 {
-            e.push(engine_raw_gbps(4 << 30)?);
-            p.push(iperf3_gbps(3)?);
+        for round in 0..RAW_ROUNDS {
+            if round % 2 == 1 {
+                p.push(iperf3_gbps(2)?);
+            }
+            e.push(engine_raw_gbps(
+                &mut rc,
+                from,
+                to,
+                template,
+                2 << 30,
+                timeout,
+            )?);
+            if round % 2 == 0 {
+                p.push(iperf3_gbps(2)?);
+            }
         }
-        let (eg, ig) = (e.iter().sum::<f64>() / 2.0, p.iter().sum::<f64>() / 2.0);
+        rc.coord.delete(vec![(
+            from,
+            ChunkRef {
+                stripe: template,
+                index: 0,
+            },
+        )])?;
+        if args.dir.is_none() {
+            let ids = rc.ids.clone();
+            rc.coord.shutdown_nodes(&ids)?;
+        }
+        let (eg, ig) = (median(&e), median(&p));
         let row = RawRow {
             raw: true,
             iperf3_gbps: ig,
             engine_gbps: eg,
             ratio: eg / ig,
-            buffer_bytes: 1 << 20,
+            buffer_bytes: RAW_SLICE_BYTES,
+            iperf3_gbps_rounds: p,
+            engine_gbps_rounds: e,
+            transport: rc.transport.clone(),
+            load_average: load,
         };
         let line = serde_json::to_string(&row)?;
         writeln!(jsonl, "{line}")?;
@@ -602,10 +775,13 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             println!("{line}");
         } else {
             println!(
-                "raw transport, loopback, one stream: engine {eg:.1} Gbit/s (1 MiB sends), iperf3 {ig:.1} Gbit/s: {:.0}%",
-                100.0 * eg / ig
+                "raw transport ({}), one stream, medians of {RAW_ROUNDS} alternating rounds: engine {eg:.1} Gbit/s (1 MiB frames between two node processes), iperf3 -l 1M {ig:.1} Gbit/s: {:.0}% (load average before: {})",
+                rc.transport,
+                100.0 * eg / ig,
+                row.load_average
             );
         }
+        drop(rc);
         if args.raw_only {
             return Ok(());
         }
@@ -631,7 +807,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     let reps = args.reps.unwrap_or(if args.quick { 5 } else { 9 });
     let need = codes.iter().map(|c| c.n() + 1).max().unwrap_or(1).max(3);
     let mut c = connect(&args, need)?;
-    let cal = calibrate(&mut c)?;
+    let cal = calibrate(&mut c, Duration::from_secs(args.timeout_s))?;
     let cal_line = serde_json::to_string(&cal)?;
     writeln!(jsonl, "{{\"calibration\":{cal_line}}}")?;
     if args.json {
@@ -653,7 +829,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             cal.mul_add_gbyte_s
         );
         println!(
-            "# bandwidth: MB/s of parity generated (encode) or chunk rebuilt (decode), window {}",
+            "# bandwidth: MB/s (10^6 bytes/s) of parity generated (encode) or chunk rebuilt (decode), window {} (smaller for large chunks); model_us is the same for both modes",
             args.window
         );
         println!(
@@ -665,7 +841,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             "mode",
             "lat_us_p50",
             "model_us",
-            "MB/s",
+            "MB/s(1e6B)",
             "lat×",
             "bw×"
         );
@@ -737,7 +913,7 @@ fn write_markdown(args: &PrimitivesArgs, cal: &Calibration, rows: &[Row]) -> Res
     let mut s = String::new();
     s.push_str("# Primitive benchmark\n\n");
     s.push_str(&format!(
-        "Kernel {}; {} CPUs; transport {}; calibration: coordinator round trip {:.0} µs, hop {:.0} µs, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s. Bandwidth counts parity generated (encode) or chunks rebuilt (decode), MB/s, window {}.\n\n",
+        "Kernel {}; {} CPUs; transport {}; calibration: coordinator round trip {:.0} µs, hop {:.0} µs, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s. Bandwidth counts parity generated (encode) or chunks rebuilt (decode), in MB/s (10^6 bytes per second), window {} (smaller for large chunks). The model's latency has no per-mode term: it is the same for both modes.\n\n",
         gf::kernel_name(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         rows.first().map_or("-", |r| r.transport.as_str()),
@@ -748,7 +924,7 @@ fn write_markdown(args: &PrimitivesArgs, cal: &Calibration, rows: &[Row]) -> Res
         cal.mul_add_gbyte_s,
         args.window
     ));
-    s.push_str("| scheme | op | code | chunk bytes | coherent µs | incoherent µs | latency × | coherent MB/s | incoherent MB/s | bandwidth × | model µs |\n");
+    s.push_str("| scheme | op | code | chunk bytes | coherent µs | incoherent µs | latency × | coherent MB/s (10^6 B/s) | incoherent MB/s (10^6 B/s) | bandwidth × | model µs |\n");
     s.push_str("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for pair in rows.chunks(2) {
         let (co, inc) = (&pair[0], &pair[1]);
