@@ -25,8 +25,9 @@
 //! - Decode patterns: `decode1` loses data chunk 0, `decodem` data chunks 0..m (LRC: l+r data
 //!   chunks spread over the groups, the largest such set that is recoverable). The chunks read
 //!   are inec's repair set (klauspost and reed-solomon-* read the first k available, the same
-//!   chunks for RS). `cached`: the decode matrix is prepared once (inec: its LRU; ISA-L: tables
-//!   kept; klauspost: its inversion cache); `fresh`: computed on every call (inec: no cache;
+//!   chunks for RS). `cached`: the decode matrix is prepared once (inec: the calculator `Codec::decoder`
+//!   returns, taken from its LRU once and reused; ISA-L: tables kept; klauspost: its inversion
+//!   cache, looked up on every call — it has no way to hold prepared tables); `fresh`: computed on every call (inec: no cache;
 //!   ISA-L: `gf_invert_matrix` + `ec_init_tables` per call; klauspost:
 //!   `WithInversionCache(false)`). reed-solomon-simd has no per-pattern state, so its two
 //!   patterns run the same code; reed-solomon-erasure's cache cannot be bypassed, so it has no
