@@ -165,17 +165,20 @@ impl OpDriver {
         self.flush();
     }
 
-    /// Queues `self.out`'s sends of operation `op`; returns how many were queued.
-    fn queue_out(&mut self, op: u64) -> Result<usize, EngineError> {
+    /// Queues `self.out`'s sends of operation `op`; returns how many were queued and the
+    /// first error.
+    fn queue_out(&mut self, op: u64) -> (usize, Option<EngineError>) {
         let mut n = 0;
-        let mut res = Ok(());
+        let mut err = None;
         for o in self.out.drain(..) {
             match push_send(&mut self.wrs, op, o, self.engine.pool()) {
                 Ok(()) => n += 1,
-                Err(e) => res = Err(e),
+                Err(e) => {
+                    err.get_or_insert(e);
+                }
             }
         }
-        res.map(|()| n)
+        (n, err)
     }
 
     fn try_finish(&mut self, op: u64) -> Handled {
@@ -235,15 +238,24 @@ impl OpDriver {
                     }),
                 };
                 self.engine.pool().put(payload);
-                let r = r.and_then(|()| self.queue_out(op));
-                match r {
-                    Ok(n) => {
+                let err = match r {
+                    Ok(()) => {
+                        let (n, err) = self.queue_out(op);
                         if let Some(st) = self.incoherent.get_mut(&op) {
                             st.sends_outstanding += n;
                         }
-                        self.try_finish(op)
+                        err
                     }
                     Err(e) => {
+                        for o in self.out.drain(..) {
+                            o.payload.recycle(self.engine.pool());
+                        }
+                        Some(e)
+                    }
+                };
+                match err {
+                    None => self.try_finish(op),
+                    Some(e) => {
                         // The engine fails the operation and completes it as `Failed`.
                         self.fail(op, e);
                         Handled::Consumed
