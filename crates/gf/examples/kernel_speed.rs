@@ -7,10 +7,21 @@
 //! ```
 //!
 //! With kernel names (`avx2`, `gfni256`, ...), only those run. `CHUNKS=4096,65536` sets the
-//! chunk sizes; `STAGGER=1` places the inputs at different addresses modulo 4 KiB (separately
-//! allocated buffers of a page or more usually share their offset within a page, so all
-//! inputs map to the same L1 cache sets — which costs any kernel of this loop structure a
-//! good part of its speed at 128 KiB).
+//! chunk sizes; `SHAPES=10+4,10+1` the shapes. `PLACE` sets where the chunks lie:
+//! - `vec` (the default): one `Vec` per chunk, wherever the allocator puts it;
+//! - `exact`: back to back in one page-aligned region (stride `chunk_bytes`), as Go places
+//!   `make([]byte, 128 KiB)` buffers: every chunk has the same address modulo 128 KiB, so all
+//!   of them map to the same L1 sets (and, at 128 KiB, the same L2 sets);
+//! - `page`: page-aligned with a page between chunks (stride `chunk_bytes + 4096`), as large
+//!   `malloc` blocks from `mmap` lie: the same L1 sets, different L2 sets;
+//! - `heap`: back to back 16 bytes apart (stride `chunk_bytes + 16`), as `malloc` places
+//!   blocks on the heap: different misalignments, the same L1 and L2 sets;
+//! - `stagger`: page-aligned plus a different multiple of 64 bytes for each chunk, so the
+//!   chunks map to different L1 sets.
+//!
+//! `SHIFT=16` adds 16 bytes to every chunk's address in a region (as `malloc` does to a block
+//! from `mmap`: all chunks misaligned alike); `SHIFT=step16` adds 16·(j mod 4) + 64·j to
+//! chunk j (the chunks misaligned differently).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -52,7 +63,17 @@ fn main() {
         .into_iter()
         .filter(|k| only.is_empty() || only.iter().any(|n| n == k.name()))
         .collect();
-    let shapes = [(6, 3), (10, 3), (10, 4), (12, 3), (12, 4), (20, 4)];
+    let shapes: Vec<(usize, usize)> = std::env::var("SHAPES")
+        .map(|v| {
+            v.split(',')
+                .map(|s| {
+                    let (k, m) = s.split_once('+').expect("SHAPES=k+m,...");
+                    (k.parse().unwrap(), m.parse().unwrap())
+                })
+                .collect()
+        })
+        .unwrap_or(vec![(6, 3), (10, 3), (10, 4), (12, 3), (12, 4), (20, 4)]);
+    let place = std::env::var("PLACE").unwrap_or("vec".into());
     let chunk_sizes: Vec<usize> = std::env::var("CHUNKS")
         .map(|v| v.split(",").map(|x| x.parse().unwrap()).collect())
         .unwrap_or(vec![4 << 10, 128 << 10]);
@@ -73,17 +94,54 @@ fn main() {
             // A Cauchy-like matrix with no 0 or 1: every product is a real multiplication.
             let coeffs: Vec<u8> = (0..k * m).map(|_| rng.gen_range(2..=255)).collect();
             let matrix = Matrix::new(m, k, &coeffs);
-            let stagger = std::env::var("STAGGER").is_ok();
-            let skew = |j: usize| if stagger { 64 * ((7 * j) % 64) } else { 0 };
-            let inputs: Vec<Vec<u8>> = (0..k)
-                .map(|j| (0..chunk_bytes + skew(j)).map(|_| rng.gen()).collect())
-                .collect();
-            let ins: Vec<&[u8]> = inputs
-                .iter()
-                .enumerate()
-                .map(|(j, v)| &v[skew(j)..])
-                .collect();
-            let mut outputs = vec![vec![0u8; chunk_bytes]; m];
+            // Chunk j (inputs, then outputs) at offset start(j) of one region, or in its own Vec.
+            let shift = std::env::var("SHIFT").unwrap_or("0".into());
+            let shift = |j: usize| match shift.as_str() {
+                "step16" => 16 * (j % 4),
+                n => n.parse::<usize>().expect("SHIFT"),
+            };
+            let pages = chunk_bytes.next_multiple_of(4096);
+            // Offset of chunk j in the region; None: its own Vec.
+            let start = |j: usize| {
+                match place.as_str() {
+                    "exact" => Some(j * chunk_bytes),
+                    "page" => Some(j * (pages + 4096)),
+                    "heap" => Some(16 + j * (chunk_bytes + 16)),
+                    "stagger" => Some(j * (pages + 4096) + 64 * ((7 * j) % 64)),
+                    "vec" => None,
+                    p => panic!("unknown PLACE={p}"),
+                }
+                .map(|o| o + shift(j) + 64 * usize::from(shift(1) > 0) * j)
+            };
+            let mut region = vec![0u8; (k + m) * (pages + 4096 + 4096) + 4096];
+            let base = region.as_ptr().align_offset(4096);
+            let mut rest = &mut region[base..];
+            let mut used = 0;
+            let mut chunks: Vec<&mut [u8]> = Vec::new();
+            let mut owned: Vec<Vec<u8>> = Vec::new();
+            for j in 0..k + m {
+                match start(j) {
+                    None => owned.push(vec![0u8; chunk_bytes]),
+                    Some(o) => {
+                        let (_, tail) = std::mem::take(&mut rest).split_at_mut(o - used);
+                        let (this, tail) = tail.split_at_mut(chunk_bytes);
+                        rest = tail;
+                        used = o + chunk_bytes;
+                        chunks.push(this);
+                    }
+                }
+            }
+            chunks.extend(owned.iter_mut().map(|v| &mut v[..]));
+            let (ins_mut, outputs) = chunks.split_at_mut(k);
+            for c in ins_mut.iter_mut() {
+                rng.fill(&mut c[..]);
+            }
+            let ins: Vec<&[u8]> = ins_mut.iter().map(|c| &c[..]).collect();
+            if std::env::var("PRINT_ADDR").is_ok() {
+                let addrs: Vec<usize> = ins.iter().map(|c| c.as_ptr() as usize).collect();
+                let outs: Vec<usize> = outputs.iter().map(|c| c.as_ptr() as usize).collect();
+                eprintln!("inputs {addrs:x?}\noutputs {outs:x?}");
+            }
             let mut expected = vec![vec![0u8; chunk_bytes]; m];
             {
                 let mut outs: Vec<&mut [u8]> = expected.iter_mut().map(|v| &mut v[..]).collect();
@@ -94,8 +152,11 @@ fn main() {
             for &kernel in &kernels {
                 let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|v| &mut v[..]).collect();
                 kernel.dot_prod(&matrix, &ins, &mut outs);
-                assert_eq!(outputs, expected, "{} is wrong", kernel.name());
-                let mut outs: Vec<&mut [u8]> = outputs.iter_mut().map(|v| &mut v[..]).collect();
+                assert!(
+                    outs.iter().zip(&expected).all(|(o, e)| o[..] == e[..]),
+                    "{} is wrong",
+                    kernel.name()
+                );
                 let rate = best_rate(budget, || {
                     kernel.dot_prod(&matrix, black_box(&ins), &mut outs);
                     black_box(&mut outs);
@@ -104,11 +165,11 @@ fn main() {
             }
             // The roofline: one output, the XOR of the k inputs, by the best kernel.
             let ones = Matrix::new(1, k, &vec![1u8; k]);
-            let mut xor_out = vec![0u8; chunk_bytes];
+            let xor_out = &mut *outputs[0];
             let best = Kernel::best();
             let rate = best_rate(budget, || {
-                best.dot_prod(&ones, black_box(&ins), &mut [&mut xor_out[..]]);
-                black_box(&mut xor_out);
+                best.dot_prod(&ones, black_box(&ins), &mut [&mut *xor_out]);
+                black_box(&mut *xor_out);
             });
             println!(" {:>9.2}", rate * data_bytes / 1e9);
         }

@@ -133,6 +133,40 @@ pub(crate) fn head_mask(r: usize) -> __mmask64 {
     }
 }
 
+/// Regions at least this long start with a masked step to the alignment most of their
+/// buffers share (see [`aligned_head`]); shorter ones are not worth the extra step.
+pub(crate) const ALIGN_MIN_LEN: usize = 256;
+
+/// How many bytes (< 64, ≤ `len`) to process first, masked, so that as many buffers as
+/// possible are 64-byte aligned from then on; destinations count twice, as a store that
+/// crosses a cache line costs more than a load.
+///
+/// A 64-byte access that crosses a cache line costs two, and buffers of one call usually
+/// share their misalignment: `malloc` puts a large block 16 bytes past a page boundary, so
+/// without this every load and store of the main loop would cross a line (on Zen 4 that
+/// costs a third of the speed at 128 KiB).
+#[inline]
+pub(crate) fn aligned_head(srcs: &[*const u8], dsts: &[*mut u8], len: usize) -> usize {
+    if len < ALIGN_MIN_LEN {
+        return 0;
+    }
+    // votes[r] = weight of buffers at address ≡ r (mod 64)
+    let mut votes = [0u16; 64];
+    for &s in srcs {
+        votes[s as usize % 64] += 1;
+    }
+    for &d in dsts {
+        votes[d as usize % 64] += 2;
+    }
+    let mut best = 0;
+    for r in 1..64 {
+        if votes[r] > votes[best] {
+            best = r;
+        }
+    }
+    (64 - best) % 64
+}
+
 /// `a ^ b ^ c` in one instruction.
 #[inline]
 #[target_feature(enable = "avx512f")]
@@ -262,10 +296,16 @@ unsafe fn dot_avx512<const B: usize, const ADD: bool>(
 /// writable for `len` bytes; `dst` overlaps no source.
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(crate) unsafe fn xor_avx512<const ADD: bool>(srcs: &[*const u8], dst: *mut u8, len: usize) {
+    // First the head bytes that bring most buffers to a 64-byte boundary, masked.
+    let head = aligned_head(srcs, &[dst], len);
+    if head > 0 {
+        // SAFETY: `head ≤ len`; the caller's guarantees.
+        unsafe { xor_masked::<ADD>(srcs, dst, 0, head) };
+    }
     // for p in steps of 256 bytes: acc[0..4] = ADD ? dst[p..] : 0
     //     for sources s, t in pairs: acc = acc ^ s[p..] ^ t[p..]   (one vpternlog)
     //     dst[p..] = acc
-    let mut p = 0;
+    let mut p = head;
     while p + 256 <= len {
         let mut acc = [_mm512_setzero_si512(); 4];
         if ADD {
@@ -297,19 +337,59 @@ pub(crate) unsafe fn xor_avx512<const ADD: bool>(srcs: &[*const u8], dst: *mut u
     }
     // The rest, one vector at a time; the last one masked to the bytes left.
     while p < len {
-        let mask = head_mask(len - p);
-        let mut acc = if ADD {
-            // SAFETY: `mask` selects only bytes below `len`.
-            unsafe { load_masked(dst.add(p), mask) }
-        } else {
-            _mm512_setzero_si512()
-        };
-        for &s in srcs {
-            // SAFETY: `mask` selects only bytes below `len`.
-            acc = _mm512_xor_si512(acc, unsafe { load_masked(s.add(p), mask) });
-        }
-        // SAFETY: `mask` selects only bytes below `len`.
-        unsafe { store_masked(dst.add(p), mask, acc) };
-        p += 64;
+        let n = (len - p).min(64);
+        // SAFETY: `p + n ≤ len`; the caller's guarantees.
+        unsafe { xor_masked::<ADD>(srcs, dst, p, n) };
+        p += n;
+    }
+}
+
+/// One masked vector of [`xor_avx512`]: bytes `p .. p + n` (`n ≤ 64`).
+///
+/// # Safety
+///
+/// As for [`xor_avx512`], with `p + n ≤ len`.
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn xor_masked<const ADD: bool>(srcs: &[*const u8], dst: *mut u8, p: usize, n: usize) {
+    // dst[p..p+n] = (ADD ? dst[p..p+n] : 0) ^ Σ_s s[p..p+n]
+    let mask = head_mask(n);
+    let mut acc = if ADD {
+        // SAFETY: `mask` selects only the bytes `p .. p + n`, which the caller guarantees.
+        unsafe { load_masked(dst.add(p), mask) }
+    } else {
+        _mm512_setzero_si512()
+    };
+    for &s in srcs {
+        // SAFETY: as above.
+        acc = _mm512_xor_si512(acc, unsafe { load_masked(s.add(p), mask) });
+    }
+    // SAFETY: as above.
+    unsafe { store_masked(dst.add(p), mask, acc) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{aligned_head, ALIGN_MIN_LEN};
+
+    fn at(addr: usize) -> *const u8 {
+        std::ptr::without_provenance(addr)
+    }
+
+    #[test]
+    fn aligned_head_follows_the_weighted_majority() {
+        let len = ALIGN_MIN_LEN;
+        // All at 16 past a line: 48 bytes bring every buffer to the next line.
+        let srcs = [at(0x1010), at(0x2010), at(0x3010)];
+        assert_eq!(aligned_head(&srcs, &[at(0x4010).cast_mut()], len), 48);
+        // Two sources at 0x10 against one source and the (double) destination at 0x30.
+        let srcs = [at(0x1010), at(0x2010), at(0x3030)];
+        assert_eq!(aligned_head(&srcs, &[at(0x4030).cast_mut()], len), 16);
+        // Aligned already, or too short to bother: nothing.
+        assert_eq!(
+            aligned_head(&[at(0x1000)], &[at(0x2000).cast_mut()], len),
+            0
+        );
+        assert_eq!(aligned_head(&srcs, &[at(0x4030).cast_mut()], len - 1), 0);
     }
 }

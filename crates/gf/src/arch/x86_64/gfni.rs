@@ -14,7 +14,7 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
-use super::avx512::{self, head_mask, load_masked, store_masked, xor3, xor_avx512};
+use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
 use super::{dispatch_block, Plan, Plans, Simd};
 use crate::{field, Matrix};
 
@@ -162,13 +162,20 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
     let (coef, rest) = coef.as_chunks::<B>();
     assert!(rest.is_empty() && coef.len() == srcs.len());
     let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
+    // First the head bytes that bring most buffers to a 64-byte boundary (none if they are
+    // aligned already), masked; then the main loop, aligned for those buffers.
+    let head = aligned_head(srcs, &dsts, len);
+    if head > 0 {
+        // SAFETY: `head ≤ len`; the caller's guarantees.
+        unsafe { masked_step::<B, ADD>(coef, srcs, &dsts, 0, head) };
+    }
     // for p in steps of 128 bytes (two vectors, a and b):
     //     acc_a[·] = acc_b[·] = 0
     //     for sources s, t in pairs, with matrices M[i][s], M[i][t]:
     //         for each output i: acc[i] = acc[i] ^ affine(s[p..], M[i][s]) ^ affine(t[p..], M[i][t])
     //     for a last unpaired source s: acc[i] ^= affine(s[p..], M[i][s])
     //     dst[i][p..p+128] (^)= acc[i]
-    let mut p = 0;
+    let mut p = head;
     while p + 128 <= len {
         let mut acc_a = [_mm512_setzero_si512(); B];
         let mut acc_b = [_mm512_setzero_si512(); B];
@@ -224,29 +231,48 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
         }
         p += 128;
     }
-    // The rest (< 128 bytes), one vector at a time; the last one masked to the bytes left:
-    //     acc[i] = Σ_s affine(s[p..] & mask, M[i][s]); dst[i][p..] (^)= acc[i] under mask
+    // The rest (< 128 bytes), one vector at a time, the last one masked to the bytes left.
     while p < len {
-        let mask = head_mask(len - p);
-        let mut acc = [_mm512_setzero_si512(); B];
-        for (c, &s) in coef.iter().zip(srcs) {
-            // SAFETY: `mask` selects only bytes below `len`.
-            let x = unsafe { load_masked(s.add(p), mask) };
-            for i in 0..B {
-                acc[i] = _mm512_xor_si512(acc[i], affine512(x, c[i]));
-            }
-        }
+        let n = (len - p).min(64);
+        // SAFETY: `p + n ≤ len`; the caller's guarantees.
+        unsafe { masked_step::<B, ADD>(coef, srcs, &dsts, p, n) };
+        p += n;
+    }
+}
+
+/// One masked vector of [`dot_gfni512`]: bytes `p .. p + n` (`n ≤ 64`).
+///
+/// # Safety
+///
+/// As for [`dot_gfni512`], with `p + n ≤ len`.
+#[inline]
+#[target_feature(enable = "gfni,avx512f,avx512bw")]
+unsafe fn masked_step<const B: usize, const ADD: bool>(
+    coef: &[[u64; B]],
+    srcs: &[*const u8],
+    dsts: &[*mut u8; B],
+    p: usize,
+    n: usize,
+) {
+    // acc[i] = Σ_s affine(s[p..p+n], M[i][s]); dst[i][p..p+n] (^)= acc[i]
+    let mask = head_mask(n);
+    let mut acc = [_mm512_setzero_si512(); B];
+    for (c, &s) in coef.iter().zip(srcs) {
+        // SAFETY: `mask` selects only the bytes `p .. p + n`, which the caller guarantees.
+        let x = unsafe { load_masked(s.add(p), mask) };
         for i in 0..B {
-            let d = dsts[i];
-            // SAFETY: `mask` selects only bytes below `len`.
-            unsafe {
-                if ADD {
-                    acc[i] = _mm512_xor_si512(acc[i], load_masked(d.add(p), mask));
-                }
-                store_masked(d.add(p), mask, acc[i]);
-            }
+            acc[i] = _mm512_xor_si512(acc[i], affine512(x, c[i]));
         }
-        p += 64;
+    }
+    for i in 0..B {
+        let d = dsts[i];
+        // SAFETY: `mask` selects only the bytes `p .. p + n`, which the caller guarantees.
+        unsafe {
+            if ADD {
+                acc[i] = _mm512_xor_si512(acc[i], load_masked(d.add(p), mask));
+            }
+            store_masked(d.add(p), mask, acc[i]);
+        }
     }
 }
 
