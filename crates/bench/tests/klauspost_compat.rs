@@ -11,11 +11,11 @@ fn go_available() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn our_parity(k: usize, m: usize, data: &[Vec<u8>]) -> Vec<Vec<u8>> {
+fn our_parity<D: AsRef<[u8]>>(k: usize, m: usize, data: &[D]) -> Vec<Vec<u8>> {
     let codec = Codec::new(Code::rs(k, m).unwrap());
-    let len = data[0].len();
+    let len = data[0].as_ref().len();
     let mut parity = vec![vec![0u8; len]; m];
-    let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+    let ins: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
     let mut outs: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
     codec.encode(&ins, &mut outs).unwrap();
     parity

@@ -304,7 +304,7 @@ impl Erasure {
     }
 
     /// Encodes one stripe (data chunks, then parity chunks).
-    pub fn encode(&self, stripe: &mut [Vec<u8>]) -> Result<()> {
+    pub fn encode(&self, stripe: &mut [super::data::Chunk]) -> Result<()> {
         let (data, parity) = stripe.split_at_mut(self.rs.data_shard_count());
         let parity = &mut parity[..self.rs.parity_shard_count()];
         self.rs
@@ -313,7 +313,7 @@ impl Erasure {
     }
 
     /// Rebuilds the data chunks in `lost` of one stripe from the others.
-    pub fn reconstruct(&self, stripe: &mut [Vec<u8>], lost: &[usize]) -> Result<()> {
+    pub fn reconstruct(&self, stripe: &mut [super::data::Chunk], lost: &[usize]) -> Result<()> {
         let n = self.rs.total_shard_count();
         let mut shards: Vec<(&mut [u8], bool)> = stripe[..n]
             .iter_mut()
@@ -396,7 +396,7 @@ impl Simd {
     }
 
     /// Encodes one stripe (data chunks, then parity chunks).
-    pub fn encode(&self, stripe: &mut [Vec<u8>]) -> Result<()> {
+    pub fn encode(&self, stripe: &mut [super::data::Chunk]) -> Result<()> {
         let mut enc = reed_solomon_simd::ReedSolomonEncoder::new(self.k, self.m, stripe[0].len())?;
         for d in &stripe[..self.k] {
             enc.add_original_shard(d)?;
@@ -412,7 +412,7 @@ impl Simd {
     }
 
     /// Rebuilds the data chunks in `lost` of one stripe from the first k other chunks.
-    pub fn reconstruct(&self, stripe: &mut [Vec<u8>], lost: &[usize]) -> Result<()> {
+    pub fn reconstruct(&self, stripe: &mut [super::data::Chunk], lost: &[usize]) -> Result<()> {
         let mut dec = reed_solomon_simd::ReedSolomonDecoder::new(self.k, self.m, stripe[0].len())?;
         let avail: Vec<usize> = (0..self.k + self.m)
             .filter(|i| !lost.contains(i))

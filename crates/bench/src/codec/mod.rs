@@ -773,8 +773,8 @@ fn own_stripes(
     chunk_bytes: usize,
     set_count: usize,
     seed: u64,
-    encode: impl Fn(&mut [Vec<u8>]) -> Result<()>,
-    reconstruct: impl Fn(&mut [Vec<u8>], &[usize]) -> Result<()>,
+    encode: impl Fn(&mut [data::Chunk]) -> Result<()>,
+    reconstruct: impl Fn(&mut [data::Chunk], &[usize]) -> Result<()>,
 ) -> Result<Stripes> {
     let (k, n) = (code.k(), code.n());
     let mut st = Stripes::new(seed, k, n, chunk_bytes, set_count);
@@ -950,14 +950,14 @@ fn verify(lib: &dyn Library, cell: &Cell, st: &mut Stripes) -> Result<()> {
                 let mut acc = vec![0u8; cell.chunk_bytes];
                 for &i in &cell.inputs {
                     acc.iter_mut()
-                        .zip(&st.sets[0][i])
+                        .zip(st.sets[0][i].iter())
                         .for_each(|(a, b)| *a ^= b);
                 }
                 acc
             } else {
-                st.expected[o].clone()
+                st.expected[o].to_vec()
             };
-            if st.sets[0][o] != want {
+            if st.sets[0][o][..] != want[..] {
                 bail!("chunk {o} differs from the expected bytes");
             }
         }
