@@ -87,7 +87,7 @@ pub fn exp2(e: u32) -> u8 {
 
 /// Carry-less "Russian peasant" multiplication, independent of the tables: the oracle the
 /// tables are tested against.
-pub fn mul_slow(mut a: u8, mut b: u8) -> u8 {
+pub const fn mul_slow(mut a: u8, mut b: u8) -> u8 {
     let mut p = 0u8;
     while b != 0 {
         if b & 1 != 0 {
@@ -104,36 +104,65 @@ pub fn mul_slow(mut a: u8, mut b: u8) -> u8 {
 }
 
 /// The 8×8 bit matrix of "multiply by c", packed as `vgf2p8affineqb` expects: byte 7−i of the
-/// result holds row i, and bit j of row i is bit i of c·2^j.
+/// result holds row i, and bit j of row i is bit i of c·2^j. A table lookup: preparing a
+/// matrix for the GFNI kernel costs nothing per coefficient.
+#[inline]
 pub fn affine_matrix(c: u8) -> u64 {
-    // Column j of the matrix is c·2^j; eight products, then a bit transpose.
-    let mut cols = [0u8; 8];
-    for (j, col) in cols.iter_mut().enumerate() {
-        *col = mul(c, 1 << j);
-    }
-    let mut m = 0u64;
-    for i in 0..8 {
-        let mut row = 0u8;
-        for (j, col) in cols.iter().enumerate() {
-            row |= ((col >> i) & 1) << j;
-        }
-        m |= (row as u64) << (8 * (7 - i));
-    }
-    m
+    AFFINE[c as usize]
 }
 
 /// The two 16-entry nibble tables of "multiply by c": `lo[x] = c·x`, `hi[x] = c·(x << 4)`.
+/// A table lookup, like [`affine_matrix`].
+#[inline]
 pub fn nibble_tables(c: u8) -> [u8; 32] {
-    // Multiplication is linear over GF(2): each entry is the XOR of the products of c with the
-    // set bits of its index, so eight products fill both tables.
-    let mut t = [0u8; 32];
-    for bit in 0..4 {
-        let (lo, hi) = (mul(c, 1 << bit), mul(c, 1 << (bit + 4)));
-        let step = 1usize << bit;
-        for x in step..2 * step {
-            t[x] = t[x - step] ^ lo;
-            t[16 + x] = t[16 + x - step] ^ hi;
+    NIBBLES[c as usize]
+}
+
+/// The nibble tables of c, in place in the static table.
+#[inline]
+pub(crate) fn nibble_tables_static(c: u8) -> &'static [u8; 32] {
+    &NIBBLES[c as usize]
+}
+
+/// `AFFINE[c]`: the affine bit matrix of c, built at compile time.
+static AFFINE: [u64; 256] = build_affine();
+/// `NIBBLES[c]`: the nibble tables of c, built at compile time.
+static NIBBLES: [[u8; 32]; 256] = build_nibbles();
+
+const fn build_affine() -> [u64; 256] {
+    let mut t = [0u64; 256];
+    let mut c = 0;
+    while c < 256 {
+        // Column j of the matrix is c·2^j; eight products, then a bit transpose.
+        let mut m = 0u64;
+        let mut i = 0;
+        while i < 8 {
+            let mut row = 0u8;
+            let mut j = 0;
+            while j < 8 {
+                row |= ((mul_slow(c as u8, 1 << j) >> i) & 1) << j;
+                j += 1;
+            }
+            m |= (row as u64) << (8 * (7 - i));
+            i += 1;
         }
+        t[c] = m;
+        c += 1;
+    }
+    t
+}
+
+const fn build_nibbles() -> [[u8; 32]; 256] {
+    let mut t = [[0u8; 32]; 256];
+    let mut c = 0;
+    while c < 256 {
+        let mut x = 0;
+        while x < 16 {
+            t[c][x] = mul_slow(c as u8, x as u8);
+            t[c][16 + x] = mul_slow(c as u8, (x as u8) << 4);
+            x += 1;
+        }
+        c += 1;
     }
     t
 }

@@ -2,9 +2,9 @@
 
 use crate::{arch, field};
 
-/// A `rows × cols` matrix over GF(2^8), row-major, with its multiplication tables prepared
-/// for every kernel (32 bytes of nibble tables and an 8-byte affine matrix per coefficient),
-/// so that a region operation never builds tables on the hot path. Each SIMD kernel also keeps
+/// A `rows × cols` matrix over GF(2^8), row-major. The multiplication tables of every
+/// coefficient (32 bytes of nibble tables, an 8-byte affine matrix) come from static tables,
+/// so preparing a matrix costs no table building. Each SIMD kernel also keeps
 /// here, on its first use of the matrix, how it splits the matrix into register-sized blocks
 /// with their coefficients laid out in the order it reads them: build a `Matrix` once per
 /// code or erasure pattern and reuse it.
@@ -13,10 +13,6 @@ pub struct Matrix {
     rows: usize,
     cols: usize,
     coeffs: Vec<u8>,
-    /// `nibbles[i * cols + j]`: lo/hi nibble tables of coefficient (i, j).
-    nibbles: Vec<[u8; 32]>,
-    /// `affine[i * cols + j]`: `vgf2p8affineqb` bit matrix of coefficient (i, j).
-    affine: Vec<u64>,
     /// Per-kernel plans, derived from the fields above (so not part of equality).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     plans: arch::Plans,
@@ -53,8 +49,6 @@ impl Matrix {
             rows,
             cols,
             coeffs: coeffs.to_vec(),
-            nibbles: coeffs.iter().map(|&c| field::nibble_tables(c)).collect(),
-            affine: coeffs.iter().map(|&c| field::affine_matrix(c)).collect(),
             plans: arch::Plans::default(),
         }
     }
@@ -83,8 +77,8 @@ impl Matrix {
     }
 
     /// Nibble tables of coefficient (row, col).
-    pub fn nibble_tables(&self, row: usize, col: usize) -> &[u8; 32] {
-        &self.nibbles[row * self.cols + col]
+    pub fn nibble_tables(&self, row: usize, col: usize) -> &'static [u8; 32] {
+        field::nibble_tables_static(self.get(row, col))
     }
 
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
@@ -94,6 +88,6 @@ impl Matrix {
 
     /// Affine bit matrix of coefficient (row, col).
     pub fn affine(&self, row: usize, col: usize) -> u64 {
-        self.affine[row * self.cols + col]
+        field::affine_matrix(self.get(row, col))
     }
 }
