@@ -661,15 +661,31 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
         l.local_addr()?.port()
     };
     let mut server = std::process::Command::new("iperf3")
-        .args(["-s", "-1", "-B", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(std::process::Stdio::null())
+        .args([
+            "-s",
+            "-1",
+            "--forceflush",
+            "-B",
+            "127.0.0.1",
+            "-p",
+            &port.to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .context("starting iperf3 (install it: apt-get install iperf3)")?;
-    // Readiness: retry the client until the server accepts.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let out = loop {
-        let out = std::process::Command::new("iperf3")
+    // Readiness: the server's "Server listening" line (one client only: it is one-off).
+    let ready = {
+        use std::io::{BufRead, BufReader};
+        let stdout = server.stdout.take().expect("piped");
+        let mut lines = BufReader::new(stdout).lines();
+        let ok = lines.any(|l| l.is_ok_and(|l| l.contains("Server listening")));
+        // Keep draining the server's output so that it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        ok
+    };
+    let out = if ready {
+        std::process::Command::new("iperf3")
             .args([
                 "-c",
                 "127.0.0.1",
@@ -681,13 +697,15 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
                 "1M",
                 "-J",
             ])
-            .output()?;
-        if out.status.success() || Instant::now() > deadline {
-            break out;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+            .output()
+    } else {
+        Err(std::io::Error::other(
+            "the iperf3 server exited before listening",
+        ))
     };
+    let _ = server.kill();
     let _ = server.wait();
+    let out = out.context("running the iperf3 client")?;
     if !out.status.success() {
         bail!("iperf3 failed: {}", String::from_utf8_lossy(&out.stdout));
     }
@@ -725,8 +743,10 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
         let template = 950_000;
         let timeout = Duration::from_secs(args.timeout_s);
         raw_setup(&mut rc, from, to, template)?;
-        // Warm up: connections, pools, socket buffers.
-        engine_raw_gbps(&mut rc, from, to, template, 256 << 20, timeout)?;
+        // Warm up (connections, pools, socket buffers); size the rounds to about 1.5 s each
+        // at the warm-up's rate (128 MiB to 2 GiB), so a rate-limited cluster is not slow.
+        let warm = engine_raw_gbps(&mut rc, from, to, template, 128 << 20, timeout)?;
+        let round_bytes = ((warm * 1e9 / 8.0 * 1.5) as usize).clamp(128 << 20, 2 << 30);
         // Alternate which goes first, so that drift and other load hit both alike.
         let mut e = Vec::new();
         let mut p = Vec::new();
@@ -739,7 +759,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
                 from,
                 to,
                 template,
-                2 << 30,
+                round_bytes,
                 timeout,
             )?);
             if round % 2 == 0 {
@@ -779,6 +799,13 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
                 rc.transport,
                 100.0 * eg / ig,
                 row.load_average
+            );
+        }
+        if rc.transport != "tcp-loopback-processes" {
+            eprintln!(
+                "note: the nodes talk over {}, while iperf3 ran on this host's loopback; the \
+                 ratio compares the two",
+                rc.transport
             );
         }
         drop(rc);
