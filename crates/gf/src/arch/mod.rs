@@ -177,6 +177,7 @@ pub(crate) fn dot_prod(
         return simd.dot_prod(m, inputs, outputs, add);
     }
     let _ = imp;
+    crate::check_shapes(m, inputs, outputs);
     reference::dot_prod(m, inputs, outputs, add)
 }
 
