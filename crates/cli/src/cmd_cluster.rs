@@ -228,8 +228,11 @@ fn build_netns(n: usize, rate: Option<&str>, made: &mut NetnsCreated) -> Result<
         sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
         sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
         if let Some((rate, burst)) = &tbf {
-            // Upload: the node's side; download: the bridge's side of its veth. A 5 ms queue
-            // (about 600 KB at 1 Gbit/s) absorbs bursts without adding much delay.
+            // Upload: the node's side; download: the bridge's side of its veth. The download
+            // queue must absorb incast — k helpers sending to one requester at once — as a
+            // switch's buffer does: with a 5 ms queue (about 600 KB at 1 Gbit/s) six 4 MiB
+            // senders lose packets and TCP backs off (RS(6,3) repair took 352 ms against
+            // k·c/B = 201 ms); 50 ms (about 6 MB) keeps the link busy.
             for (dev, netns) in [(&inner, Some(&ns)), (&host, None)] {
                 let mut args = vec!["tc"];
                 if let Some(ns) = netns {
@@ -237,7 +240,7 @@ fn build_netns(n: usize, rate: Option<&str>, made: &mut NetnsCreated) -> Result<
                 }
                 args.extend([
                     "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
-                    "latency", "5ms",
+                    "latency", "50ms",
                 ]);
                 sh(&args)?;
             }
