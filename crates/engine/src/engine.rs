@@ -508,8 +508,14 @@ impl<T: Transport> Loop<T> {
         } else {
             return;
         };
-        let mut reason = error.to_string().into_bytes();
-        reason.truncate(MAX_REASON_BYTES);
+        let mut reason = error.to_string();
+        // Cut at a character boundary so that the reason stays valid UTF-8.
+        let mut cut = reason.len().min(MAX_REASON_BYTES);
+        while !reason.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        reason.truncate(cut);
+        let reason = reason.into_bytes();
         for p in peers {
             // Abort frames carry no edge or slice (both 0): they concern the whole operation.
             let h = Header::new(Kind::Abort, op, 0, 0, reason.len()).expect("short reason");
