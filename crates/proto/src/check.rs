@@ -1,0 +1,72 @@
+//! The property the fuzz target `memcache_text` checks, as a plain function so the crate's
+//! stable tests drive it with seeded random inputs too.
+
+use crate::{compose, Limits, Parse, Parser};
+
+/// Parses arbitrary bytes to the end, as a connection would, and checks: no panic; every step
+/// consumes at most what it was given and something unless it says `Incomplete`; every parsed
+/// command, composed back into request bytes, parses to the same command using exactly those
+/// bytes; feeding the same bytes one at a time gives the same commands and errors.
+pub fn parse_arbitrary(data: &[u8]) {
+    let limits = Limits {
+        item_size_max_bytes: 64,
+        line_max_bytes: 96,
+        get_line_max_bytes: 160,
+    };
+    let whole = run(data, limits, usize::MAX);
+    let piecewise = run(data, limits, 1);
+    assert_eq!(whole, piecewise, "results depend on how the bytes arrive");
+}
+
+/// Feeds `data` in reads of at most `read_bytes`, returns the outcomes in order (commands as
+/// their composed request bytes, errors as their replies).
+fn run(data: &[u8], limits: Limits, read_bytes: usize) -> Vec<Vec<u8>> {
+    let mut parser = Parser::new(limits);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut fed = 0;
+    let mut outcomes = Vec::new();
+    loop {
+        match parser.parse(&buf) {
+            Parse::Incomplete => {
+                if fed == data.len() {
+                    return outcomes;
+                }
+                let n = read_bytes.min(data.len() - fed);
+                buf.extend_from_slice(&data[fed..fed + n]);
+                fed += n;
+            }
+            Parse::Command { command, consumed } => {
+                assert!(consumed > 0 && consumed <= buf.len());
+                let mut again = Vec::new();
+                compose::request(&mut again, &command);
+                let mut fresh = Parser::new(limits);
+                match fresh.parse(&again) {
+                    Parse::Command {
+                        command: c2,
+                        consumed: n2,
+                    } => {
+                        assert_eq!(c2, command, "round trip changed the command");
+                        assert_eq!(n2, again.len(), "round trip left bytes");
+                    }
+                    other => panic!("composed request {again:?} parses as {other:?}"),
+                }
+                outcomes.push(again);
+                buf.drain(..consumed);
+            }
+            Parse::Error {
+                error, consumed, ..
+            } => {
+                assert!(consumed > 0 && consumed <= buf.len());
+                outcomes.push(error.reply().to_vec());
+                buf.drain(..consumed);
+                if error.closes_connection() {
+                    return outcomes;
+                }
+            }
+            Parse::Swallowed { consumed } => {
+                assert!(consumed > 0 && consumed <= buf.len());
+                buf.drain(..consumed);
+            }
+        }
+    }
+}
