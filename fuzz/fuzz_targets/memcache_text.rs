@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    proto::check::parse_arbitrary(data);
+    let _ = proto::check::parse_arbitrary(data);
 });

@@ -6,8 +6,9 @@ use crate::{compose, Limits, Parse, Parser};
 /// Parses arbitrary bytes to the end, as a connection would, and checks: no panic; every step
 /// consumes at most what it was given and something unless it says `Incomplete`; every parsed
 /// command, composed back into request bytes, parses to the same command using exactly those
-/// bytes; feeding the same bytes one at a time gives the same commands and errors.
-pub fn parse_arbitrary(data: &[u8]) {
+/// bytes; feeding the same bytes one at a time gives the same commands and errors. Returns how
+/// many commands were accepted (so seeded tests can see the inputs reach the parser's depths).
+pub fn parse_arbitrary(data: &[u8]) -> usize {
     let limits = Limits {
         item_size_max_bytes: 64,
         line_max_bytes: 96,
@@ -16,6 +17,14 @@ pub fn parse_arbitrary(data: &[u8]) {
     let whole = run(data, limits, usize::MAX);
     let piecewise = run(data, limits, 1);
     assert_eq!(whole, piecewise, "results depend on how the bytes arrive");
+    whole
+        .iter()
+        .filter(|o| {
+            !o.starts_with(b"ERROR")
+                && !o.starts_with(b"CLIENT_ERROR")
+                && !o.starts_with(b"SERVER_ERROR")
+        })
+        .count()
 }
 
 /// Feeds `data` in reads of at most `read_bytes`, returns the outcomes in order (commands as

@@ -81,7 +81,7 @@ pub struct Get<'a> {
     pub kind: GetKind,
     /// `Some` for `gat`/`gats` only: the new exptime of every hit.
     pub exptime: Option<i64>,
-    /// At least one key.
+    /// At least one key for `get`/`gets`; `gat`/`gats` may have none (memcached answers `END`).
     pub keys: Vec<&'a [u8]>,
 }
 

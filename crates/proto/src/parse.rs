@@ -50,6 +50,7 @@ impl Limits {
 
 /// A request the parser refuses. [`ProtocolError::reply`] is memcached's reply for it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ProtocolError {
     #[error("unknown command or wrong number of tokens")]
     UnknownCommand,
@@ -83,6 +84,11 @@ pub enum ProtocolError {
     MetaOpaqueTooLong { opaque_bytes: usize, limit: usize },
     #[error("invalid mode for ms M token")]
     MetaInvalidMode,
+    #[error("ms M token is not one letter")]
+    MetaModeLength,
+    /// md answers every bad flag alike.
+    #[error("invalid, duplicate or bad meta delete flag {letter:?}")]
+    MetaDeleteBadFlag { letter: char },
     #[error("base64 key does not decode")]
     MetaKeyDecode,
 }
@@ -111,6 +117,8 @@ impl ProtocolError {
             MetaBadToken { .. } => b"CLIENT_ERROR bad token in command line format\r\n",
             MetaOpaqueTooLong { .. } => b"CLIENT_ERROR opaque token too long\r\n",
             MetaInvalidMode => b"CLIENT_ERROR invalid mode for ms M token\r\n",
+            MetaModeLength => b"CLIENT_ERROR incorrect length for M token\r\n",
+            MetaDeleteBadFlag { .. } => b"CLIENT_ERROR invalid or duplicate flag\r\n",
             MetaKeyDecode => b"CLIENT_ERROR error decoding key\r\n",
         }
     }
@@ -333,7 +341,8 @@ fn parse_line<'a>(
             } else {
                 (None, &tokens[1..])
             };
-            if keys.is_empty() {
+            // memcached answers `gat <exptime>` without keys with `END`, `get` with `ERROR`.
+            if keys.is_empty() && exptime.is_none() {
                 return line_error(UnknownCommand, line_bytes, false);
             }
             for k in keys {
@@ -459,7 +468,7 @@ fn parse_line<'a>(
             } else {
                 MetaKind::Delete
             };
-            match parse_meta(kind, tokens[1], &tokens[2..]) {
+            match parse_meta(kind, tokens[1], &tokens[2..]).map_err(|e| delete_error(kind, e)) {
                 Ok(meta) => done(if kind == MetaKind::Get {
                     Command::MetaGet(meta)
                 } else {
@@ -505,6 +514,18 @@ fn parse_line<'a>(
             }
         }
         _ => line_error(UnknownCommand, line_bytes, false),
+    }
+}
+
+/// md answers every flag error with one message.
+fn delete_error(kind: MetaKind, e: ProtocolError) -> ProtocolError {
+    use ProtocolError::*;
+    match (kind, e) {
+        (
+            MetaKind::Delete,
+            MetaInvalidFlag { letter } | MetaDuplicateFlag { letter } | MetaBadToken { letter },
+        ) => MetaDeleteBadFlag { letter },
+        (_, e) => e,
     }
 }
 
@@ -638,14 +659,20 @@ fn parse_meta<'a>(
                         .ok_or(BadFormat)?,
                 )
             }
-            b'C' => flags.compare_cas = Some(number::strtoull(token).ok_or(BadFormat)?),
+            b'C' => {
+                flags.compare_cas =
+                    Some(number::strtoull(token).ok_or(MetaBadToken { letter: ch })?)
+            }
             b'M' => {
-                flags.mode = Some(match token.first() {
-                    Some(b'E' | b'e') => MetaMode::Add,
-                    Some(b'A' | b'a') => MetaMode::Append,
-                    Some(b'P' | b'p') => MetaMode::Prepend,
-                    Some(b'R' | b'r') => MetaMode::Replace,
-                    Some(b'S' | b's') => MetaMode::Set,
+                if token.len() != 1 {
+                    return Err(MetaModeLength);
+                }
+                flags.mode = Some(match token[0] {
+                    b'E' => MetaMode::Add,
+                    b'A' => MetaMode::Append,
+                    b'P' => MetaMode::Prepend,
+                    b'R' => MetaMode::Replace,
+                    b'S' => MetaMode::Set,
                     _ => return Err(MetaInvalidMode),
                 })
             }

@@ -66,11 +66,59 @@ const PIECES: &[&[u8]] = &[
     b"hello",
 ];
 
+/// A command that is often well formed: a command word, then tokens.
+fn random_command(rng: &mut SmallRng, v: &mut Vec<u8>) {
+    const WORDS: &[&str] = &[
+        "set",
+        "add",
+        "cas",
+        "append",
+        "get",
+        "gets",
+        "gat",
+        "touch",
+        "delete",
+        "incr",
+        "decr",
+        "flush_all",
+        "stats",
+        "verbosity",
+        "mg",
+        "ms",
+        "md",
+        "mn",
+        "version",
+    ];
+    let word = WORDS[rng.gen_range(0..WORDS.len())];
+    v.extend_from_slice(word.as_bytes());
+    let data_bytes = rng.gen_range(0..70usize);
+    let tokens = rng.gen_range(0..6);
+    for i in 0..tokens {
+        v.push(b' ');
+        match (word, i, rng.gen_range(0..4)) {
+            ("set" | "add" | "cas" | "append", 3, _) | ("ms", 1, _) => {
+                v.extend_from_slice(data_bytes.to_string().as_bytes())
+            }
+            (_, 0, _) => v.extend_from_slice(format!("k{}", rng.gen_range(0..5)).as_bytes()),
+            (_, _, 0) => v.extend_from_slice(rng.gen_range(0..100u32).to_string().as_bytes()),
+            (_, _, 1) => v.extend_from_slice(b"noreply"),
+            _ => v.extend_from_slice(PIECES[rng.gen_range(0..PIECES.len())].trim_ascii()),
+        }
+    }
+    v.extend_from_slice(b"\r\n");
+    if rng.gen_bool(0.5) {
+        v.extend((0..data_bytes).map(|_| rng.gen_range(b'a'..=b'z')));
+        v.extend_from_slice(b"\r\n");
+    }
+}
+
 fn random_input(rng: &mut SmallRng) -> Vec<u8> {
     let mut v = Vec::new();
     let pieces = rng.gen_range(0..40);
     for _ in 0..pieces {
-        if rng.gen_bool(0.1) {
+        if rng.gen_bool(0.3) {
+            random_command(rng, &mut v);
+        } else if rng.gen_bool(0.1) {
             let n = rng.gen_range(0..120);
             v.extend((0..n).map(|_| rng.gen::<u8>()));
         } else {
@@ -83,8 +131,12 @@ fn random_input(rng: &mut SmallRng) -> Vec<u8> {
 #[test]
 fn parse_arbitrary_seeded() {
     let mut rng = SmallRng::seed_from_u64(0x6d63_7465_7874);
+    let mut commands = 0;
     for _ in 0..20_000 {
         let input = random_input(&mut rng);
-        proto::check::parse_arbitrary(&input);
+        commands += proto::check::parse_arbitrary(&input);
     }
+    // The inputs must reach past the error paths.
+    assert!(commands > 5_000, "only {commands} commands accepted");
+    eprintln!("{commands} commands accepted");
 }

@@ -1,0 +1,899 @@
+//! The byte tables: request bytes → what the parser makes of them → the reply bytes, composed
+//! with this crate's composers. `tests/table.rs` checks the parser against them;
+//! `tests/memcached.rs` sends every request to a real memcached 1.6 and checks its reply is the
+//! same bytes (or, for a documented deviation, the bytes memcached is recorded to give).
+#![allow(dead_code)]
+
+use proto::compose::{self, Reply};
+use proto::{incr_decr, ArithOp, Limits, MetaReturn, MetaStatus, Parse, Parser, ProtocolError};
+
+pub struct Case {
+    pub name: &'static str,
+    /// Sent first on the same connection (after a `flush_all`); its replies are not checked.
+    pub setup: Vec<u8>,
+    pub request: Vec<u8>,
+    /// What the parser returns for `request`, in order: `cmd: <the command composed back into
+    /// request bytes>`, or `err: <error>` (`err quiet:` when the reply is suppressed).
+    pub outcomes: Vec<String>,
+    /// The reply to `request`, built with the composers.
+    pub reply: Vec<u8>,
+    /// memcached's reply where inec deviates on purpose (docs/protocol.md says why).
+    pub memcached_reply: Option<Vec<u8>>,
+    /// The server closes the connection after the reply.
+    pub closes: bool,
+}
+
+pub fn show(bytes: &[u8]) -> String {
+    bytes.escape_ascii().to_string()
+}
+
+/// The outcomes of parsing `input` to its end, as the tables write them.
+pub fn outcomes(input: &[u8], limits: Limits, read_bytes: usize) -> Vec<String> {
+    let mut parser = Parser::new(limits);
+    let mut buf = Vec::new();
+    let mut fed = 0;
+    let mut out = Vec::new();
+    loop {
+        match parser.parse(&buf) {
+            Parse::Incomplete => {
+                if fed == input.len() {
+                    return out;
+                }
+                let n = read_bytes.min(input.len() - fed);
+                buf.extend_from_slice(&input[fed..fed + n]);
+                fed += n;
+            }
+            Parse::Command { command, consumed } => {
+                let mut req = Vec::new();
+                compose::request(&mut req, &command);
+                out.push(format!("cmd: {}", show(&req)));
+                buf.drain(..consumed);
+            }
+            Parse::Error {
+                error,
+                consumed,
+                noreply,
+            } => {
+                let q = if noreply { " quiet" } else { "" };
+                out.push(format!("err{q}: {error:?}"));
+                buf.drain(..consumed);
+                if error.closes_connection() {
+                    return out;
+                }
+            }
+            Parse::Swallowed { consumed } => {
+                buf.drain(..consumed);
+            }
+        }
+    }
+}
+
+fn r(f: impl FnOnce(&mut Vec<u8>)) -> Vec<u8> {
+    let mut v = Vec::new();
+    f(&mut v);
+    v
+}
+
+fn e(error: &ProtocolError) -> &'static [u8] {
+    error.reply()
+}
+
+fn cmd(req: &[u8]) -> String {
+    format!("cmd: {}", show(req))
+}
+
+fn err(error: ProtocolError) -> String {
+    format!("err: {error:?}")
+}
+
+fn err_quiet(error: ProtocolError) -> String {
+    format!("err quiet: {error:?}")
+}
+
+fn case(
+    name: &'static str,
+    setup: &[u8],
+    request: &[u8],
+    outcomes: Vec<String>,
+    reply: Vec<u8>,
+) -> Case {
+    Case {
+        name,
+        setup: setup.to_vec(),
+        request: request.to_vec(),
+        outcomes,
+        reply,
+        memcached_reply: None,
+        closes: false,
+    }
+}
+
+fn deviation(mut c: Case, memcached_reply: &[u8]) -> Case {
+    c.memcached_reply = Some(memcached_reply.to_vec());
+    c
+}
+
+fn closing(mut c: Case) -> Case {
+    c.closes = true;
+    c
+}
+
+/// `meta` reply for a request parsed from `request` (the first command in it).
+fn meta_reply(request: &[u8], status: MetaStatus, ret: MetaReturn, data: &[u8]) -> Vec<u8> {
+    let mut parser = Parser::new(Limits::default());
+    let Parse::Command { command, .. } = parser.parse(request) else {
+        panic!("not a command: {}", show(request))
+    };
+    let m = match &command {
+        proto::Command::MetaGet(m) | proto::Command::MetaDelete(m) => m.clone(),
+        proto::Command::MetaSet(s) => s.meta.clone(),
+        other => panic!("not a meta command: {other:?}"),
+    };
+    r(|o| compose::meta(o, status, &m, &ret, data))
+}
+
+fn cat(parts: &[&[u8]]) -> Vec<u8> {
+    parts.concat()
+}
+
+pub const MEMCACHED_VERSION: &str = "1.6.18";
+/// Bigger than the default item size limit of both memcached and the parser.
+pub const TOO_LARGE_BYTES: usize = 2_000_000;
+
+pub fn cases() -> Vec<Case> {
+    use ProtocolError::*;
+    let long_key = "k".repeat(251);
+    let key250 = "k".repeat(250);
+    let big = vec![b'a'; TOO_LARGE_BYTES];
+    let none = MetaReturn::default();
+    let mut v = vec![
+        // Storage and retrieval.
+        case(
+            "set then get",
+            b"",
+            b"set k 5 0 3\r\nabc\r\nget k\r\n",
+            vec![cmd(b"set k 5 0 3\r\nabc\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::value(o, b"k", 5, b"abc", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "key of 250 bytes",
+            b"",
+            format!("set {key250} 0 0 1\r\na\r\nget {key250}\r\n").as_bytes(),
+            vec![
+                cmd(format!("set {key250} 0 0 1\r\na\r\n").as_bytes()),
+                cmd(format!("get {key250}\r\n").as_bytes()),
+            ],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::value(o, key250.as_bytes(), 0, b"a", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "gets returns the cas",
+            b"set k 0 0 1\r\na\r\n",
+            b"gets k\r\n",
+            vec![cmd(b"gets k\r\n")],
+            r(|o| {
+                compose::value(o, b"k", 0, b"a", Some(1));
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "get many keys, misses left out, repeats answered twice",
+            b"set 1 0 0 1\r\na\r\nset 2 0 0 1\r\nb\r\n",
+            b"get 1 2 3 1\r\n",
+            vec![cmd(b"get 1 2 3 1\r\n")],
+            r(|o| {
+                compose::value(o, b"1", 0, b"a", None);
+                compose::value(o, b"2", 0, b"b", None);
+                compose::value(o, b"1", 0, b"a", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "empty value",
+            b"",
+            b"set k 0 0 0\r\n\r\nget k\r\n",
+            vec![cmd(b"set k 0 0 0\r\n\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::value(o, b"k", 0, b"", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "append and prepend",
+            b"set k 0 0 3\r\nabc\r\n",
+            b"append k 0 0 2\r\nde\r\nprepend k 0 0 2\r\nxy\r\nget k\r\n",
+            vec![
+                cmd(b"append k 0 0 2\r\nde\r\n"),
+                cmd(b"prepend k 0 0 2\r\nxy\r\n"),
+                cmd(b"get k\r\n"),
+            ],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::reply(o, Reply::Stored);
+                compose::value(o, b"k", 0, b"xyabcde", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "not stored: add of a present key, replace/append/prepend of a missing one",
+            b"set k 0 0 1\r\na\r\n",
+            b"add k 0 0 1\r\nb\r\nreplace n 0 0 1\r\nb\r\nappend n 0 0 1\r\nb\r\nprepend n 0 0 1\r\nb\r\n",
+            vec![
+                cmd(b"add k 0 0 1\r\nb\r\n"),
+                cmd(b"replace n 0 0 1\r\nb\r\n"),
+                cmd(b"append n 0 0 1\r\nb\r\n"),
+                cmd(b"prepend n 0 0 1\r\nb\r\n"),
+            ],
+            r(|o| {
+                for _ in 0..4 {
+                    compose::reply(o, Reply::NotStored);
+                }
+            }),
+        ),
+        case(
+            "cas: exists and not found",
+            b"set k 0 0 1\r\na\r\n",
+            b"cas k 0 0 1 999\r\nb\r\ncas n 0 0 1 1\r\nb\r\n",
+            vec![cmd(b"cas k 0 0 1 999\r\nb\r\n"), cmd(b"cas n 0 0 1 1\r\nb\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Exists);
+                compose::reply(o, Reply::NotFound);
+            }),
+        ),
+        case(
+            "cas unique of 2^64-1",
+            b"",
+            b"cas n 0 0 1 18446744073709551615\r\na\r\n",
+            vec![cmd(b"cas n 0 0 1 18446744073709551615\r\na\r\n")],
+            Reply::NotFound.bytes().to_vec(),
+        ),
+        case(
+            "noreply",
+            b"",
+            b"set k 0 0 1 noreply\r\na\r\nget k\r\n",
+            vec![cmd(b"set k 0 0 1 noreply\r\na\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::value(o, b"k", 0, b"a", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "a sixth token other than noreply is ignored",
+            b"",
+            b"set k 0 0 3 foo\r\nabc\r\n",
+            vec![cmd(b"set k 0 0 3\r\nabc\r\n")],
+            Reply::Stored.bytes().to_vec(),
+        ),
+        case(
+            "numbers with plus signs and leading zeros",
+            b"",
+            b"set k +1 0 01\r\na\r\nget k\r\n",
+            vec![cmd(b"set k 1 0 1\r\na\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::value(o, b"k", 1, b"a", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "negative exptime stores an expired item",
+            b"",
+            b"set k 0 -1 3\r\nabc\r\nget k\r\n",
+            vec![cmd(b"set k 0 -1 3\r\nabc\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "lines may end with a bare newline; spaces between tokens collapse",
+            b"",
+            b"set k 0 0 1\nx\r\n  get   k  \n",
+            vec![cmd(b"set k 0 0 1\r\nx\r\n"), cmd(b"get k\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Stored);
+                compose::value(o, b"k", 0, b"x", None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        // Refused storage commands.
+        case(
+            "bad data chunk: bytes+2 are used, the rest is read as commands",
+            b"",
+            b"set k 0 0 3\r\nabcde\r\n",
+            vec![err(BadDataChunk), err(UnknownCommand)],
+            cat(&[e(&BadDataChunk), e(&UnknownCommand)]),
+        ),
+        case(
+            "bad data chunk with noreply is not answered",
+            b"",
+            b"set k 0 0 3 noreply\r\nabcde\r\n",
+            vec![err_quiet(BadDataChunk), err(UnknownCommand)],
+            e(&UnknownCommand).to_vec(),
+        ),
+        case(
+            "too large: the data block is swallowed",
+            b"",
+            &cat(&[b"set k 0 0 2000000\r\n", &big, b"\r\nget k\r\n"]),
+            vec![
+                err(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }),
+                cmd(b"get k\r\n"),
+            ],
+            cat(&[b"SERVER_ERROR object too large for cache\r\n", Reply::End.bytes()]),
+        ),
+        case(
+            "too large with noreply",
+            b"",
+            &cat(&[b"set k 0 0 2000000 noreply\r\n", &big, b"\r\nget k\r\n"]),
+            vec![
+                err_quiet(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }),
+                cmd(b"get k\r\n"),
+            ],
+            Reply::End.bytes().to_vec(),
+        ),
+        case(
+            "negative length: not swallowed (its length is unknown)",
+            b"",
+            b"set k 0 0 -1\r\nabc\r\n",
+            vec![err(BadFormat), err(UnknownCommand)],
+            cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        case(
+            "length not a number",
+            b"",
+            b"set k 0 0 abc\r\nabc\r\n",
+            vec![err(BadFormat), err(UnknownCommand)],
+            cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        case(
+            "too few tokens",
+            b"",
+            b"set k 0 0\r\nabc\r\n",
+            vec![err(UnknownCommand), err(UnknownCommand)],
+            cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        ),
+        case(
+            "too many tokens",
+            b"",
+            b"set k 0 0 3 noreply extra\r\nabc\r\n",
+            vec![err(UnknownCommand), err(UnknownCommand)],
+            cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        ),
+        case(
+            "cas without its unique",
+            b"",
+            b"cas k 0 0 1\r\na\r\n",
+            vec![err(UnknownCommand), err(UnknownCommand)],
+            cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        ),
+        deviation(
+            case(
+                "key too long: the data block is swallowed",
+                b"",
+                format!("set {long_key} 0 0 3\r\nabc\r\n").as_bytes(),
+                vec![err(KeyTooLong { key_bytes: 251, limit: 250 })],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        deviation(
+            case(
+                "bad flags with a valid length: the data block is swallowed",
+                b"",
+                b"set k -1 0 3\r\nabc\r\n",
+                vec![err(BadFormat)],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        deviation(
+            case(
+                "flags above 2^32-1 are refused, not truncated",
+                b"",
+                b"set k 4294967296 0 1\r\na\r\n",
+                vec![err(BadFormat)],
+                e(&BadFormat).to_vec(),
+            ),
+            Reply::Stored.bytes(),
+        ),
+        deviation(
+            case(
+                "bad cas unique: the data block is swallowed",
+                b"",
+                b"cas k 0 0 1 -1\r\na\r\n",
+                vec![err(BadFormat)],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        deviation(
+            case(
+                "key too long with noreply: swallowed, nothing sent",
+                b"",
+                format!("set {long_key} 0 0 1 noreply\r\na\r\n").as_bytes(),
+                vec![err_quiet(KeyTooLong { key_bytes: 251, limit: 250 })],
+                vec![],
+            ),
+            e(&UnknownCommand),
+        ),
+        // Other commands and errors.
+        case("get misses", b"", b"get a b\r\n", vec![cmd(b"get a b\r\n")], Reply::End.bytes().to_vec()),
+        case("get without a key", b"", b"get\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case("gets without a key", b"", b"gets \r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case(
+            "get with a key too long",
+            b"",
+            format!("get a {long_key}\r\n").as_bytes(),
+            vec![err(KeyTooLong { key_bytes: 251, limit: 250 })],
+            e(&BadFormat).to_vec(),
+        ),
+        case("unknown command", b"", b"foo\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case("commands are case sensitive", b"", b"GET k\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case("empty line", b"", b"\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        deviation(
+            case(
+                "control character in a key",
+                b"",
+                b"get k\x01\r\n",
+                vec![err(KeyControlCharacter { byte: 1 })],
+                e(&BadFormat).to_vec(),
+            ),
+            Reply::End.bytes(),
+        ),
+        case(
+            "incr grows the value, decr keeps its length padded with spaces",
+            b"set n 0 0 2\r\n99\r\n",
+            b"incr n 1\r\nget n\r\ndecr n 1\r\nget n\r\n",
+            vec![cmd(b"incr n 1\r\n"), cmd(b"get n\r\n"), cmd(b"decr n 1\r\n"), cmd(b"get n\r\n")],
+            r(|o| {
+                let up = incr_decr(b"99", ArithOp::Incr, 1).unwrap();
+                compose::number(o, up.number);
+                compose::value(o, b"n", 0, &up.value, None);
+                compose::reply(o, Reply::End);
+                let down = incr_decr(&up.value, ArithOp::Decr, 1).unwrap();
+                compose::number(o, down.number);
+                compose::value(o, b"n", 0, &down.value, None);
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case(
+            "incr wraps at 2^64",
+            b"set n 0 0 1\r\n5\r\n",
+            b"incr n 18446744073709551615\r\n",
+            vec![cmd(b"incr n 18446744073709551615\r\n")],
+            r(|o| compose::number(o, incr_decr(b"5", ArithOp::Incr, u64::MAX).unwrap().number)),
+        ),
+        case(
+            "decr stops at 0",
+            b"set n 0 0 1\r\n5\r\n",
+            b"decr n 10\r\n",
+            vec![cmd(b"decr n 10\r\n")],
+            r(|o| compose::number(o, incr_decr(b"5", ArithOp::Decr, 10).unwrap().number)),
+        ),
+        case(
+            "incr of a value with spaces around the digits",
+            b"set n 0 0 4\r\n 12 \r\n",
+            b"incr n 1\r\n",
+            vec![cmd(b"incr n 1\r\n")],
+            r(|o| compose::number(o, incr_decr(b" 12 ", ArithOp::Incr, 1).unwrap().number)),
+        ),
+        case(
+            "incr of a non-numeric value",
+            b"set n 0 0 1\r\na\r\n",
+            b"incr n 1\r\n",
+            vec![cmd(b"incr n 1\r\n")],
+            incr_decr(b"a", ArithOp::Incr, 1).unwrap_err().reply().to_vec(),
+        ),
+        case(
+            "incr of a number above 2^64-1",
+            b"set n 0 0 20\r\n18446744073709551616\r\n",
+            b"incr n 1\r\n",
+            vec![cmd(b"incr n 1\r\n")],
+            incr_decr(b"18446744073709551616", ArithOp::Incr, 1).unwrap_err().reply().to_vec(),
+        ),
+        case(
+            "incr of an empty value",
+            b"set n 0 0 0\r\n\r\n",
+            b"incr n 1\r\n",
+            vec![cmd(b"incr n 1\r\n")],
+            incr_decr(b"", ArithOp::Incr, 1).unwrap_err().reply().to_vec(),
+        ),
+        case(
+            "bad deltas",
+            b"set n 0 0 1\r\n5\r\n",
+            b"incr n -1\r\nincr n abc\r\ndecr n 18446744073709551616\r\n",
+            vec![err(InvalidDelta), err(InvalidDelta), err(InvalidDelta)],
+            cat(&[e(&InvalidDelta), e(&InvalidDelta), e(&InvalidDelta)]),
+        ),
+        case("incr of a missing key", b"", b"incr n 1\r\n", vec![cmd(b"incr n 1\r\n")], Reply::NotFound.bytes().to_vec()),
+        case("incr without delta", b"", b"incr n\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case(
+            "incr errors obey noreply",
+            b"",
+            b"incr n abc noreply\r\n",
+            vec![err_quiet(InvalidDelta)],
+            vec![],
+        ),
+        case(
+            "delete",
+            b"set k 0 0 1\r\na\r\n",
+            b"delete k\r\ndelete k\r\ndelete k 0\r\ndelete k noreply\r\n",
+            vec![cmd(b"delete k\r\n"), cmd(b"delete k\r\n"), cmd(b"delete k\r\n"), cmd(b"delete k noreply\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Deleted);
+                compose::reply(o, Reply::NotFound);
+                compose::reply(o, Reply::NotFound);
+            }),
+        ),
+        case(
+            "delete with a hold time",
+            b"",
+            b"delete k 5\r\ndelete k 5 noreply\r\n",
+            vec![err(BadDeleteFormat), err_quiet(BadDeleteFormat)],
+            e(&BadDeleteFormat).to_vec(),
+        ),
+        case(
+            "touch",
+            b"set k 0 0 1\r\na\r\n",
+            b"touch k 10\r\ntouch n 10\r\ntouch k 10 noreply\r\n",
+            vec![cmd(b"touch k 10\r\n"), cmd(b"touch n 10\r\n"), cmd(b"touch k 10 noreply\r\n")],
+            r(|o| {
+                compose::reply(o, Reply::Touched);
+                compose::reply(o, Reply::NotFound);
+            }),
+        ),
+        case("touch with a bad exptime", b"", b"touch k abc\r\n", vec![err(InvalidExptime)], e(&InvalidExptime).to_vec()),
+        case("touch without exptime", b"", b"touch k\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case(
+            "gat and gats",
+            b"set k 0 0 1\r\na\r\n",
+            b"gat 10 k\r\ngats 10 k n\r\n",
+            vec![cmd(b"gat 10 k\r\n"), cmd(b"gats 10 k n\r\n")],
+            r(|o| {
+                compose::value(o, b"k", 0, b"a", None);
+                compose::reply(o, Reply::End);
+                compose::value(o, b"k", 0, b"a", Some(1));
+                compose::reply(o, Reply::End);
+            }),
+        ),
+        case("gat without exptime", b"", b"gat k\r\n", vec![err(InvalidExptime)], e(&InvalidExptime).to_vec()),
+        case("gat without keys", b"", b"gat 10\r\n", vec![cmd(b"gat 10\r\n")], Reply::End.bytes().to_vec()),
+        case("gats without anything", b"", b"gats\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case(
+            "flush_all forms",
+            b"",
+            b"flush_all\r\nflush_all 0\r\nflush_all noreply\r\nflush_all 0 noreply\r\nflush_all abc\r\nflush_all noreply 1\r\n",
+            vec![
+                cmd(b"flush_all\r\n"),
+                cmd(b"flush_all 0\r\n"),
+                cmd(b"flush_all noreply\r\n"),
+                cmd(b"flush_all 0 noreply\r\n"),
+                err(InvalidExptime),
+                err(InvalidExptime),
+            ],
+            r(|o| {
+                compose::reply(o, Reply::Ok);
+                compose::reply(o, Reply::Ok);
+                o.extend_from_slice(e(&InvalidExptime));
+                o.extend_from_slice(e(&InvalidExptime));
+            }),
+        ),
+        case(
+            "version",
+            b"",
+            b"version\r\n",
+            vec![cmd(b"version\r\n")],
+            r(|o| compose::version(o, MEMCACHED_VERSION)),
+        ),
+        case(
+            "verbosity",
+            b"",
+            b"verbosity\r\nverbosity 1\r\nverbosity 1 noreply\r\nverbosity a\r\n",
+            vec![
+                err(UnknownCommand),
+                cmd(b"verbosity 1\r\n"),
+                cmd(b"verbosity 1 noreply\r\n"),
+                err(BadFormat),
+            ],
+            r(|o| {
+                o.extend_from_slice(e(&UnknownCommand));
+                compose::reply(o, Reply::Ok);
+                o.extend_from_slice(e(&BadFormat));
+            }),
+        ),
+        case(
+            "stats with an unknown group",
+            b"",
+            b"stats foo\r\n",
+            vec![cmd(b"stats foo\r\n")],
+            Reply::Error.bytes().to_vec(),
+        ),
+        case(
+            "stats detail on",
+            b"",
+            b"stats detail on\r\n",
+            vec![cmd(b"stats detail on\r\n")],
+            Reply::Ok.bytes().to_vec(),
+        ),
+        closing(case("quit", b"", b"quit\r\n", vec![cmd(b"quit\r\n")], vec![])),
+        closing(deviation(
+            case(
+                "a line without end longer than the limit",
+                b"",
+                &[b'x'; 3000],
+                vec![err(LineTooLong { line_bytes: 3000, limit: 2048 })],
+                e(&LineTooLong { line_bytes: 0, limit: 0 }).to_vec(),
+            ),
+            b"",
+        )),
+        // Meta commands.
+        case("mn", b"", b"mn\r\n", vec![cmd(b"mn\r\n")], b"MN\r\n".to_vec()),
+        case(
+            "mg miss",
+            b"",
+            b"mg k v\r\n",
+            vec![cmd(b"mg k v\r\n")],
+            meta_reply(b"mg k v\r\n", MetaStatus::En, none, b""),
+        ),
+        case(
+            "mg hits with return flags in request order",
+            b"set k 5 0 3\r\nabc\r\n",
+            b"mg k\r\nmg k v\r\nmg k s v f t k Oab123\r\nmg k k v\r\nmg k q v\r\nmg k q\r\nmg k s f\r\n",
+            vec![
+                cmd(b"mg k\r\n"),
+                cmd(b"mg k v\r\n"),
+                cmd(b"mg k s v f t k Oab123\r\n"),
+                cmd(b"mg k k v\r\n"),
+                cmd(b"mg k q v\r\n"),
+                cmd(b"mg k q\r\n"),
+                cmd(b"mg k s f\r\n"),
+            ],
+            {
+                let item = MetaReturn { size: Some(3), client_flags: Some(5), ttl: Some(-1), cas: None };
+                cat(&[
+                    &meta_reply(b"mg k\r\n", MetaStatus::Hd, item, b""),
+                    &meta_reply(b"mg k v\r\n", MetaStatus::Va, item, b"abc"),
+                    &meta_reply(b"mg k s v f t k Oab123\r\n", MetaStatus::Va, item, b"abc"),
+                    &meta_reply(b"mg k k v\r\n", MetaStatus::Va, item, b"abc"),
+                    &meta_reply(b"mg k q v\r\n", MetaStatus::Va, item, b"abc"),
+                    &meta_reply(b"mg k q\r\n", MetaStatus::Hd, item, b""),
+                    &meta_reply(b"mg k s f\r\n", MetaStatus::Hd, item, b""),
+                ])
+            },
+        ),
+        case(
+            "mg returns the cas",
+            b"set k 0 0 1\r\na\r\n",
+            b"mg k c v\r\n",
+            vec![cmd(b"mg k c v\r\n")],
+            meta_reply(b"mg k c v\r\n", MetaStatus::Va, MetaReturn { cas: Some(1), ..none }, b"a"),
+        ),
+        case(
+            "mg miss: quiet hides EN, k and O are returned",
+            b"",
+            b"mg zz v q\r\nmg zz k O3\r\n",
+            vec![cmd(b"mg zz v q\r\n"), cmd(b"mg zz k O3\r\n")],
+            meta_reply(b"mg zz k O3\r\n", MetaStatus::En, none, b""),
+        ),
+        case(
+            "mg T sets the TTL",
+            b"set k 0 0 1\r\na\r\n",
+            b"mg k T30 t v\r\n",
+            vec![cmd(b"mg k T30 t v\r\n")],
+            meta_reply(b"mg k T30 t v\r\n", MetaStatus::Va, MetaReturn { ttl: Some(30), ..none }, b"a"),
+        ),
+        case("mg without a key", b"", b"mg\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
+        case(
+            "mg flag errors",
+            b"",
+            b"mg k zz\r\nmg k v v\r\nmg k Tabc\r\nmg k E5\r\n",
+            vec![
+                err(MetaInvalidFlag { letter: 'z' }),
+                err(MetaDuplicateFlag { letter: 'v' }),
+                err(MetaBadToken { letter: 'T' }),
+                err(MetaInvalidFlag { letter: 'E' }),
+            ],
+            cat(&[
+                e(&MetaInvalidFlag { letter: 'z' }),
+                e(&MetaDuplicateFlag { letter: 'v' }),
+                e(&MetaBadToken { letter: 'T' }),
+                e(&MetaInvalidFlag { letter: 'E' }),
+            ]),
+        ),
+        case(
+            "mg opaque too long",
+            b"",
+            format!("mg k O{} v\r\n", "x".repeat(40)).as_bytes(),
+            vec![err(MetaOpaqueTooLong { opaque_bytes: 40, limit: 32 })],
+            e(&MetaOpaqueTooLong { opaque_bytes: 40, limit: 32 }).to_vec(),
+        ),
+        case(
+            "mg key too long",
+            b"",
+            format!("mg {long_key} v\r\n").as_bytes(),
+            vec![err(KeyTooLong { key_bytes: 251, limit: 250 })],
+            e(&BadFormat).to_vec(),
+        ),
+        deviation(
+            case(
+                "mg key with a control character",
+                b"",
+                b"mg k\x01 v\r\n",
+                vec![err(KeyControlCharacter { byte: 1 })],
+                e(&BadFormat).to_vec(),
+            ),
+            b"EN\r\n",
+        ),
+        case(
+            "ms then mg",
+            b"",
+            b"ms k 3\r\nabc\r\nmg k v f\r\n",
+            vec![cmd(b"ms k 3\r\nabc\r\n"), cmd(b"mg k v f\r\n")],
+            cat(&[
+                &meta_reply(b"ms k 3\r\nabc\r\n", MetaStatus::Hd, none, b""),
+                &meta_reply(b"mg k v f\r\n", MetaStatus::Va, MetaReturn { client_flags: Some(0), ..none }, b"abc"),
+            ]),
+        ),
+        case(
+            "ms with F and T, quiet, k and O",
+            b"",
+            b"ms k 3 F7 T100\r\nabc\r\nmg k v f\r\nms k 3 q\r\nabc\r\nms k 3 k Oxx\r\nabc\r\n",
+            vec![
+                cmd(b"ms k 3 F7 T100\r\nabc\r\n"),
+                cmd(b"mg k v f\r\n"),
+                cmd(b"ms k 3 q\r\nabc\r\n"),
+                cmd(b"ms k 3 k Oxx\r\nabc\r\n"),
+            ],
+            cat(&[
+                &meta_reply(b"ms k 3 F7 T100\r\nabc\r\n", MetaStatus::Hd, none, b""),
+                &meta_reply(b"mg k v f\r\n", MetaStatus::Va, MetaReturn { client_flags: Some(7), ..none }, b"abc"),
+                &meta_reply(b"ms k 3 k Oxx\r\nabc\r\n", MetaStatus::Hd, none, b""),
+            ]),
+        ),
+        case(
+            "ms modes",
+            b"ms k 3\r\nabc\r\n",
+            b"ms k 3 MA\r\nxyz\r\nmg k v\r\nms n 1 ME\r\nx\r\nms n 1 ME\r\nx\r\nms m 1 MR\r\nq\r\n",
+            vec![
+                cmd(b"ms k 3 MA\r\nxyz\r\n"),
+                cmd(b"mg k v\r\n"),
+                cmd(b"ms n 1 ME\r\nx\r\n"),
+                cmd(b"ms n 1 ME\r\nx\r\n"),
+                cmd(b"ms m 1 MR\r\nq\r\n"),
+            ],
+            cat(&[
+                b"HD\r\n",
+                &meta_reply(b"mg k v\r\n", MetaStatus::Va, none, b"abcxyz"),
+                b"HD\r\nNS\r\nNS\r\n",
+            ]),
+        ),
+        case(
+            "ms compare cas mismatch",
+            b"set k 0 0 1\r\na\r\n",
+            b"ms k 3 C999\r\nabc\r\n",
+            vec![cmd(b"ms k 3 C999\r\nabc\r\n")],
+            meta_reply(b"ms k 3 C999\r\nabc\r\n", MetaStatus::Ex, none, b""),
+        ),
+        case(
+            "ms flag errors swallow the data block",
+            b"",
+            b"ms k 3 Z\r\nabc\r\nms k 3 MX\r\nabc\r\nms k 3 M\r\nabc\r\nms k 3 F1 F2\r\nabc\r\nms k 3 T\r\nabc\r\nms k 3 F-1\r\nabc\r\nms k 3 C-1\r\nabc\r\nms k 3 b\r\nabc\r\n",
+            vec![
+                err(MetaInvalidFlag { letter: 'Z' }),
+                err(MetaInvalidMode),
+                err(MetaModeLength),
+                err(MetaDuplicateFlag { letter: 'F' }),
+                err(MetaBadToken { letter: 'T' }),
+                err(BadFormat),
+                err(MetaBadToken { letter: 'C' }),
+                err(MetaKeyDecode),
+            ],
+            cat(&[
+                e(&MetaInvalidFlag { letter: 'Z' }),
+                e(&MetaInvalidMode),
+                e(&MetaModeLength),
+                e(&MetaDuplicateFlag { letter: 'F' }),
+                e(&MetaBadToken { letter: 'T' }),
+                e(&BadFormat),
+                e(&MetaBadToken { letter: 'C' }),
+                e(&MetaKeyDecode),
+            ]),
+        ),
+        case(
+            "ms without a valid length: the data is read as commands",
+            b"",
+            b"ms k S3\r\nabc\r\nms k\r\nabc\r\nms\r\n",
+            vec![err(BadFormat), err(UnknownCommand), err(BadFormat), err(UnknownCommand), err(UnknownCommand)],
+            cat(&[e(&BadFormat), e(&UnknownCommand), e(&BadFormat), e(&UnknownCommand), e(&UnknownCommand)]),
+        ),
+        case(
+            "ms bad data chunk",
+            b"",
+            b"ms k 3\r\nabcde\r\n",
+            vec![err(BadDataChunk), err(UnknownCommand)],
+            cat(&[e(&BadDataChunk), e(&UnknownCommand)]),
+        ),
+        case(
+            "ms too large",
+            b"",
+            &cat(&[b"ms k 2000000\r\n", &big, b"\r\nmn\r\n"]),
+            vec![err(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }), cmd(b"mn\r\n")],
+            cat(&[e(&TooLarge { value_bytes: 0, limit: 0 }), b"MN\r\n"]),
+        ),
+        deviation(
+            case(
+                "ms key too long: the data block is swallowed",
+                b"",
+                format!("ms {long_key} 3\r\nabc\r\n").as_bytes(),
+                vec![err(KeyTooLong { key_bytes: 251, limit: 250 })],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&BadFormat), e(&UnknownCommand)]),
+        ),
+        case(
+            "base64 keys",
+            b"",
+            b"ms a2V5 3 b k\r\nabc\r\nmg a2V5 b k v\r\nget key\r\n",
+            vec![cmd(b"ms a2V5 3 b k\r\nabc\r\n"), cmd(b"mg a2V5 b k v\r\n"), cmd(b"get key\r\n")],
+            cat(&[
+                &meta_reply(b"ms a2V5 3 b k\r\nabc\r\n", MetaStatus::Hd, none, b""),
+                &meta_reply(b"mg a2V5 b k v\r\n", MetaStatus::Va, none, b"abc"),
+                &r(|o| {
+                    compose::value(o, b"key", 0, b"abc", None);
+                    compose::reply(o, Reply::End);
+                }),
+            ]),
+        ),
+        case(
+            "md: quiet hides HD, not NF",
+            b"set k 0 0 1\r\na\r\nset j 0 0 1\r\na\r\n",
+            b"md k\r\nmd k\r\nmd k q\r\nmd j q\r\n",
+            vec![cmd(b"md k\r\n"), cmd(b"md k\r\n"), cmd(b"md k q\r\n"), cmd(b"md j q\r\n")],
+            cat(&[b"HD\r\n", b"NF\r\n", b"NF\r\n"]),
+        ),
+        case(
+            "md returns O and k in request order",
+            b"",
+            b"md k Oab k\r\n",
+            vec![cmd(b"md k Oab k\r\n")],
+            meta_reply(b"md k Oab k\r\n", MetaStatus::Nf, none, b""),
+        ),
+        case(
+            "md compare cas and invalidate",
+            b"set k 0 0 1\r\na\r\n",
+            b"md k C999\r\nmd k I T30\r\n",
+            vec![cmd(b"md k C999\r\n"), cmd(b"md k I T30\r\n")],
+            cat(&[
+                &meta_reply(b"md k C999\r\n", MetaStatus::Ex, none, b""),
+                &meta_reply(b"md k I T30\r\n", MetaStatus::Hd, none, b""),
+            ]),
+        ),
+        case(
+            "md flag errors",
+            b"",
+            b"md k x\r\nmd k Cx\r\nmd k q q\r\n",
+            vec![
+                err(MetaDeleteBadFlag { letter: 'x' }),
+                err(MetaDeleteBadFlag { letter: 'C' }),
+                err(MetaDeleteBadFlag { letter: 'q' }),
+            ],
+            cat(&[
+                e(&MetaDeleteBadFlag { letter: 'x' }),
+                e(&MetaDeleteBadFlag { letter: 'x' }),
+                e(&MetaDeleteBadFlag { letter: 'x' }),
+            ]),
+        ),
+    ];
+    for c in &mut v {
+        assert!(c.request.len() <= TOO_LARGE_BYTES + 64);
+    }
+    v
+}
