@@ -42,6 +42,7 @@ mod command;
 pub mod compose;
 mod number;
 mod parse;
+pub mod reply;
 
 pub use command::{
     ArithOp, Command, Get, GetKind, Meta, MetaFlag, MetaFlags, MetaKind, MetaMode, MetaSet, Store,
@@ -52,3 +53,4 @@ pub use parse::{
     Limits, Parse, Parser, ProtocolError, GET_LINE_MAX_BYTES, ITEM_SIZE_MAX_BYTES, KEY_MAX_BYTES,
     LINE_MAX_BYTES, OPAQUE_MAX_BYTES,
 };
+pub use reply::{parse_reply, ReplyParse, ServerReply};
