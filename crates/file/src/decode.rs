@@ -74,10 +74,10 @@ pub fn decode_stream<R: Read + Seek, W: Write>(
                     return Err(FileError::StripeUnrecoverable {
                         stripe: s,
                         stripes,
-                        source: codes::CodeError::Unrecoverable {
+                        source: Box::new(codes::CodeError::Unrecoverable {
                             code: code.to_string(),
                             erased: (0..n).filter(|&i| state[i] != State::Good).collect(),
-                        },
+                        }),
                         details: set.describe_bad(&state),
                     });
                 }
@@ -122,7 +122,7 @@ pub fn decode_stream<R: Read + Seek, W: Write>(
                             FileError::StripeUnrecoverable {
                                 stripe: s,
                                 stripes,
-                                source: e,
+                                source: Box::new(e),
                                 details: set.describe_bad(&state),
                             }
                         })?;

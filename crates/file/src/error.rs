@@ -80,7 +80,7 @@ pub enum FileError {
     StripeUnrecoverable {
         stripe: u64,
         stripes: u64,
-        source: CodeError,
+        source: Box<CodeError>,
         details: String,
     },
     /// Every record checksum passed but the chunks of a stripe disagree, and no single chunk
