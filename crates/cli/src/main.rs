@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+#[cfg(feature = "bench")]
 mod cmd_bench;
 mod cmd_cache;
 mod cmd_cluster;
@@ -29,7 +30,8 @@ enum Command {
     Decode(cmd_file::DecodeArgs),
     /// Check every chunk file of a directory and report what can be recovered.
     Verify(cmd_file::VerifyArgs),
-    /// Benchmarks.
+    /// Benchmarks (absent from a server build, made without the `bench` feature).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
@@ -56,6 +58,7 @@ fn main() -> Result<()> {
         Command::Encode(a) => cmd_file::encode(a),
         Command::Decode(a) => cmd_file::decode(a),
         Command::Verify(a) => cmd_file::verify(a),
+        #[cfg(feature = "bench")]
         Command::Bench(b) => cmd_bench::run(b),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
