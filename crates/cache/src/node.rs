@@ -851,13 +851,7 @@ impl Node {
     /// Fetches records of `e.version` at `positions` and checks them: the good ones' data, and
     /// the positions that are missing, unreachable, of another version or corrupt (the latter
     /// flagged `true`).
-    fn fetch(
-        &self,
-        stripe: usize,
-        key: &[u8],
-        e: &Entry,
-        positions: &[usize],
-    ) -> Fetched {
+    fn fetch(&self, stripe: usize, key: &[u8], e: &Entry, positions: &[usize]) -> Fetched {
         let calls = positions
             .iter()
             .map(|&p| {
