@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cluster_state;
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_file;
@@ -35,7 +36,7 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
     Model(cmd_plan::ModelArgs),
-    /// Run a node: accept plan parts from a coordinator and execute them with the engine.
+    /// Run a node: accept plan parts from a plan runner and execute them with the engine.
     Node(cmd_cluster::NodeArgs),
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
@@ -50,7 +51,12 @@ fn main() -> Result<()> {
         Command::Encode(a) => cmd_file::encode(a),
         Command::Decode(a) => cmd_file::decode(a),
         Command::Verify(a) => cmd_file::verify(a),
-        Command::Bench(b) => cmd_bench::run(b),
+        Command::Bench(mut b) => {
+            if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
+                cluster_state::give_to_bench(a)?;
+            }
+            cmd_bench::run(b)
+        }
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),
