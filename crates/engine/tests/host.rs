@@ -12,11 +12,16 @@ use engine::{
     OutputSpec, PlanRunner, RunInfo, RunSpec, VertexPart, RUNNER_BASE,
 };
 
-/// Chunks kept per key (the run's payload): `(key, chunk index)`.
+/// Chunk bytes by `(key, chunk index)`.
+type ByKey = HashMap<(Vec<u8>, u32), Arc<Vec<u8>>>;
+/// Finished runs: key and error.
+type Finished = Vec<(Vec<u8>, Option<String>)>;
+
+/// Chunks kept per key (the run's payload).
 #[derive(Clone, Default)]
 struct Keyed {
-    chunks: Arc<Mutex<HashMap<(Vec<u8>, u32), Arc<Vec<u8>>>>>,
-    finished: Arc<Mutex<Vec<(Vec<u8>, Option<String>)>>>,
+    chunks: Arc<Mutex<ByKey>>,
+    finished: Arc<Mutex<Finished>>,
 }
 
 impl Application for Keyed {
