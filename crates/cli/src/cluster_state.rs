@@ -54,6 +54,7 @@ impl ClusterState {
     }
 
     /// How the benchmarks name this cluster's transport.
+    #[cfg_attr(not(feature = "bench"), allow(dead_code))]
     pub fn transport(&self) -> String {
         match &self.link_rate {
             Some(r) => format!("tcp-netns-{r}"),
@@ -63,6 +64,7 @@ impl ClusterState {
     }
 }
 
+#[cfg(feature = "bench")]
 /// `inec bench primitives --dir D`: the benchmark gets the nodes of the cluster in `D` (the
 /// state file is read here, where it is written).
 pub fn give_to_bench(a: &mut bench::primitives::PrimitivesArgs) -> Result<()> {

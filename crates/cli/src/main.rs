@@ -5,6 +5,7 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 mod cluster_state;
+#[cfg(feature = "bench")]
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_file;
@@ -29,7 +30,8 @@ enum Command {
     Decode(cmd_file::DecodeArgs),
     /// Check every chunk file of a directory and report what can be recovered.
     Verify(cmd_file::VerifyArgs),
-    /// Benchmarks.
+    /// Benchmarks (absent from a server build, made without the `bench` feature).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
@@ -51,6 +53,7 @@ fn main() -> Result<()> {
         Command::Encode(a) => cmd_file::encode(a),
         Command::Decode(a) => cmd_file::decode(a),
         Command::Verify(a) => cmd_file::verify(a),
+        #[cfg(feature = "bench")]
         Command::Bench(mut b) => {
             if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
                 cluster_state::give_to_bench(a)?;
