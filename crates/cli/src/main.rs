@@ -4,6 +4,7 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cluster_state;
 #[cfg(feature = "bench")]
 mod cmd_bench;
 mod cmd_cache;
@@ -38,7 +39,7 @@ enum Command {
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
     Model(cmd_plan::ModelArgs),
-    /// Run a node: accept plan parts from a coordinator and execute them with the engine.
+    /// Run a node: accept plan parts from a plan runner and execute them with the engine.
     Node(cmd_cluster::NodeArgs),
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
@@ -59,7 +60,12 @@ fn main() -> Result<()> {
         Command::Decode(a) => cmd_file::decode(a),
         Command::Verify(a) => cmd_file::verify(a),
         #[cfg(feature = "bench")]
-        Command::Bench(b) => cmd_bench::run(b),
+        Command::Bench(mut b) => {
+            if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
+                cluster_state::give_to_bench(a)?;
+            }
+            cmd_bench::run(b)
+        }
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),
