@@ -364,12 +364,15 @@ fn decode_idx(v: &[u8]) -> Option<(usize, u64)> {
     Some((s[1..5].parse().ok()?, s[6..16].parse().ok()?))
 }
 
+/// Per key: the last acknowledged write and the write in flight.
+type Writes = (Option<u64>, u64);
+
 #[test]
 fn sigkill_up_to_m_nodes_under_load_then_recover() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     const KEYS: usize = 24;
     // (last acknowledged write, write in flight) per key.
-    let writes: Arc<Mutex<Vec<(Option<u64>, u64)>>> = Arc::new(Mutex::new(vec![(None, 0); KEYS]));
+    let writes: Arc<Mutex<Vec<Writes>>> = Arc::new(Mutex::new(vec![(None, 0); KEYS]));
     let stop = Arc::new(AtomicBool::new(false));
     let wrong = Arc::new(AtomicU64::new(0));
     let reads_ok = Arc::new(AtomicU64::new(0));
@@ -422,7 +425,7 @@ fn sigkill_up_to_m_nodes_under_load_then_recover() {
                         Got::Hit(v) => {
                             let good = decode_idx(&v).is_some_and(|(k, idx)| {
                                 k == key
-                                    && lo.map_or(true, |lo| idx >= lo)
+                                    && lo.is_none_or(|lo| idx >= lo)
                                     && idx <= hi
                                     && v == versioned_value(key, idx)
                             });
@@ -495,7 +498,7 @@ fn sigkill_up_to_m_nodes_under_load_then_recover() {
             };
             let (k, idx) = decode_idx(&v).unwrap();
             assert_eq!(k, key);
-            assert!(acked.map_or(true, |a| idx >= a) && idx <= inflight);
+            assert!(acked.is_none_or(|a| idx >= a) && idx <= inflight);
             assert_eq!(v, versioned_value(key, idx));
         }
     }
