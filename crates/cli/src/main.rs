@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod cluster_state;
 #[cfg(feature = "bench")]
 mod cmd_bench;
+mod cmd_cache;
 mod cmd_cluster;
 mod cmd_file;
 mod cmd_plan;
@@ -43,6 +44,11 @@ enum Command {
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(cmd_cluster::ClusterCommand),
+    /// Run one cache node (memcached text protocol, erasure-coded across the cluster).
+    Serve(cmd_cache::ServeArgs),
+    /// Start, stop, inspect or restart nodes of a local cache cluster.
+    #[command(subcommand)]
+    Cache(cmd_cache::CacheCommand),
 }
 
 fn main() -> Result<()> {
@@ -64,5 +70,7 @@ fn main() -> Result<()> {
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),
         Command::Cluster(c) => cmd_cluster::run(c),
+        Command::Serve(a) => cmd_cache::serve(a),
+        Command::Cache(c) => cmd_cache::run(c),
     }
 }
