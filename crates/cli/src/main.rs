@@ -6,8 +6,10 @@ use std::process::ExitCode;
 use clap::{CommandFactory, Parser, Subcommand};
 
 mod args;
+mod cluster_state;
 #[cfg(feature = "bench")]
 mod cmd_bench;
+mod cmd_cache;
 mod cmd_cluster;
 mod cmd_file;
 mod cmd_plan;
@@ -51,11 +53,16 @@ files)."
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
     Model(cmd_plan::ModelArgs),
-    /// Run a node: accept plan parts from a coordinator and execute them with the engine.
+    /// Run a node: accept plan parts from a plan runner and execute them with the engine.
     Node(cmd_cluster::NodeArgs),
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(cmd_cluster::ClusterCommand),
+    /// Run one cache node (memcached text protocol, erasure-coded across the cluster).
+    Serve(cmd_cache::ServeArgs),
+    /// Start, stop, inspect or restart nodes of a local cache cluster.
+    #[command(subcommand)]
+    Cache(cmd_cache::CacheCommand),
 }
 
 /// Prints a usage error for `subcommand` the way clap does (with its usage line) and exits
@@ -98,11 +105,18 @@ fn main() -> ExitCode {
             };
         }
         #[cfg(feature = "bench")]
-        Command::Bench(b) => cmd_bench::run(b),
+        Command::Bench(mut b) => (|| {
+            if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
+                cluster_state::give_to_bench(a)?;
+            }
+            cmd_bench::run(b)
+        })(),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),
         Command::Cluster(c) => cmd_cluster::run(c),
+        Command::Serve(a) => cmd_cache::serve(a),
+        Command::Cache(c) => cmd_cache::run(c),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
