@@ -229,6 +229,52 @@ fn dot_prod_special_matrices() {
 }
 
 #[test]
+fn dot_prod_xor_rows_beside_product_rows() {
+    // Rows of 0s and 1s (an LRC's local parities) mixed with general rows in every
+    // proportion: the nibble kernels carry up to two of them in a block of product rows and
+    // compute the rest as XOR passes; the GFNI kernels compute them as products.
+    let kernels = kernels();
+    let mut rng = SmallRng::seed_from_u64(9);
+    let lengths = [1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 319];
+    for general in 0..=8 {
+        for xors in 0..=4 {
+            if general + xors == 0 {
+                continue;
+            }
+            for cols in [1, 5, 12, 33] {
+                let mut coeffs = Vec::new();
+                for r in 0..general + xors {
+                    for _ in 0..cols {
+                        coeffs.push(if r < general {
+                            coefficient(&mut rng)
+                        } else {
+                            rng.gen_range(0..=1)
+                        });
+                    }
+                }
+                // Shuffle the rows so that XOR rows are not always last.
+                let rows = general + xors;
+                let mut order: Vec<usize> = (0..rows).collect();
+                for i in (1..rows).rev() {
+                    order.swap(i, rng.gen_range(0..=i));
+                }
+                let shuffled: Vec<u8> = order
+                    .iter()
+                    .flat_map(|&r| coeffs[r * cols..(r + 1) * cols].to_vec())
+                    .collect();
+                let m = Matrix::new(rows, cols, &shuffled);
+                for &kernel in &kernels {
+                    for &len in &lengths {
+                        let seed = rng.gen();
+                        check_dot(kernel, &m, len, len % 3, seed % 2 == 0, seed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn dot_prod_with_no_inputs() {
     for kernel in Kernel::forms() {
         let m = Matrix::new(2, 0, &[]);

@@ -183,16 +183,22 @@ impl Library for Inec {
 pub struct Isal {
     code: Code,
     generator: Vec<u8>,
+    isa: crate::isal::Isa,
 }
 
 #[cfg(feature = "isal")]
 impl Isal {
-    pub fn new(code: Code) -> Isal {
+    /// ISA-L for `code`, its kernels at the level `isa` (checked by the caller).
+    pub fn new(code: Code, isa: crate::isal::Isa) -> Isal {
         let generator = match code {
             Code::Rs { k, m, .. } => crate::isal::gen_cauchy1_matrix(k, m),
             Code::Lrc { .. } => reference_generator(code),
         };
-        Isal { code, generator }
+        Isal {
+            code,
+            generator,
+            isa,
+        }
     }
 
     /// The `outputs.len() × inputs.len()` matrix that rebuilds `outputs` from `inputs`.
@@ -244,7 +250,7 @@ impl Library for Isal {
         Family::Cauchy
     }
     fn kernel(&self, _cell: &Cell) -> String {
-        crate::isal::kernel_name().to_string()
+        self.isa.kernel_name().to_string()
     }
     fn supports(&self, _cell: &Cell) -> Result<(), String> {
         Ok(())
@@ -256,7 +262,7 @@ impl Library for Isal {
             Op::Encode => self.generator[k * k..].to_vec(),
             _ => self.decode_matrix(&cell.inputs, &cell.outputs)?,
         };
-        let mut tables = Tables::new(cell.inputs.len(), cell.outputs.len(), &coeffs);
+        let mut tables = Tables::with_isa(cell.inputs.len(), cell.outputs.len(), &coeffs, self.isa);
         let mut calls: Vec<Call<'a>> = sets
             .into_iter()
             .map(|c| {

@@ -82,6 +82,11 @@ pub struct CodecArgs {
     /// the CPU lacks it.
     #[arg(long)]
     pub kernel: Option<String>,
+    /// The instruction-set level of the peers that can be forced (ISA-L and
+    /// klauspost/reedsolomon): `native` (their own choice), `avx2`, `avx512` (nibble tables,
+    /// no GFNI), `avx2-gfni`, `avx512-gfni`; refused if the CPU lacks it [default: native].
+    #[arg(long, value_enum, default_value_t = PeerIsa::Native)]
+    pub peer_isa: PeerIsa,
     /// Timed rounds per library and cell (the median is reported) [default: 5].
     #[arg(long)]
     pub rounds: Option<usize>,
@@ -126,6 +131,73 @@ impl Op {
             Op::Encode => "encode",
             Op::Decode1 => "decode1",
             Op::Decodem => "decodem",
+        }
+    }
+}
+
+/// The instruction-set level the peers run at (`--peer-isa`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, ValueEnum)]
+pub enum PeerIsa {
+    #[default]
+    Native,
+    Avx2,
+    Avx512,
+    #[value(name = "avx2-gfni")]
+    Avx2Gfni,
+    #[value(name = "avx512-gfni")]
+    Avx512Gfni,
+}
+
+impl PeerIsa {
+    /// The name the Go peer takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerIsa::Native => "native",
+            PeerIsa::Avx2 => "avx2",
+            PeerIsa::Avx512 => "avx512",
+            PeerIsa::Avx2Gfni => "avx2-gfni",
+            PeerIsa::Avx512Gfni => "avx512-gfni",
+        }
+    }
+
+    #[cfg(feature = "isal")]
+    fn isal(self) -> crate::isal::Isa {
+        use crate::isal::Isa;
+        match self {
+            PeerIsa::Native => Isa::Native,
+            PeerIsa::Avx2 => Isa::Avx2,
+            PeerIsa::Avx512 => Isa::Avx512,
+            PeerIsa::Avx2Gfni => Isa::Avx2Gfni,
+            PeerIsa::Avx512Gfni => Isa::Avx512Gfni,
+        }
+    }
+
+    /// The CPU feature the level needs and this CPU lacks, if any.
+    fn missing_feature(self) -> Option<&'static str> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx512 = [
+                ("avx512f", has!("avx512f")),
+                ("avx512bw", has!("avx512bw")),
+                ("avx512vl", has!("avx512vl")),
+            ];
+            let need: Vec<(&'static str, bool)> = match self {
+                PeerIsa::Native => vec![],
+                PeerIsa::Avx2 => vec![("avx2", has!("avx2"))],
+                PeerIsa::Avx512 => avx512.to_vec(),
+                PeerIsa::Avx2Gfni => vec![("avx2", has!("avx2")), ("gfni", has!("gfni"))],
+                PeerIsa::Avx512Gfni => {
+                    let mut v = avx512.to_vec();
+                    v.push(("gfni", has!("gfni")));
+                    v
+                }
+            };
+            need.into_iter().find(|(_, ok)| !ok).map(|(f, _)| f)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self != PeerIsa::Native).then_some("x86_64")
         }
     }
 }
@@ -264,17 +336,18 @@ struct Settings {
     cold_bytes: usize,
     seed: u64,
     kernel: gf::Kernel,
+    peer_isa: PeerIsa,
     go: String,
 }
 
 fn resolve(a: &CodecArgs) -> Result<Settings> {
     let kernel = match &a.kernel {
-        Some(name) => {
-            let kind: gf::KernelKind = name.parse()?;
-            gf::Kernel::try_new(kind)?
-        }
+        Some(name) => gf::Kernel::try_from_name(name)?,
         None => gf::try_kernel()?,
     };
+    if let Some(f) = a.peer_isa.missing_feature() {
+        bail!("--peer-isa {}: this CPU lacks {f}", a.peer_isa.name());
+    }
     let or = |v: &[Code], d: &[&str]| -> Vec<Code> {
         if v.is_empty() {
             d.iter()
@@ -383,6 +456,7 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         cold_bytes,
         seed: a.seed,
         kernel,
+        peer_isa: a.peer_isa,
         go: a.go.clone(),
     })
 }
@@ -580,6 +654,7 @@ pub fn execute<'w>(
     if libraries.contains(&LibraryName::Klauspost) {
         match klauspost::build(&settings.go).and_then(|bin| klauspost::Peer::start(&bin)) {
             Ok(mut p) => {
+                p.set_isa(settings.peer_isa.name());
                 let v = p.version()?;
                 writeln!(table, "# klauspost/reedsolomon {v} (Go peer, subprocess)")?;
                 peer = Some(p);
@@ -601,7 +676,12 @@ pub fn execute<'w>(
         settings.round.as_millis()
     )?;
     #[cfg(feature = "isal")]
-    writeln!(table, "# isal 2.31 kernel: {}", crate::isal::kernel_name())?;
+    writeln!(
+        table,
+        "# isal 2.31 kernel: {}",
+        settings.peer_isa.isal().kernel_name()
+    )?;
+    writeln!(table, "# peers' ISA level: {}", settings.peer_isa.name())?;
     let mut out = Output {
         json,
         table,
@@ -751,7 +831,7 @@ fn run_code(
     let has = |l: LibraryName| libraries.contains(&l);
     let inec = libs::Inec::new(code, settings.kernel)?;
     #[cfg(feature = "isal")]
-    let isal = libs::Isal::new(code);
+    let isal = libs::Isal::new(code, settings.peer_isa.isal());
     let erasure = libs::Erasure::new(code).ok();
     let simd = libs::Simd::new(code).ok();
     let xor = libs::XorRoofline::new(settings.kernel);
