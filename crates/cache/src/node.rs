@@ -156,6 +156,9 @@ pub struct Node {
     pub started: Instant,
     store: Mutex<ChunkStore>,
     stripes: Vec<Mutex<Option<StripeIndex>>>,
+    /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
+    /// this node does not lead the stripe even if its view says so.
+    yielded: Vec<Mutex<Option<usize>>>,
     key_locks: Vec<Mutex<()>>,
     peers: Mutex<Vec<PeerState>>,
     ready: AtomicBool,
@@ -220,6 +223,7 @@ impl Node {
             started: now,
             store: Mutex::new(ChunkStore::new()),
             stripes,
+            yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
             key_locks: (0..KEY_LOCKS).map(|_| Mutex::new(())).collect(),
             peers: Mutex::new(peers),
             ready: AtomicBool::new(!recover),
@@ -292,6 +296,12 @@ impl Node {
         self.placement.agent_of(stripe, |n| view[n].0 && view[n].1)
     }
 
+    /// Whether this node leads `stripe` now: it is the agent in its view and has not handed
+    /// the stripe to a recovered node.
+    fn leads(&self, stripe: usize) -> bool {
+        self.agent_of(stripe) == Some(self.cfg.id) && lock(&self.yielded[stripe]).is_none()
+    }
+
     /// One round of heartbeats; drops the index of stripes this node no longer leads.
     pub fn heartbeat_round(&self) {
         let others: Vec<usize> = (0..self.cfg.node_count)
@@ -325,7 +335,13 @@ impl Node {
             }
         }
         for s in 0..self.cfg.node_count {
-            if self.agent_of(s) != Some(self.cfg.id) {
+            let mut y = lock(&self.yielded[s]);
+            if y.is_some_and(|to| !self.is_up(to)) {
+                *y = None;
+            }
+        }
+        for s in 0..self.cfg.node_count {
+            if !self.leads(s) {
                 let mut ix = lock(&self.stripes[s]);
                 if ix.is_some() {
                     *ix = None;
@@ -649,9 +665,23 @@ impl Node {
             | AgentOp::Arith { key, .. }
             | AgentOp::Flip { key, .. }
             | AgentOp::Repair { key, .. } => key.clone(),
+            AgentOp::Handover { stripe, to } => {
+                let (s, to) = (*stripe as usize, *to as usize);
+                if s >= self.cfg.node_count || to >= self.cfg.node_count {
+                    return AgentResult::Error("bad handover".into());
+                }
+                *lock(&self.yielded[s]) = Some(to);
+                *lock(&self.stripes[s]) = None;
+                // Every operation of the stripe checks `leads` again under its key lock: once
+                // each key lock has been free once, none of them is still under way.
+                for l in &self.key_locks {
+                    drop(lock(l));
+                }
+                return AgentResult::Ok;
+            }
             AgentOp::Keys { stripe } => {
                 let s = *stripe as usize;
-                if s >= self.cfg.node_count || self.agent_of(s) != Some(self.cfg.id) {
+                if s >= self.cfg.node_count || !self.leads(s) {
                     return AgentResult::NotAgent;
                 }
                 return self.with_index(s, |ix| {
@@ -660,10 +690,18 @@ impl Node {
             }
         };
         let stripe = self.placement.stripe_of(&key);
-        if self.agent_of(stripe) != Some(self.cfg.id) {
+        if !self.leads(stripe) {
             return AgentResult::NotAgent;
         }
         let _key_guard = self.key_lock(&key);
+        if !self.leads(stripe) {
+            return AgentResult::NotAgent;
+        }
+        // More than m positions down: the stripe's values may be unreadable and an index rebuilt
+        // now may miss keys, so every operation fails with the reason (never a wrong miss).
+        if self.down_positions(stripe) > self.parity() {
+            return self.unavailable(stripe);
+        }
         match op {
             AgentOp::Get {
                 key,
@@ -745,7 +783,7 @@ impl Node {
                     Err(err) => AgentResult::Error(err),
                 }
             }
-            AgentOp::Keys { .. } => unreachable!("handled above"),
+            AgentOp::Keys { .. } | AgentOp::Handover { .. } => unreachable!("handled above"),
         }
     }
 
@@ -1401,6 +1439,30 @@ impl Node {
                 if due > spent {
                     std::thread::sleep(due - spent);
                 }
+            }
+        }
+        // Take back the stripes this node will lead once ready from their acting agents.
+        for s in 0..self.cfg.node_count {
+            let view = self.view();
+            let will_lead = self
+                .placement
+                .agent_of(s, |n| n == me || (view[n].0 && view[n].1))
+                == Some(me);
+            if !will_lead {
+                continue;
+            }
+            while let Some(acting) = self.agent_of(s) {
+                let handed = self.call(vec![(
+                    acting,
+                    Request::Agent(AgentOp::Handover {
+                        stripe: s as u32,
+                        to: me as u32,
+                    }),
+                )]);
+                if matches!(handed.first(), Some(Ok(Response::Agent(AgentResult::Ok)))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
             }
         }
         self.ready.store(true, Ordering::Relaxed);

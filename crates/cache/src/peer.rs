@@ -61,6 +61,12 @@ pub enum AgentOp {
     Keys {
         stripe: u32,
     },
+    /// A recovered node `to` is about to lead `stripe`: the acting agent stops leading it and
+    /// finishes the operations it has under way before answering.
+    Handover {
+        stripe: u32,
+        to: u32,
+    },
     /// Recovery: rebuild the record of `position` for `key` at `version`.
     Repair {
         key: Vec<u8>,
@@ -297,6 +303,9 @@ fn encode_op(w: &mut W, op: &AgentOp) {
         AgentOp::Keys { stripe } => {
             w.u8(7).u32(*stripe);
         }
+        AgentOp::Handover { stripe, to } => {
+            w.u8(9).u32(*stripe).u32(*to);
+        }
         AgentOp::Repair {
             key,
             version,
@@ -346,6 +355,10 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             bit: r.u64()?,
         },
         7 => AgentOp::Keys { stripe: r.u32()? },
+        9 => AgentOp::Handover {
+            stripe: r.u32()?,
+            to: r.u32()?,
+        },
         8 => AgentOp::Repair {
             key: r.bytes()?,
             version: r.u64()?,
@@ -848,6 +861,7 @@ mod tests {
                 bit: 1,
             }),
             Request::Agent(AgentOp::Keys { stripe: 4 }),
+            Request::Agent(AgentOp::Handover { stripe: 4, to: 2 }),
             Request::Agent(AgentOp::Repair {
                 key: b"k".to_vec(),
                 version: 3,

@@ -320,8 +320,11 @@ pub fn run(cmd: CacheCommand) -> Result<()> {
     }
 }
 
-fn free_port() -> Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+fn free_port(held: &mut Vec<TcpListener>) -> Result<u16> {
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let port = l.local_addr()?.port();
+    held.push(l);
+    Ok(port)
 }
 
 fn pid_alive(pid: u32) -> bool {
@@ -461,6 +464,26 @@ fn wait_answering(addr: SocketAddr, pid: u32, deadline: Instant, log: &Path) -> 
     }
 }
 
+/// Waits until every node answers `stats inec` ready and with no member down in its view.
+fn wait_converged(st: &State, deadline: Instant) -> Result<()> {
+    loop {
+        let ok = st.members.iter().all(|m| {
+            ask(m.client, "stats inec\r\n", Duration::from_secs(2)).is_ok_and(|t| {
+                let s = stat_map(&t);
+                let get = |k: &str| s.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+                get("ready") == Some("1") && get("members_down") == Some("0")
+            })
+        });
+        if ok {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            bail!("the cache nodes do not all see each other up in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn up(a: UpArgs) -> Result<()> {
     let dir = &a.dir.dir;
     if dir.join(STATE_FILE).exists() {
@@ -490,10 +513,12 @@ fn up(a: UpArgs) -> Result<()> {
     }
     fs::create_dir_all(dir)?;
     let mut members = Vec::new();
+    // Free ports: every listener is held until all are chosen, so no port is picked twice.
+    let mut held = Vec::new();
     for id in 0..n {
         let (cp, pp) = match a.base_port {
             Some(b) => (b + id as u16, b + 1000 + id as u16),
-            None => (free_port()?, free_port()?),
+            None => (free_port(&mut held)?, free_port(&mut held)?),
         };
         members.push(Member {
             id,
@@ -501,6 +526,7 @@ fn up(a: UpArgs) -> Result<()> {
             peer: SocketAddr::from(([127, 0, 0, 1], pp)),
         });
     }
+    drop(held);
     fs::write(dir.join(CLUSTER_FILE), cluster_text(&members))?;
     let mut st = State {
         opts: a.opts.clone(),
@@ -534,6 +560,15 @@ fn up(a: UpArgs) -> Result<()> {
             let _ = fs::remove_file(dir.join(STATE_FILE));
             return Err(e.context("cache up failed; stopped every node it started"));
         }
+    }
+    // Nodes that started first found the others not listening yet: wait until every node
+    // sees every other one up.
+    if let Err(e) = wait_converged(&st, deadline) {
+        for &p in &st.pids {
+            signal(p, "-KILL");
+        }
+        let _ = fs::remove_file(dir.join(STATE_FILE));
+        return Err(e.context("cache up failed; stopped every node it started"));
     }
     println!(
         "cache up: {n} nodes, code {code}, scheme {}, mode {}",
