@@ -23,6 +23,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
 use codes::{Code, Codec};
 use engine::{
@@ -204,11 +205,6 @@ fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeI
     Ok((procs, addrs))
 }
 
-fn p50(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
     if let Some(dir) = &args.dir {
         let state = args.cluster.as_ref().ok_or_else(|| {
@@ -280,7 +276,7 @@ fn time_runs(
         let d = c.coord.run(template, nodes, Mode::Coherent, timeout)?;
         t.push(d.as_secs_f64() * 1e6);
     }
-    Ok(p50(&mut t))
+    Ok(median(&t))
 }
 
 fn simple_part(vertex: usize, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
@@ -541,11 +537,11 @@ fn measure_case(
         Code::Rs { k, m, .. } => (k, Some(m), None, None),
         Code::Lrc { k, l, r } => (k, None, Some(l), Some(r)),
     };
-    let coh_lat = p50(lat.get_mut(&Mode::Coherent).unwrap());
+    let coh_lat = median(&lat[&Mode::Coherent]);
     let coh_bw = bw[&Mode::Coherent];
     let mut rows = Vec::new();
     for mode in modes {
-        let l50 = p50(lat.get_mut(&mode).unwrap());
+        let l50 = median(&lat[&mode]);
         rows.push(Row {
             scheme: scheme.name().to_string(),
             op: if encode { "encode" } else { "decode" }.into(),
@@ -643,17 +639,6 @@ fn engine_raw_gbps(
         .coord
         .run_many(template, &[from, to], Mode::Coherent, ops, 2, timeout)?;
     Ok((ops * RAW_CHUNK_BYTES) as f64 * 8.0 / st.elapsed.as_secs_f64() / 1e9)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn load_average() -> String {
