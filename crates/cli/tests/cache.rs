@@ -716,3 +716,43 @@ fn expiry_touch_and_flush_follow_memcached() {
     assert_eq!(a.send(b"flush_all\r\n"), "OK\r\n");
     assert_eq!(c.client(5).get("f2"), Got::Miss);
 }
+
+#[test]
+fn lrc_node_restarted_empty_is_rebuilt() {
+    let c = Cluster::up("lrc:6,2,2", "lrc", 10);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut cl = c.client(0);
+    let mut values = Vec::new();
+    for i in 0..30 {
+        let len = if i % 3 == 0 {
+            rng.gen_range(0..1024)
+        } else {
+            rng.gen_range(1024..100_000)
+        };
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(&format!("l{i}"), &v), "STORED\r\n");
+        values.push(v);
+    }
+    c.kill(4);
+    c.restart(4);
+    c.wait_whole();
+    let status = c.status();
+    assert_eq!(status.matches(" whole ").count(), 10, "{status}");
+    // Node 4 holds a position of every coded value and some replicas: all rebuilt.
+    assert!(c.sum_stat("chunks_repaired") >= 20);
+    let before = c.sum_stat("degraded_reads");
+    for node in 0..10 {
+        let mut cl = c.client(node);
+        for (i, v) in values.iter().enumerate() {
+            assert!(
+                cl.get(&format!("l{i}")) == Got::Hit(v.clone()),
+                "l{i} via node {node}"
+            );
+        }
+    }
+    assert_eq!(
+        c.sum_stat("degraded_reads"),
+        before,
+        "reads after recovery are not degraded"
+    );
+}
