@@ -46,6 +46,10 @@ fn pid_alive(pid: u64) -> bool {
 
 impl Cluster {
     fn up(code: &str, scheme: &str, chunks: usize) -> Cluster {
+        Cluster::up_with(code, scheme, chunks, &[])
+    }
+
+    fn up_with(code: &str, scheme: &str, chunks: usize, extra: &[&str]) -> Cluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(INEC)
@@ -61,6 +65,7 @@ impl Cluster {
                 "4",
             ])
             .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
+            .args(extra)
             .output()
             .unwrap();
         assert!(
@@ -286,7 +291,11 @@ fn random_value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
 
 /// Values of 0 B..1 MiB through every node, read back through every other node.
 fn round_trip(code: &str, scheme: &str, chunks: usize, seed: u64) {
-    let c = Cluster::up(code, scheme, chunks);
+    round_trip_with(code, scheme, chunks, seed, &[]);
+}
+
+fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[&str]) {
+    let c = Cluster::up_with(code, scheme, chunks, extra);
     let n = c.clients.len();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut sizes = vec![0usize, 1, 1023, 1024, 1025, 6 * 1024 + 5, 1 << 20];
@@ -338,6 +347,11 @@ fn round_trip_ppr() {
 #[test]
 fn round_trip_ecpipe() {
     round_trip("rs:6,3", "ecpipe", 9, 4);
+}
+
+#[test]
+fn round_trip_incoherent() {
+    round_trip_with("rs:6,3", "rs", 9, 6, &["--mode", "incoherent"]);
 }
 
 #[test]
@@ -629,4 +643,130 @@ fn messages_per_operation_rs() {
 #[test]
 fn messages_per_operation_lrc() {
     messages_per_operation("lrc:6,2,2", 10, 6);
+}
+
+fn rss_kib(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn client_buffers_are_bounded() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let pid = c.pids()[0];
+    let mut cl = c.client(0);
+    assert_eq!(cl.set("big", &vec![7u8; 1 << 20]), "STORED\r\n");
+    let before = rss_kib(pid);
+    // An endless line: refused and the connection closed; the node keeps serving.
+    let mut endless = TcpStream::connect(c.clients[0]).unwrap();
+    endless
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 64 << 20 && endless.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    assert!(sent < 64 << 20, "the node kept reading an endless line");
+    // A client that asks for 1 MiB values and never reads the replies.
+    let mut greedy = TcpStream::connect(c.clients[0]).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut asked = 0;
+    while asked < 2000 && greedy.write_all(b"get big\r\n").is_ok() {
+        asked += 1;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown_kib = rss_kib(pid).saturating_sub(before);
+    assert!(grown_kib < 64 * 1024, "node grew by {grown_kib} KiB");
+    assert_eq!(cl.get("big"), Got::Hit(vec![7u8; 1 << 20]));
+    drop((endless, greedy));
+}
+
+#[test]
+fn expiry_touch_and_flush_follow_memcached() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let mut a = c.client(1);
+    let mut b = c.client(2);
+    let big = vec![3u8; 5000];
+    // Negative exptime: stored and gone at once.
+    assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(b.get("gone"), Got::Miss);
+    // Relative exptime of 1 s (coded and replicated values), then touch extends one of them.
+    let mut req = b"set short 0 1 5000\r\n".to_vec();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(a.send(b"set small 0 1 2\r\nhi\r\n"), "STORED\r\n");
+    assert_eq!(b.send(b"touch small 100\r\n"), "TOUCHED\r\n");
+    assert_eq!(b.send(b"touch nothing 100\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(b.get("short"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(b.get("short"), Got::Miss);
+    assert_eq!(a.get("small"), Got::Hit(b"hi".to_vec()));
+    // gat sets a new exptime and returns the value.
+    let first = a.send(b"gat 1 small\r\n");
+    assert_eq!(a.read_value(&first), Got::Hit(b"hi".to_vec()));
+    // An absolute exptime in the past: expired.
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 10;
+    let mut req = format!("set old 0 {past} 1\r\n").into_bytes();
+    req.extend_from_slice(b"x\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(b.get("old"), Got::Miss);
+    // flush_all with a delay: values stay until the delay has passed, on every node.
+    assert_eq!(a.set("f1", &big), "STORED\r\n");
+    assert_eq!(a.send(b"flush_all 1\r\n"), "OK\r\n");
+    assert_eq!(b.get("f1"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(b.get("f1"), Got::Miss);
+    assert_eq!(a.set("f2", &big), "STORED\r\n");
+    assert_eq!(b.get("f2"), Got::Hit(big));
+    assert_eq!(a.send(b"flush_all\r\n"), "OK\r\n");
+    assert_eq!(c.client(5).get("f2"), Got::Miss);
+}
+
+#[test]
+fn lrc_node_restarted_empty_is_rebuilt() {
+    let c = Cluster::up("lrc:6,2,2", "lrc", 10);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut cl = c.client(0);
+    let mut values = Vec::new();
+    for i in 0..30 {
+        let len = if i % 3 == 0 {
+            rng.gen_range(0..1024)
+        } else {
+            rng.gen_range(1024..100_000)
+        };
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(&format!("l{i}"), &v), "STORED\r\n");
+        values.push(v);
+    }
+    c.kill(4);
+    c.restart(4);
+    c.wait_whole();
+    let status = c.status();
+    assert_eq!(status.matches(" whole ").count(), 10, "{status}");
+    // Node 4 holds a position of every coded value and some replicas: all rebuilt.
+    assert!(c.sum_stat("chunks_repaired") >= 20);
+    let before = c.sum_stat("degraded_reads");
+    for node in 0..10 {
+        let mut cl = c.client(node);
+        for (i, v) in values.iter().enumerate() {
+            assert!(
+                cl.get(&format!("l{i}")) == Got::Hit(v.clone()),
+                "l{i} via node {node}"
+            );
+        }
+    }
+    assert_eq!(
+        c.sum_stat("degraded_reads"),
+        before,
+        "reads after recovery are not degraded"
+    );
 }
