@@ -630,3 +630,89 @@ fn messages_per_operation_rs() {
 fn messages_per_operation_lrc() {
     messages_per_operation("lrc:6,2,2", 10, 6);
 }
+
+fn rss_kib(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn client_buffers_are_bounded() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let pid = c.pids()[0];
+    let mut cl = c.client(0);
+    assert_eq!(cl.set("big", &vec![7u8; 1 << 20]), "STORED\r\n");
+    let before = rss_kib(pid);
+    // An endless line: refused and the connection closed; the node keeps serving.
+    let mut endless = TcpStream::connect(c.clients[0]).unwrap();
+    endless
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 64 << 20 && endless.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    assert!(sent < 64 << 20, "the node kept reading an endless line");
+    // A client that asks for 1 MiB values and never reads the replies.
+    let mut greedy = TcpStream::connect(c.clients[0]).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut asked = 0;
+    while asked < 2000 && greedy.write_all(b"get big\r\n").is_ok() {
+        asked += 1;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown_kib = rss_kib(pid).saturating_sub(before);
+    assert!(grown_kib < 64 * 1024, "node grew by {grown_kib} KiB");
+    assert_eq!(cl.get("big"), Got::Hit(vec![7u8; 1 << 20]));
+    drop((endless, greedy));
+}
+
+#[test]
+fn expiry_touch_and_flush_follow_memcached() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let mut a = c.client(1);
+    let mut b = c.client(2);
+    let big = vec![3u8; 5000];
+    // Negative exptime: stored and gone at once.
+    assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(b.get("gone"), Got::Miss);
+    // Relative exptime of 1 s (coded and replicated values), then touch extends one of them.
+    let mut req = b"set short 0 1 5000\r\n".to_vec();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(a.send(b"set small 0 1 2\r\nhi\r\n"), "STORED\r\n");
+    assert_eq!(b.send(b"touch small 100\r\n"), "TOUCHED\r\n");
+    assert_eq!(b.send(b"touch nothing 100\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(b.get("short"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(b.get("short"), Got::Miss);
+    assert_eq!(a.get("small"), Got::Hit(b"hi".to_vec()));
+    // gat sets a new exptime and returns the value.
+    let first = a.send(b"gat 1 small\r\n");
+    assert_eq!(a.read_value(&first), Got::Hit(b"hi".to_vec()));
+    // An absolute exptime in the past: expired.
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 10;
+    let mut req = format!("set old 0 {past} 1\r\n").into_bytes();
+    req.extend_from_slice(b"x\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(b.get("old"), Got::Miss);
+    // flush_all with a delay: values stay until the delay has passed, on every node.
+    assert_eq!(a.set("f1", &big), "STORED\r\n");
+    assert_eq!(a.send(b"flush_all 1\r\n"), "OK\r\n");
+    assert_eq!(b.get("f1"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(b.get("f1"), Got::Miss);
+    assert_eq!(a.set("f2", &big), "STORED\r\n");
+    assert_eq!(b.get("f2"), Got::Hit(big));
+    assert_eq!(a.send(b"flush_all\r\n"), "OK\r\n");
+    assert_eq!(c.client(5).get("f2"), Got::Miss);
+}

@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
-use super::{dispatch_block, Blocking, Blockings, Simd};
+use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
@@ -157,9 +157,6 @@ impl Simd for Gfni256 {
         }
     }
 }
-
-/// Outputs of at least this many bytes are written around the caches (see `dot_gfni512`).
-const STREAM_MIN_BYTES: usize = 1 << 20;
 
 /// The product of every byte of `x` with the constant whose bit matrix is `m`.
 #[inline]

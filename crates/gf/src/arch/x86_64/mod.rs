@@ -41,6 +41,12 @@ pub(crate) const TILE: usize = 32;
 pub(crate) const MAX_BLOCK: usize = 8;
 /// The most XOR rows a block carries.
 pub(crate) const MAX_XOR_ROWS: usize = 2;
+/// Outputs of at least this many bytes are written around the caches, with non-temporal
+/// stores, by the kernels that measured faster so (when they set their outputs rather than add
+/// to them, and the outputs are aligned for it): outputs that large would only evict the
+/// inputs, and a normal store first reads the line it writes, a third of the memory traffic
+/// of an encode out of cache.
+pub(crate) const STREAM_MIN_BYTES: usize = 1 << 20;
 /// Bytes of the stack buffers for short regions; the `VECTOR_BYTES` of every kernel that
 /// needs them.
 const SHORT_BYTES: usize = 32;
