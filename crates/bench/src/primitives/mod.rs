@@ -826,8 +826,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     // were skipped.
     if let Some(cluster) = &args.cluster {
         let have = cluster.nodes.len();
-        let (fit, skipped): (Vec<Code>, Vec<Code>) =
-            codes.into_iter().partition(|c| c.n() < have);
+        let (fit, skipped): (Vec<Code>, Vec<Code>) = codes.into_iter().partition(|c| c.n() < have);
         for c in &skipped {
             eprintln!(
                 "note: skipped {c}: it needs {} nodes (an agent + {} chunks), the cluster has {have}; \
