@@ -24,8 +24,9 @@ use crate::semantics::{self, Decision};
 use crate::stripe;
 use crate::time;
 
-/// Execution mode of the data path (see DESIGN.md §6). Recorded and reported; the TCP peer
-/// transport runs both alike (see docs/cache.md).
+/// Execution mode of the data path (see DESIGN.md §6). On the cache's own peer messages:
+/// coherent posts the messages of every member of an operation before waiting for any reply;
+/// incoherent sends one, waits for its reply, then sends the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecMode {
     Coherent,
@@ -396,11 +397,16 @@ impl Node {
         }
         if !remote.is_empty() {
             let nodes: Vec<usize> = remote.iter().map(|(n, _)| *n).collect();
-            for ((i, node), r) in remote_at
-                .into_iter()
-                .zip(nodes)
-                .zip(self.transport.call_many(remote))
-            {
+            // Coherent: every message is posted before any reply is awaited. Incoherent (the
+            // baseline): one message, wait for its reply, then the next.
+            let replies = match self.cfg.mode {
+                ExecMode::Coherent => self.transport.call_many(remote),
+                ExecMode::Incoherent => remote
+                    .into_iter()
+                    .flat_map(|call| self.transport.call_many(vec![call]))
+                    .collect(),
+            };
+            for ((i, node), r) in remote_at.into_iter().zip(nodes).zip(replies) {
                 if matches!(r, Err(PeerError::Io { .. })) {
                     self.mark_down(node);
                 }
@@ -772,14 +778,14 @@ impl Node {
                 if e.version != version {
                     return AgentResult::Exists;
                 }
-                match self.read_value(stripe, &key, &e, Some(position)) {
-                    Ok(value) => match self.records_of(&key, &e, &value) {
-                        Ok(mut recs) if (position as usize) < recs.len() => {
-                            AgentResult::Record(recs.swap_remove(position as usize))
-                        }
-                        Ok(_) => AgentResult::NotFound,
-                        Err(err) => AgentResult::Error(err),
-                    },
+                if position as usize >= e.positions {
+                    return AgentResult::NotFound;
+                }
+                match self.repair_chunk(stripe, &key, &e, position as usize) {
+                    Ok(data) => AgentResult::Record(record::encode(
+                        &self.header(&key, &e, position as usize),
+                        &data,
+                    )),
                     Err(err) => AgentResult::Error(err),
                 }
             }
@@ -1075,6 +1081,69 @@ impl Node {
                         }
                     }
                 }
+            }
+        }
+    }
+
+    /// Rebuilds the data of one position of a value (recovery) from the code's minimal read
+    /// set among the other positions (LRC: the position's local group when it is whole),
+    /// widened each time a helper fails; a replica is copied from another replica.
+    fn repair_chunk(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        target: usize,
+    ) -> Result<Vec<u8>, String> {
+        let usable = |p: usize| p != target && self.is_up(self.placement.node_of(stripe, p));
+        if e.kind == Kind::Replica {
+            for p in (0..e.positions).filter(|&p| usable(p)) {
+                if let Some((_, data)) = self.fetch(stripe, key, e, &[p]).0.into_iter().next() {
+                    return Ok(data);
+                }
+            }
+            return Err(format!(
+                "no other replica of the value is readable in stripe {stripe}"
+            ));
+        }
+        let n = self.n();
+        let mut failed: BTreeSet<usize> = (0..n).filter(|&p| !usable(p)).collect();
+        let mut have: Vec<Option<Vec<u8>>> = vec![None; n];
+        loop {
+            let available: Vec<usize> = (0..n).filter(|p| !failed.contains(p)).collect();
+            let set = self
+                .codec
+                .repair_set(&available, &[target])
+                .map_err(|err| {
+                    format!("position {target} of stripe {stripe} cannot be rebuilt: {err}")
+                })?;
+            let need: Vec<usize> = set.iter().copied().filter(|&p| have[p].is_none()).collect();
+            if need.is_empty() {
+                let chunk_bytes = (e.value_bytes as usize).div_ceil(self.k());
+                let mut out = vec![0u8; chunk_bytes];
+                if chunk_bytes > 0 {
+                    let chunks: Vec<Option<&[u8]>> = (0..n)
+                        .map(|p| {
+                            if set.contains(&p) {
+                                have[p].as_deref()
+                            } else {
+                                None
+                            }
+                        })
+                        .collect();
+                    self.codec
+                        .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
+                        .map_err(|err| format!("repair failed: {err}"))?;
+                }
+                bump(&self.counters.chunks_repaired);
+                return Ok(out);
+            }
+            let (good, bad) = self.fetch(stripe, key, e, &need);
+            for (p, d) in good {
+                have[p] = Some(d);
+            }
+            for (p, _) in bad {
+                failed.insert(p);
             }
         }
     }

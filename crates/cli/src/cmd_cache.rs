@@ -320,11 +320,24 @@ pub fn run(cmd: CacheCommand) -> Result<()> {
     }
 }
 
+/// A free port below the kernel's ephemeral range (32768 and up on Linux), so that a node
+/// restarted on its port does not find it taken as the local port of some outgoing connection.
+/// The listener is held until every port is chosen, so no port is picked twice.
 fn free_port(held: &mut Vec<TcpListener>) -> Result<u16> {
-    let l = TcpListener::bind("127.0.0.1:0")?;
-    let port = l.local_addr()?.port();
-    held.push(l);
-    Ok(port)
+    const LOW: u32 = 20_000;
+    const SPAN: u32 = 12_000;
+    let seed = std::process::id()
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.subsec_nanos());
+    for i in 0..SPAN {
+        let port = (LOW + (seed.wrapping_mul(2_654_435_761) % SPAN + i) % SPAN) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            held.push(l);
+            return Ok(port);
+        }
+    }
+    bail!("no free port in {LOW}..{}", LOW + SPAN)
 }
 
 fn pid_alive(pid: u32) -> bool {

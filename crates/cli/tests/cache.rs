@@ -46,6 +46,10 @@ fn pid_alive(pid: u64) -> bool {
 
 impl Cluster {
     fn up(code: &str, scheme: &str, chunks: usize) -> Cluster {
+        Cluster::up_with(code, scheme, chunks, &[])
+    }
+
+    fn up_with(code: &str, scheme: &str, chunks: usize, extra: &[&str]) -> Cluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(INEC)
@@ -61,6 +65,7 @@ impl Cluster {
                 "4",
             ])
             .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
+            .args(extra)
             .output()
             .unwrap();
         assert!(
@@ -286,7 +291,11 @@ fn random_value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
 
 /// Values of 0 B..1 MiB through every node, read back through every other node.
 fn round_trip(code: &str, scheme: &str, chunks: usize, seed: u64) {
-    let c = Cluster::up(code, scheme, chunks);
+    round_trip_with(code, scheme, chunks, seed, &[]);
+}
+
+fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[&str]) {
+    let c = Cluster::up_with(code, scheme, chunks, extra);
     let n = c.clients.len();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut sizes = vec![0usize, 1, 1023, 1024, 1025, 6 * 1024 + 5, 1 << 20];
@@ -338,6 +347,11 @@ fn round_trip_ppr() {
 #[test]
 fn round_trip_ecpipe() {
     round_trip("rs:6,3", "ecpipe", 9, 4);
+}
+
+#[test]
+fn round_trip_incoherent() {
+    round_trip_with("rs:6,3", "rs", 9, 6, &["--mode", "incoherent"]);
 }
 
 #[test]
@@ -715,4 +729,44 @@ fn expiry_touch_and_flush_follow_memcached() {
     assert_eq!(b.get("f2"), Got::Hit(big));
     assert_eq!(a.send(b"flush_all\r\n"), "OK\r\n");
     assert_eq!(c.client(5).get("f2"), Got::Miss);
+}
+
+#[test]
+fn lrc_node_restarted_empty_is_rebuilt() {
+    let c = Cluster::up("lrc:6,2,2", "lrc", 10);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut cl = c.client(0);
+    let mut values = Vec::new();
+    for i in 0..30 {
+        let len = if i % 3 == 0 {
+            rng.gen_range(0..1024)
+        } else {
+            rng.gen_range(1024..100_000)
+        };
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(&format!("l{i}"), &v), "STORED\r\n");
+        values.push(v);
+    }
+    c.kill(4);
+    c.restart(4);
+    c.wait_whole();
+    let status = c.status();
+    assert_eq!(status.matches(" whole ").count(), 10, "{status}");
+    // Node 4 holds a position of every coded value and some replicas: all rebuilt.
+    assert!(c.sum_stat("chunks_repaired") >= 20);
+    let before = c.sum_stat("degraded_reads");
+    for node in 0..10 {
+        let mut cl = c.client(node);
+        for (i, v) in values.iter().enumerate() {
+            assert!(
+                cl.get(&format!("l{i}")) == Got::Hit(v.clone()),
+                "l{i} via node {node}"
+            );
+        }
+    }
+    assert_eq!(
+        c.sum_stat("degraded_reads"),
+        before,
+        "reads after recovery are not degraded"
+    );
 }

@@ -26,7 +26,6 @@ use std::time::{Duration, Instant};
 use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
 use codes::{Code, Codec};
-use engine::plan::{parts_of, plan_nodes};
 use engine::{
     runner_id, BufferPool, ChunkRef, InEdge, LocalNode, Mode, NodeId, OutEdge, OutputSpec,
     PlanRunner, VertexPart,
@@ -284,14 +283,14 @@ fn time_runs(
     Ok(median(&t))
 }
 
-fn simple_part(vertex: u32, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
+fn simple_part(vertex: usize, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
     VertexPart {
         vertex,
         node,
         chunk_bytes,
         slice_bytes,
-        locals: vec![],
-        in_edges: vec![],
+        local: vec![],
+        inputs: vec![],
         coeffs: vec![],
         outputs: vec![],
     }
@@ -302,7 +301,7 @@ fn hop_parts(stripe: u64, bytes: usize, slice_bytes: usize) -> Vec<VertexPart> {
     let c = |i| ChunkRef { stripe, index: i };
     vec![
         VertexPart {
-            locals: vec![c(0)],
+            local: vec![c(0)],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to: 2 }],
@@ -311,7 +310,7 @@ fn hop_parts(stripe: u64, bytes: usize, slice_bytes: usize) -> Vec<VertexPart> {
             ..simple_part(0, 1, bytes, slice_bytes)
         },
         VertexPart {
-            in_edges: vec![InEdge { edge: 0, from: 1 }],
+            inputs: vec![InEdge { edge: 0, from: 1 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
@@ -352,7 +351,7 @@ fn calibrate(c: &mut Cluster, timeout: Duration) -> Result<Calibration> {
         ),
     ])?;
     let local = vec![VertexPart {
-        locals: vec![ChunkRef { stripe, index: 0 }],
+        local: vec![ChunkRef { stripe, index: 0 }],
         coeffs: vec![1],
         outputs: vec![OutputSpec {
             sends: vec![],
@@ -446,7 +445,7 @@ fn measure_case(
     }
     let plan = build(&spec).map_err(|e| anyhow!("{scheme} {code}: {e}"))?;
     let out_stripe = stripe + 1;
-    let mut parts = parts_of(&plan, stripe)?;
+    let mut parts = plan.parts(stripe)?;
     for p in &mut parts {
         for o in &mut p.outputs {
             if let Some(ch) = &mut o.store {
@@ -456,7 +455,7 @@ fn measure_case(
     }
     let template = stripe + 7;
     c.coord.install(template, &parts)?;
-    let nodes = plan_nodes(&plan);
+    let nodes = plan.nodes();
     let stores = plan_stores(&plan);
     if stores.is_empty() {
         bail!("{scheme} {code}: the plan stores nothing");
@@ -613,7 +612,7 @@ fn raw_setup(c: &mut Cluster, from: NodeId, to: NodeId, template: u64) -> Result
         .store(vec![(from, chunk, vec![0x3cu8; RAW_CHUNK_BYTES])])?;
     let parts = vec![
         VertexPart {
-            locals: vec![chunk],
+            local: vec![chunk],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to }],
@@ -622,7 +621,7 @@ fn raw_setup(c: &mut Cluster, from: NodeId, to: NodeId, template: u64) -> Result
             ..simple_part(0, from, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
         },
         VertexPart {
-            in_edges: vec![InEdge { edge: 0, from }],
+            inputs: vec![InEdge { edge: 0, from }],
             ..simple_part(1, to, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
         },
     ];
