@@ -89,6 +89,12 @@ pub struct PlanCounters {
     pub plan_inputs: AtomicU64,
 }
 
+/// Rebuilt chunks delivered to this node's host for one read: (position, bytes).
+type Delivered = Vec<(u32, Arc<Vec<u8>>)>;
+
+/// A repair template: (stripe, lost positions, chunk size class).
+type TemplateKey = (usize, Vec<usize>, usize);
+
 /// The engine side of a node: the engine addresses of the cluster, the agent's runner and
 /// installed templates, and the rebuilt chunks delivered to this node's host.
 #[derive(Debug)]
@@ -96,7 +102,7 @@ pub struct PlanExec {
     /// Engine address of every node, by id.
     pub addrs: Vec<SocketAddr>,
     runner: Mutex<Option<Runner>>,
-    outputs: Mutex<HashMap<u64, Vec<(u32, Arc<Vec<u8>>)>>>,
+    outputs: Mutex<HashMap<u64, Delivered>>,
     next_nonce: AtomicU64,
     /// This node's engine (set once its host runs), for connecting to peers' engines.
     engine: std::sync::OnceLock<engine::Engine>,
@@ -106,8 +112,8 @@ pub struct PlanExec {
 #[derive(Debug)]
 struct Runner {
     runner: PlanRunner,
-    /// (stripe, lost positions, class bytes) → (template id, participants).
-    templates: HashMap<(usize, Vec<usize>, usize), (u64, Vec<usize>)>,
+    /// Installed templates → (template id, participants).
+    templates: HashMap<TemplateKey, (u64, Vec<usize>)>,
     next_template: u64,
 }
 
