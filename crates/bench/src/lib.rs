@@ -4,6 +4,8 @@
 #![deny(unsafe_code)]
 
 pub mod codec;
+mod error;
+pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;

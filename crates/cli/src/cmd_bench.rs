@@ -14,7 +14,8 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Codec(a) => bench::codec::run(a),
-        BenchCommand::Primitives(a) => bench::primitives::run(a),
+        BenchCommand::Codec(a) => bench::codec::run(a)?,
+        BenchCommand::Primitives(a) => bench::primitives::run(a)?,
     }
+    Ok(())
 }
