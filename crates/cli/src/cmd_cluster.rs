@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, Subcommand};
-use engine::node::{coordinator_id, ClusterNode, ClusterState, Coordinator, Request};
-use engine::{BufferPool, Engine, NodeId, TcpTransport};
+use engine::control::Request;
+use engine::{runner_id, BufferPool, Engine, NodeId, PlanRunner, TcpTransport};
+
+use crate::cluster_state::{ClusterNode, ClusterState, STATE_FILE};
 
 #[derive(Args, Debug)]
 pub struct NodeArgs {
@@ -22,7 +24,7 @@ pub struct NodeArgs {
     pub listen: SocketAddr,
 }
 
-/// Runs a node until a coordinator asks it to shut down. Prints one readiness line
+/// Runs a node until a plan runner asks it to shut down. Prints one readiness line
 /// (`inec node <id> ready on <addr>`) once it accepts connections.
 pub fn node(a: NodeArgs) -> Result<()> {
     let pool = BufferPool::new();
@@ -42,7 +44,7 @@ pub fn node(a: NodeArgs) -> Result<()> {
         )?;
         out.flush()?;
     }
-    let reason = engine::node::serve(engine);
+    let reason = engine::serve(engine);
     eprintln!("inec node {}: stopped: {reason}", a.id);
     Ok(())
 }
@@ -82,7 +84,6 @@ pub struct UpArgs {
     pub ready_timeout_s: u64,
 }
 
-const STATE_FILE: &str = "cluster.json";
 const BRIDGE: &str = "inec-br";
 const NETNS_PORT: u16 = 7100;
 
@@ -306,13 +307,6 @@ fn pid_alive(pid: u32) -> bool {
     }
 }
 
-fn load_state(dir: &Path) -> Result<ClusterState> {
-    let path = dir.join(STATE_FILE);
-    let text = fs::read_to_string(&path)
-        .with_context(|| format!("no cluster state at {} (is a cluster up?)", path.display()))?;
-    serde_json::from_str(&text).with_context(|| format!("bad cluster state {}", path.display()))
-}
-
 pub fn run(cmd: ClusterCommand) -> Result<()> {
     match cmd {
         ClusterCommand::Up(a) => up(a),
@@ -426,21 +420,18 @@ fn start_nodes(a: &UpArgs, exe: &Path, children: &mut Vec<Child>) -> Result<Clus
         nodes,
         link_rate: a.link_rate.clone(),
     };
-    fs::write(dir.join(STATE_FILE), serde_json::to_string_pretty(&state)?)?;
+    state.save(dir)?;
     // Connect the nodes to each other and check that each answers.
     let addrs = state.addrs();
-    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
-    coord.introduce(&addrs)?;
-    let pings = addrs
-        .iter()
-        .map(|(id, _)| (*id, Request::Ping, Vec::new()))
-        .collect();
-    coord.request_all(pings, Duration::from_secs(10))?;
+    let mut runner = PlanRunner::tcp(runner_id(), &addrs)?;
+    runner.introduce(&addrs)?;
+    let pings = addrs.iter().map(|(id, _)| (*id, Request::Ping)).collect();
+    runner.request_all(pings, Duration::from_secs(10))?;
     Ok(state)
 }
 
 fn down(a: DirArgs) -> Result<()> {
-    let state = load_state(&a.dir)?;
+    let state = ClusterState::load(&a.dir)?;
     let live: Vec<(NodeId, String)> = state
         .nodes
         .iter()
@@ -448,10 +439,10 @@ fn down(a: DirArgs) -> Result<()> {
         .map(|n| (n.id, n.addr.clone()))
         .collect();
     if !live.is_empty() {
-        match Coordinator::tcp(coordinator_id(), &live) {
-            Ok(mut coord) => {
+        match PlanRunner::tcp(runner_id(), &live) {
+            Ok(mut runner) => {
                 let ids: Vec<NodeId> = live.iter().map(|(id, _)| *id).collect();
-                if let Err(e) = coord.shutdown_nodes(&ids) {
+                if let Err(e) = runner.shutdown_nodes(&ids) {
                     eprintln!("warning: not every node acknowledged the shutdown: {e}");
                 }
             }
@@ -479,7 +470,7 @@ fn down(a: DirArgs) -> Result<()> {
 }
 
 fn status(a: DirArgs) -> Result<()> {
-    let state = load_state(&a.dir)?;
+    let state = ClusterState::load(&a.dir)?;
     let mut answering = vec![false; state.nodes.len()];
     let live: Vec<(NodeId, String)> = state
         .nodes
@@ -487,10 +478,10 @@ fn status(a: DirArgs) -> Result<()> {
         .filter(|n| pid_alive(n.pid))
         .map(|n| (n.id, n.addr.clone()))
         .collect();
-    if let Ok(mut coord) = Coordinator::tcp(coordinator_id(), &live) {
+    if let Ok(mut runner) = PlanRunner::tcp(runner_id(), &live) {
         for (id, _) in &live {
-            let ok = coord
-                .request(*id, Request::Ping, Vec::new(), Duration::from_secs(2))
+            let ok = runner
+                .request(*id, Request::Ping, Duration::from_secs(2))
                 .is_ok();
             if let Some(pos) = state.nodes.iter().position(|n| n.id == *id) {
                 answering[pos] = ok;

@@ -7,6 +7,7 @@ use clap::Args;
 use codes::Code;
 use graph::cluster::{ClusterSpec, ClusterSummary};
 use graph::model::{Calibration, BUILTIN_CALIBRATION_PATH};
+use graph::paper::{schemes_for, PAPER_CODES};
 use graph::sim::NetConfig;
 use graph::{build, PlanSpec, Request, Scheme, Target};
 
@@ -249,23 +250,6 @@ const MODEL_CHUNK_BYTES: [usize; 8] = [
     16 << 20,
 ];
 
-const MODEL_CODES: [&str; 6] = [
-    "rs:3,2",
-    "rs:6,3",
-    "rs:12,4",
-    "lrc:4,2,2",
-    "lrc:6,2,2",
-    "lrc:12,2,2",
-];
-
-fn schemes_for(code: Code) -> [Scheme; 4] {
-    let own = match code {
-        Code::Rs { .. } => Scheme::Rs,
-        Code::Lrc { .. } => Scheme::Lrc,
-    };
-    [own, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec]
-}
-
 pub fn model(a: ModelArgs) -> Result<()> {
     let loaded = a.calibration.load()?;
     let net: NetConfig = loaded.cal.net();
@@ -275,7 +259,7 @@ pub fn model(a: ModelArgs) -> Result<()> {
         (true, true) => vec![1 << 20],
     };
     let codes: Vec<Code> = if a.codes.is_empty() {
-        MODEL_CODES
+        PAPER_CODES
             .iter()
             .map(|s| s.parse())
             .collect::<Result<_, _>>()?

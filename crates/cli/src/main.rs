@@ -4,6 +4,8 @@
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+mod cluster_state;
+#[cfg(feature = "bench")]
 mod cmd_bench;
 mod cmd_cluster;
 mod cmd_file;
@@ -28,14 +30,15 @@ enum Command {
     Decode(cmd_file::DecodeArgs),
     /// Check every chunk file of a directory and report what can be recovered.
     Verify(cmd_file::VerifyArgs),
-    /// Benchmarks.
+    /// Benchmarks (absent from a server build, made without the `bench` feature).
+    #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
     Model(cmd_plan::ModelArgs),
-    /// Run a node: accept plan parts from a coordinator and execute them with the engine.
+    /// Run a node: accept plan parts from a plan runner and execute them with the engine.
     Node(cmd_cluster::NodeArgs),
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
@@ -50,7 +53,13 @@ fn main() -> Result<()> {
         Command::Encode(a) => cmd_file::encode(a),
         Command::Decode(a) => cmd_file::decode(a),
         Command::Verify(a) => cmd_file::verify(a),
-        Command::Bench(b) => cmd_bench::run(b),
+        #[cfg(feature = "bench")]
+        Command::Bench(mut b) => {
+            if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
+                cluster_state::give_to_bench(a)?;
+            }
+            cmd_bench::run(b)
+        }
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),

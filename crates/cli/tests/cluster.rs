@@ -7,9 +7,10 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use engine::check::{check_code, PAPER_CODES};
-use engine::node::Coordinator;
-use engine::{ChunkRef, InEdge, Mode, NodeId, OutEdge, OutputSpec, VertexPart, COORDINATOR_BASE};
+use engine::testing::check_code;
+use engine::PlanRunner;
+use engine::{ChunkRef, InEdge, Mode, NodeId, OutEdge, OutputSpec, VertexPart, RUNNER_BASE};
+use graph::paper::PAPER_CODES;
 
 const INEC: &str = env!("CARGO_BIN_EXE_inec");
 
@@ -47,21 +48,21 @@ fn start_node(id: NodeId) -> Node {
     Node { child, addr }
 }
 
-fn cluster(n: usize) -> (Vec<Node>, Coordinator) {
+fn cluster(n: usize) -> (Vec<Node>, PlanRunner) {
     let nodes: Vec<Node> = (0..n).map(|i| start_node(i as NodeId)).collect();
     let addrs: Vec<(NodeId, String)> = nodes
         .iter()
         .enumerate()
         .map(|(i, n)| (i as NodeId, n.addr.clone()))
         .collect();
-    let mut coord = Coordinator::tcp(COORDINATOR_BASE, &addrs).unwrap();
-    coord.introduce(&addrs).unwrap();
-    (nodes, coord)
+    let mut runner = PlanRunner::tcp(RUNNER_BASE, &addrs).unwrap();
+    runner.introduce(&addrs).unwrap();
+    (nodes, runner)
 }
 
-fn shutdown(nodes: Vec<Node>, coord: &mut Coordinator) {
+fn shutdown(nodes: Vec<Node>, runner: &mut PlanRunner) {
     let ids: Vec<NodeId> = (0..nodes.len() as NodeId).collect();
-    coord.shutdown_nodes(&ids).unwrap();
+    runner.shutdown_nodes(&ids).unwrap();
     for mut n in nodes {
         let status = n.child.wait().unwrap();
         assert!(status.success(), "node exited with {status}");
@@ -71,11 +72,11 @@ fn shutdown(nodes: Vec<Node>, coord: &mut Coordinator) {
 /// Every scheme's encode and every recoverable loss pattern of the paper's configurations.
 #[test]
 fn plans_over_tcp_between_node_processes_match_the_simulator() {
-    let (nodes, mut coord) = cluster(17);
+    let (nodes, mut runner) = cluster(17);
     let mut runs = 0;
     for (i, code) in PAPER_CODES.iter().enumerate() {
         let code: codes::Code = code.parse().unwrap();
-        let count = check_code(&mut coord, code, 100, usize::MAX, 10 * i as u64)
+        let count = check_code(&mut runner, code, 100, usize::MAX, 10 * i as u64)
             .unwrap_or_else(|e| panic!("{e}"));
         eprintln!(
             "{code}: {} plans, {} runs over TCP",
@@ -84,7 +85,7 @@ fn plans_over_tcp_between_node_processes_match_the_simulator() {
         runs += count.runs;
     }
     assert!(runs > 40_000);
-    shutdown(nodes, &mut coord);
+    shutdown(nodes, &mut runner);
 }
 
 /// An ECPipe-like chain 0 → 1 → 2 → 3 in slices of 32 KiB: nodes 1 and 2 each add their
@@ -160,7 +161,7 @@ fn relay_chain(chunk_bytes: usize, blocker: bool) -> Vec<VertexPart> {
 fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
     let bytes = 16 << 20;
     for mode in [Mode::Coherent, Mode::Incoherent] {
-        let (mut nodes, mut coord) = cluster(5);
+        let (mut nodes, mut runner) = cluster(5);
         let stored = (0..5)
             .map(|i| {
                 (
@@ -173,14 +174,14 @@ fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
                 )
             })
             .collect();
-        coord.store(stored).unwrap();
-        coord.install(1, &relay_chain(bytes, false)).unwrap();
-        coord.install(2, &relay_chain(bytes, true)).unwrap();
+        runner.store(stored).unwrap();
+        runner.install(1, &relay_chain(bytes, false)).unwrap();
+        runner.install(2, &relay_chain(bytes, true)).unwrap();
         // The chain streams end to end while every node is alive.
-        coord
+        runner
             .run(1, &[0, 1, 2, 3], mode, Duration::from_secs(60))
             .unwrap();
-        let got = coord
+        let got = runner
             .fetch(
                 3,
                 ChunkRef {
@@ -194,7 +195,7 @@ fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
         // under way and cannot finish: kill relay 2 then.
         let pid = nodes[2].child.id();
         let mut killed_at = None;
-        let err = coord
+        let err = runner
             .run_observed(
                 2,
                 &[0, 1, 2, 3],
@@ -225,7 +226,7 @@ fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
         );
         let _ = nodes[2].child.wait();
         nodes.remove(2);
-        coord.shutdown_nodes(&[0, 1, 3, 4]).unwrap();
+        runner.shutdown_nodes(&[0, 1, 3, 4]).unwrap();
     }
 }
 

@@ -409,7 +409,7 @@ fn chunk_file_of_another_encode_is_ignored() {
     fs::copy(chunk(&other_dir, 2), chunk(&dir, 2)).unwrap();
     let o = c.decode_equals(&a);
     assert!(
-        text(&o).contains("chunk-002: belongs to another encoded file"),
+        text(&o).contains("chunk-002: a chunk file of another encoded file (rs:4,2, 40000 bytes"),
         "{}",
         text(&o)
     );
@@ -687,34 +687,45 @@ fn verify_decodes_and_checks_parity_and_content() {
     );
 
     // A parity record rewritten with a valid checksum: the records all pass, the parity
-    // check does not.
+    // check does not, and leaving each chunk out finds the one that disagrees.
     rewrite_resealed(&dir, 5, 1000, 3, 10);
-    fails_with(
-        &["verify", p(&dir)],
-        &[
-            "parity inconsistent with the data",
-            "chunk-005 differs from the parity of the data in 1 stripe(s), the first is stripe 3",
-        ],
+    let v = text(&run(&["verify", p(&dir)]));
+    assert!(
+        v.contains("chunk-005  inconsistent: its records pass their crc32c but it disagrees with the other chunks in 1 of 15 stripe(s), the first is stripe 3"),
+        "{v}"
     );
+    assert!(!v.contains("chunk-004  inconsistent"), "{v}");
+    assert!(v.contains("degraded but recoverable"), "{v}");
     // Decode reads only data chunks here and still rebuilds the file.
     c.decode_equals(&data);
 
-    // A data record rewritten with a valid checksum: both parity chunks disagree, and decode's
-    // end-to-end check refuses the result.
+    // A data record rewritten with a valid checksum: it is named (not the parity chunks that
+    // disagree with it), and decode, after its end-to-end check fails, decodes again leaving
+    // it out.
     let c = Case::new();
     let dir = c.encode(&data, &args);
     rewrite_resealed(&dir, 2, 1000, 7, 0);
+    let v = text(&run(&["verify", p(&dir)]));
+    assert!(v.contains("chunk-002  inconsistent"), "{v}");
+    assert!(
+        v.contains("chunk-004  ok") && v.contains("chunk-005  ok"),
+        "{v}"
+    );
+    let d = text(&c.decode_equals(&data));
+    assert!(d.contains("decoding again with every chunk read"), "{d}");
+    assert!(d.contains("chunk-002: left out in 1 stripe(s)"), "{d}");
+
+    // Two chunks altered in one stripe: no single chunk explains it, the file is lost.
+    rewrite_resealed(&dir, 4, 1000, 7, 5);
     fails_with(
         &["verify", p(&dir)],
-        &[
-            "chunk-004 differs from the parity of the data in 1 stripe(s), the first is stripe 7",
-            "chunk-005 differs",
-        ],
+        &["no single chunk explains it", "the first is stripe 7"],
     );
     fails_with(
-        &["decode", p(&dir), "-o", p(&c.path("output"))],
-        &["fails the end-to-end check"],
+        &["decode", p(&dir), "-o", p(&c.path("output2"))],
+        &["stripe 7 of 15", "no single chunk explains it"],
     );
+    assert!(!c.path("output2").exists());
 
     // With a data chunk file gone, verify rebuilds it to check the content.
     let c = Case::new();

@@ -14,8 +14,8 @@ use crate::EngineError;
 /// Frames that arrive for an operation before it is posted wait here, up to this many bytes
 /// in all; beyond it the operation's frames are dropped and the operation fails when posted.
 const EARLY_LIMIT_BYTES: usize = 512 << 20;
-/// Held frames of an operation that is not posted within this time are dropped (a coordinator
-/// that died between sending `run` to some nodes and to others, or a late duplicate).
+/// Held frames of an operation that is not posted within this time are dropped (a runner
+/// that died between sending `start` to some nodes and to others, or a late duplicate).
 const EARLY_TIMEOUT: Duration = Duration::from_secs(60);
 /// Abort reasons longer than this are cut (they travel in one frame).
 const MAX_REASON_BYTES: usize = 4096;

@@ -50,23 +50,30 @@
 //! ```
 #![forbid(unsafe_code)]
 
-pub mod check;
+pub mod channel;
+pub mod control;
 mod driver;
 mod engine;
-pub mod node;
+pub mod host;
 mod part;
 pub mod plan;
 mod pool;
+pub mod runner;
+pub mod store;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod transport;
 pub mod wire;
 
 pub use driver::{Handled, OpDriver, OpResult};
 pub use engine::{Completion, CompletionQueue, Engine, Mode, WorkRequest};
+pub use host::{serve, serve_with, Application, HostCtx, LocalNode, Replier, RunInfo};
 pub use part::{ChunkRef, InEdge, OutEdge, Outgoing, OutputSpec, PartRun, Primitive, VertexPart};
 pub use pool::BufferPool;
+pub use runner::{runner_id, PlanRunner, RunSpec, RunStats};
+pub use store::{ChunkStore, StoreReply, StoreRequest};
 pub use transport::{
-    MemHub, MemTransport, NodeId, Payload, TcpTransport, Transport, TransportError,
-    COORDINATOR_BASE,
+    MemHub, MemTransport, NodeId, Payload, TcpTransport, Transport, TransportError, RUNNER_BASE,
 };
 
 /// Errors of the engine. Each says whether a peer or this node is at fault.
@@ -93,6 +100,24 @@ pub enum EngineError {
     BadPart { vertex: u32, reason: String },
     #[error("engine stopped: {reason}")]
     Stopped { reason: String },
-    #[error("{0}")]
-    Node(String),
+    #[error("node {node}: {message}")]
+    Remote { node: NodeId, message: String },
+    #[error("no reply from nodes {nodes:?} within {timeout:?}")]
+    NoReply {
+        nodes: Vec<NodeId>,
+        timeout: std::time::Duration,
+    },
+    #[error("bad control message{}: {reason}", from.map(|n| format!(" from node {n}")).unwrap_or_default())]
+    BadMessage {
+        from: Option<NodeId>,
+        reason: String,
+    },
+    #[error("{what} of {bytes} bytes: more than one control message carries ({limit} bytes)")]
+    ControlTooLarge {
+        what: &'static str,
+        bytes: usize,
+        limit: usize,
+    },
+    #[error("{what}: {reason}")]
+    Io { what: &'static str, reason: String },
 }

@@ -31,7 +31,7 @@ pub enum Kind {
     Data = 2,
     /// The sender gave up on operation `op`; the payload is a UTF-8 reason.
     Abort = 3,
-    /// A control message between a coordinator and a node (see `node.rs`).
+    /// A control message between a runner and a host (see `channel.rs`).
     Control = 4,
 }
 

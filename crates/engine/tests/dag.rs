@@ -5,11 +5,11 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use engine::node::{Coordinator, LocalNode};
 use engine::{
     BufferPool, ChunkRef, InEdge, MemHub, Mode, NodeId, OutEdge, OutputSpec, VertexPart,
-    COORDINATOR_BASE,
+    RUNNER_BASE,
 };
+use engine::{LocalNode, PlanRunner};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -125,18 +125,18 @@ fn random_dag(seed: u64, nodes: usize, chunk_bytes: usize, slice_bytes: usize) -
     }
 }
 
-fn run_dag(coord: &mut Coordinator, dag: &Dag, template: u64, mode: Mode) {
-    coord.store(dag.locals.clone()).unwrap();
-    coord.install(template, &dag.parts).unwrap();
+fn run_dag(runner: &mut PlanRunner, dag: &Dag, template: u64, mode: Mode) {
+    runner.store(dag.locals.clone()).unwrap();
+    runner.install(template, &dag.parts).unwrap();
     // Outputs of an earlier run must not pass for this run's.
     let outputs = dag.expected.iter().map(|(n, c, _)| (*n, *c)).collect();
-    coord.delete(outputs).unwrap();
+    runner.delete(outputs).unwrap();
     let nodes: Vec<NodeId> = dag.parts.iter().map(|p| p.node).collect();
-    coord
+    runner
         .run(template, &nodes, mode, Duration::from_secs(20))
         .unwrap();
     for (node, c, want) in &dag.expected {
-        let got = coord.fetch(*node, *c).unwrap();
+        let got = runner.fetch(*node, *c).unwrap();
         assert!(
             got == *want,
             "mode {mode:?}: result {c:?} on node {node} differs"
@@ -162,20 +162,20 @@ fn random_dags_over_memory_equal_direct_evaluation() {
         let nodes: Vec<LocalNode> = (0..n)
             .map(|i| LocalNode::mem(&hub, i as NodeId, pool.clone()))
             .collect();
-        let mut coord = Coordinator::mem(&hub, COORDINATOR_BASE);
+        let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
         let dag = random_dag(seed, n, chunk, slice);
         for (t, mode) in [Mode::Coherent, Mode::Incoherent].into_iter().enumerate() {
-            run_dag(&mut coord, &dag, t as u64, mode);
+            run_dag(&mut runner, &dag, t as u64, mode);
         }
         let ids: Vec<NodeId> = (0..n as NodeId).collect();
-        coord.shutdown_nodes(&ids).unwrap();
+        runner.shutdown_nodes(&ids).unwrap();
         for node in nodes {
             node.join();
         }
     }
 }
 
-fn tcp_cluster(n: usize) -> (Vec<LocalNode>, Coordinator) {
+fn tcp_cluster(n: usize) -> (Vec<LocalNode>, PlanRunner) {
     let pool = BufferPool::new();
     let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let nodes: Vec<LocalNode> = (0..n)
@@ -186,36 +186,36 @@ fn tcp_cluster(n: usize) -> (Vec<LocalNode>, Coordinator) {
         .enumerate()
         .map(|(i, n)| (i as NodeId, n.addr.unwrap().to_string()))
         .collect();
-    let mut coord = Coordinator::tcp(COORDINATOR_BASE, &addrs).unwrap();
-    coord.introduce(&addrs).unwrap();
-    (nodes, coord)
+    let mut runner = PlanRunner::tcp(RUNNER_BASE, &addrs).unwrap();
+    runner.introduce(&addrs).unwrap();
+    (nodes, runner)
 }
 
 #[test]
 fn random_dags_over_tcp_equal_direct_evaluation() {
-    let (nodes, mut coord) = tcp_cluster(12);
+    let (nodes, mut runner) = tcp_cluster(12);
     for seed in 100..112u64 {
         let (n, chunk, slice) = SHAPES[seed as usize % SHAPES.len()];
         let dag = random_dag(seed, n, chunk, slice);
         for (t, mode) in [Mode::Coherent, Mode::Incoherent].into_iter().enumerate() {
-            run_dag(&mut coord, &dag, seed * 2 + t as u64, mode);
+            run_dag(&mut runner, &dag, seed * 2 + t as u64, mode);
         }
     }
     // Many operations in flight at once.
     let dag = random_dag(7, 12, 50_000, 4096);
-    coord.store(dag.locals.clone()).unwrap();
-    coord.install(999, &dag.parts).unwrap();
+    runner.store(dag.locals.clone()).unwrap();
+    runner.install(999, &dag.parts).unwrap();
     let ids: Vec<NodeId> = (0..12).collect();
     for mode in [Mode::Coherent, Mode::Incoherent] {
-        let st = coord
+        let st = runner
             .run_many(999, &ids, mode, 40, 8, Duration::from_secs(30))
             .unwrap();
         assert_eq!(st.ops, 40);
     }
     for (node, c, want) in &dag.expected {
-        assert_eq!(coord.fetch(*node, *c).unwrap(), *want);
+        assert_eq!(runner.fetch(*node, *c).unwrap(), *want);
     }
-    coord.shutdown_nodes(&ids).unwrap();
+    runner.shutdown_nodes(&ids).unwrap();
     for node in nodes {
         assert_eq!(node.join(), "shutdown requested");
     }
@@ -278,8 +278,8 @@ fn killed_node_fails_the_plan_quickly_in_both_modes() {
         let nodes: Vec<LocalNode> = (0..3)
             .map(|i| LocalNode::mem(&hub, i, pool.clone()))
             .collect();
-        let mut coord = Coordinator::mem(&hub, COORDINATOR_BASE);
-        coord
+        let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
+        runner
             .store(vec![
                 (
                     0,
@@ -299,7 +299,7 @@ fn killed_node_fails_the_plan_quickly_in_both_modes() {
                 ),
             ])
             .unwrap();
-        coord.install(1, &waiting_chain(4096)).unwrap();
+        runner.install(1, &waiting_chain(4096)).unwrap();
         let hub2 = hub.clone();
         let killer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(100));
@@ -307,7 +307,7 @@ fn killed_node_fails_the_plan_quickly_in_both_modes() {
         });
         let t0 = Instant::now();
         // Node 0 is not asked to run: nodes 1 and 2 wait for it until it dies.
-        let err = coord
+        let err = runner
             .run(1, &[1, 2], mode, Duration::from_secs(60))
             .unwrap_err();
         assert!(
@@ -321,7 +321,7 @@ fn killed_node_fails_the_plan_quickly_in_both_modes() {
             "{msg}"
         );
         killer.join().unwrap();
-        coord.shutdown_nodes(&[1, 2]).unwrap();
+        runner.shutdown_nodes(&[1, 2]).unwrap();
         for n in nodes {
             n.join();
         }
@@ -330,8 +330,8 @@ fn killed_node_fails_the_plan_quickly_in_both_modes() {
 
 #[test]
 fn a_plan_waiting_for_a_silent_node_times_out() {
-    let (nodes, mut coord) = tcp_cluster(3);
-    coord
+    let (nodes, mut runner) = tcp_cluster(3);
+    runner
         .store(vec![
             (
                 0,
@@ -351,20 +351,20 @@ fn a_plan_waiting_for_a_silent_node_times_out() {
             ),
         ])
         .unwrap();
-    coord.install(1, &waiting_chain(4096)).unwrap();
+    runner.install(1, &waiting_chain(4096)).unwrap();
     for mode in [Mode::Coherent, Mode::Incoherent] {
         let t0 = Instant::now();
-        let err = coord
+        let err = runner
             .run(1, &[1, 2], mode, Duration::from_millis(300))
             .unwrap_err();
         assert!(t0.elapsed() < Duration::from_secs(5));
         assert!(err.to_string().contains("timed out"), "{err}");
     }
     // The cluster still works afterwards.
-    coord
+    runner
         .run(1, &[0, 1, 2], Mode::Coherent, Duration::from_secs(10))
         .unwrap();
-    let got = coord
+    let got = runner
         .fetch(
             2,
             ChunkRef {
@@ -374,7 +374,7 @@ fn a_plan_waiting_for_a_silent_node_times_out() {
         )
         .unwrap();
     assert_eq!(got, vec![gf::field::mul(3, 2) ^ 1; 4096]);
-    coord.shutdown_nodes(&[0, 1, 2]).unwrap();
+    runner.shutdown_nodes(&[0, 1, 2]).unwrap();
     for n in nodes {
         n.join();
     }

@@ -5,13 +5,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use engine::node::{Coordinator, LocalNode, MAX_CONTROL_BINARY_BYTES};
+use engine::channel::MAX_CONTROL_BINARY_BYTES;
 use engine::transport::{Event, Waker};
 use engine::wire::{Header, MAX_PAYLOAD_BYTES};
 use engine::{
     BufferPool, ChunkRef, Completion, Engine, InEdge, MemHub, NodeId, OutEdge, OutputSpec, Payload,
-    Transport, TransportError, VertexPart, COORDINATOR_BASE,
+    Transport, TransportError, VertexPart, RUNNER_BASE,
 };
+use engine::{LocalNode, PlanRunner};
 
 fn chunk(index: u32) -> ChunkRef {
     ChunkRef { stripe: 3, index }
@@ -24,7 +25,7 @@ fn slices_larger_than_a_frame_are_refused_at_install() {
     let nodes: Vec<LocalNode> = (0..2)
         .map(|i| LocalNode::mem(&hub, i, pool.clone()))
         .collect();
-    let mut coord = Coordinator::mem(&hub, COORDINATOR_BASE);
+    let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
     // A 1 GiB chunk sent unsliced (slice = chunk) would need a frame of 1 GiB.
     let big = 1usize << 30;
     let parts = vec![
@@ -55,17 +56,17 @@ fn slices_larger_than_a_frame_are_refused_at_install() {
             }],
         },
     ];
-    let err = coord.install(1, &parts).unwrap_err().to_string();
+    let err = runner.install(1, &parts).unwrap_err().to_string();
     assert!(err.contains("exceed the wire limit"), "{err}");
     // The same chunk in frame-sized slices is accepted.
     let mut sliced = parts.clone();
     for p in &mut sliced {
         p.slice_bytes = MAX_PAYLOAD_BYTES;
     }
-    coord.install(2, &sliced).unwrap();
-    // A chunk too large for one control message is refused by the coordinator, not sent.
+    runner.install(2, &sliced).unwrap();
+    // A chunk too large for one control message is refused by the runner, not sent.
     let t0 = Instant::now();
-    let err = coord
+    let err = runner
         .store(vec![(0, chunk(0), vec![0u8; MAX_CONTROL_BINARY_BYTES + 1])])
         .unwrap_err()
         .to_string();
@@ -75,9 +76,9 @@ fn slices_larger_than_a_frame_are_refused_at_install() {
     );
     assert!(t0.elapsed() < Duration::from_secs(10));
     // The nodes still answer.
-    coord.store(vec![(0, chunk(5), vec![1u8; 10])]).unwrap();
-    assert_eq!(coord.fetch(0, chunk(5)).unwrap(), vec![1u8; 10]);
-    coord.shutdown_nodes(&[0, 1]).unwrap();
+    runner.store(vec![(0, chunk(5), vec![1u8; 10])]).unwrap();
+    assert_eq!(runner.fetch(0, chunk(5)).unwrap(), vec![1u8; 10]);
+    runner.shutdown_nodes(&[0, 1]).unwrap();
     for n in nodes {
         assert_eq!(n.join(), "shutdown requested");
     }
@@ -120,6 +121,6 @@ fn a_panicking_engine_thread_reports_stopped() {
     }
     // A node's application loop on that engine returns instead of waiting forever.
     let engine = Engine::start(PanickingTransport, BufferPool::new());
-    let reason = engine::node::serve(engine);
+    let reason = engine::serve(engine);
     assert!(reason.contains("panicked"), "{reason}");
 }

@@ -2,9 +2,10 @@
 //! configurations, executed by engines over the in-memory transport in both modes, gives the
 //! simulator's bytes.
 
-use engine::check::{check_code, PAPER_CODES};
-use engine::node::{Coordinator, LocalNode};
-use engine::{BufferPool, MemHub, NodeId, COORDINATOR_BASE};
+use engine::testing::check_code;
+use engine::{BufferPool, MemHub, NodeId, RUNNER_BASE};
+use engine::{LocalNode, PlanRunner};
+use graph::paper::PAPER_CODES;
 
 #[test]
 fn every_plan_of_the_paper_configurations_matches_the_simulator_in_memory() {
@@ -13,12 +14,12 @@ fn every_plan_of_the_paper_configurations_matches_the_simulator_in_memory() {
     let nodes: Vec<LocalNode> = (0..17)
         .map(|i| LocalNode::mem(&hub, i, pool.clone()))
         .collect();
-    let mut coord = Coordinator::mem(&hub, COORDINATOR_BASE);
+    let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
     let mut total = 0;
     for (i, code) in PAPER_CODES.iter().enumerate() {
         let code = code.parse().unwrap();
         // 100 bytes: not a multiple of ECPipe's slice count, so the last slice is short.
-        let count = check_code(&mut coord, code, 100, usize::MAX, 10 * i as u64)
+        let count = check_code(&mut runner, code, 100, usize::MAX, 10 * i as u64)
             .unwrap_or_else(|e| panic!("{e}"));
         eprintln!("{code}: {} plans, {} runs", count.plans, count.runs);
         assert!(count.plans > 4);
@@ -26,7 +27,7 @@ fn every_plan_of_the_paper_configurations_matches_the_simulator_in_memory() {
     }
     assert!(total > 1000);
     let ids: Vec<NodeId> = (0..17).collect();
-    coord.shutdown_nodes(&ids).unwrap();
+    runner.shutdown_nodes(&ids).unwrap();
     for n in nodes {
         n.join();
     }

@@ -27,6 +27,7 @@ pub mod account;
 pub mod build;
 pub mod cluster;
 pub mod model;
+pub mod paper;
 pub mod plan;
 pub mod report;
 pub mod sim;

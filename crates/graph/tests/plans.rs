@@ -8,25 +8,14 @@ use codes::{Code, Codec};
 use graph::sim::{simulate_and_check, NetConfig};
 use graph::{account, build, Operation, PlanError, PlanSpec, Request, Scheme, Target};
 
-const CODES: [&str; 6] = [
-    "rs:3,2",
-    "rs:6,3",
-    "rs:12,4",
-    "lrc:4,2,2",
-    "lrc:6,2,2",
-    "lrc:12,2,2",
-];
+use graph::paper::PAPER_CODES as CODES;
 
 fn code(s: &str) -> Code {
     s.parse().unwrap()
 }
 
-fn schemes(code: Code) -> Vec<Scheme> {
-    let own = match code {
-        Code::Rs { .. } => Scheme::Rs,
-        Code::Lrc { .. } => Scheme::Lrc,
-    };
-    vec![own, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec]
+fn schemes(code: Code) -> [Scheme; 4] {
+    graph::paper::schemes_for(code)
 }
 
 fn repair(scheme: Scheme, code: Code, lost: &[usize], chunk_bytes: usize) -> PlanSpec {

@@ -25,10 +25,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
 use codes::{Code, Codec};
-use engine::check::store_stripe;
-use engine::node::{coordinator_id, ClusterState, Coordinator, LocalNode};
 use engine::plan::{parts_of, plan_nodes};
-use engine::{BufferPool, ChunkRef, InEdge, Mode, NodeId, OutEdge, OutputSpec, VertexPart};
+use engine::{
+    runner_id, BufferPool, ChunkRef, InEdge, LocalNode, Mode, NodeId, OutEdge, OutputSpec,
+    PlanRunner, VertexPart,
+};
 use graph::{account, build, model, sim, Plan, PlanSpec, Request, Scheme, Target};
 use serde::Serialize;
 
@@ -39,6 +40,9 @@ pub struct PrimitivesArgs {
     /// only when it does not run from the `inec` binary).
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The nodes of `--dir`'s cluster, filled in by the `inec` binary, which owns the state file.
+    #[arg(skip)]
+    pub cluster: Option<ClusterAddrs>,
     /// A small subset: RS(3,2), RS(6,3), LRC(6,2,2); 128 B, 4, 16, 64 KiB and 1 MiB; 5 reps.
     #[arg(long)]
     pub quick: bool,
@@ -78,6 +82,13 @@ pub struct PrimitivesArgs {
     /// Per-operation timeout, seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
+}
+
+/// The nodes of a running cluster and how its transport is named in the results.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterAddrs {
+    pub nodes: Vec<(NodeId, String)>,
+    pub transport: String,
 }
 
 const ALL_CODES: [&str; 6] = [
@@ -138,7 +149,7 @@ pub struct Calibration {
 }
 
 struct Cluster {
-    coord: Coordinator,
+    coord: PlanRunner,
     ids: Vec<NodeId>,
     _local: Vec<LocalNode>,
     /// Node processes this benchmark started (killed when dropped if still running).
@@ -201,23 +212,21 @@ fn p50(v: &mut [f64]) -> f64 {
 
 fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
     if let Some(dir) = &args.dir {
-        let path = dir.join("cluster.json");
-        let text = fs::read_to_string(&path)
-            .with_context(|| format!("no cluster state at {}", path.display()))?;
-        let state: ClusterState = serde_json::from_str(&text)?;
+        let state = args.cluster.as_ref().ok_or_else(|| {
+            anyhow!(
+                "--dir {}: the cluster's nodes are read by the inec binary",
+                dir.display()
+            )
+        })?;
         if state.nodes.len() < need {
             bail!(
                 "the cluster has {} nodes; this suite needs {need} (an agent + n chunks)",
                 state.nodes.len()
             );
         }
-        let addrs = state.addrs();
-        let coord = Coordinator::tcp(coordinator_id(), &addrs)?;
-        let transport = match &state.link_rate {
-            Some(r) => format!("tcp-netns-{r}"),
-            None if state.nodes.iter().any(|n| n.netns.is_some()) => "tcp-netns".into(),
-            None => "tcp-loopback-processes".into(),
-        };
+        let addrs = state.nodes.clone();
+        let coord = PlanRunner::tcp(runner_id(), &addrs)?;
+        let transport = state.transport.clone();
         return Ok(Cluster {
             coord,
             ids: addrs.iter().map(|(i, _)| *i).collect(),
@@ -228,7 +237,7 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
     }
     if let Some(exe) = inec_exe() {
         let (procs, addrs) = spawn_nodes(&exe, need)?;
-        let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+        let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
         coord.introduce(&addrs)?;
         return Ok(Cluster {
             coord,
@@ -248,7 +257,7 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
         .enumerate()
         .map(|(i, n)| (i as NodeId, n.addr.unwrap().to_string()))
         .collect();
-    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+    let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
     coord.introduce(&addrs)?;
     Ok(Cluster {
         coord,
@@ -578,7 +587,7 @@ fn raw_cluster(args: &PrimitivesArgs) -> Result<(Cluster, NodeId, NodeId)> {
         anyhow!("--raw needs node processes: run it as `inec bench primitives` or give --dir")
     })?;
     let (procs, addrs) = spawn_nodes(&exe, 2)?;
-    let mut coord = Coordinator::tcp(coordinator_id(), &addrs)?;
+    let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
     coord.introduce(&addrs)?;
     Ok((
         Cluster {
@@ -878,7 +887,8 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
         let codec = Codec::new(code);
         for (si, &size) in sizes.iter().enumerate() {
             let stripe = 1_000_000 * (ci as u64 + 1) + 1000 * si as u64;
-            let chunks = store_stripe(&mut c.coord, &codec, stripe, size, stripe)?;
+            let chunks = sim::random_stripe(&codec, size, stripe)?;
+            c.coord.store_stripe(stripe, &chunks, code.k())?;
             for (scheme, encode) in cases(code) {
                 let rs = measure_case(
                     &mut c, &args, &cal, code, scheme, encode, size, stripe, &chunks, reps,

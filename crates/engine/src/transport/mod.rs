@@ -14,11 +14,11 @@ use std::time::Duration;
 use crate::pool::BufferPool;
 use crate::wire::Header;
 
-/// A node's identity in a cluster. Coordinators use ids from [`COORDINATOR_BASE`] up.
+/// A node's identity in a cluster. Plan runners use ids from [`RUNNER_BASE`] up.
 pub type NodeId = u32;
 
-/// Node ids at and above this belong to coordinators, which hold no chunks.
-pub const COORDINATOR_BASE: NodeId = 0xF000_0000;
+/// Node ids at and above this belong to plan runners (and other clients), which hold no chunks.
+pub const RUNNER_BASE: NodeId = 0xF000_0000;
 
 /// The bytes of one outgoing frame. The transport owns them until they are written and then
 /// gives owned buffers back to the pool, so the sender never copies a slice to send it.
@@ -117,6 +117,6 @@ pub trait Transport: Send + 'static {
     fn waker(&self) -> Arc<dyn Waker>;
     /// Opens the persistent connection to `peer` at `addr` (transports without addresses
     /// accept and ignore this). Only one side of each pair connects: by convention the one with
-    /// the larger id, and every coordinator to every node.
+    /// the larger id, and every runner to every node.
     fn connect(&mut self, peer: NodeId, addr: &str) -> Result<(), TransportError>;
 }

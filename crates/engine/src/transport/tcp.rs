@@ -121,7 +121,7 @@ impl TcpTransport {
         Ok(t)
     }
 
-    /// A transport that only connects out (a coordinator).
+    /// A transport that only connects out (a plan runner).
     pub fn unbound(id: NodeId, pool: BufferPool) -> io::Result<TcpTransport> {
         let poll = Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);

@@ -1,35 +1,18 @@
-//! Runs plans on a cluster through a [`Coordinator`] and compares every stored chunk with the
-//! bytes the `graph` simulator produces for the same plan and stripe. Used by the tests of the
-//! engine (in-memory transport) and of `inec node` (real processes over TCP).
+//! Test support (feature `test-support`, enabled by the tests that need it): runs plans on a
+//! cluster through a [`PlanRunner`] and compares every stored chunk with the bytes the `graph`
+//! simulator produces for the same plan and stripe. Used by the tests of the engine (in-memory
+//! transport) and of `inec node` (real processes over TCP).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use codes::{Code, Codec};
-use graph::{build, sim, Operation, Plan, PlanSpec, Request, Scheme, Target};
+use graph::paper::schemes_for;
+use graph::{build, sim, Operation, Plan, PlanSpec, Request, Target};
 
-use crate::node::{Coordinator, Request as NodeRequest};
 use crate::part::{ChunkRef, VertexPart};
 use crate::plan::{parts_of, plan_nodes};
-use crate::{EngineError, Mode, NodeId};
-
-/// The configurations of the paper (INEC §IV-A).
-pub const PAPER_CODES: [&str; 6] = [
-    "rs:3,2",
-    "rs:6,3",
-    "rs:12,4",
-    "lrc:4,2,2",
-    "lrc:6,2,2",
-    "lrc:12,2,2",
-];
-
-/// The schemes that apply to a code.
-pub fn schemes_for(code: Code) -> [Scheme; 4] {
-    match code {
-        Code::Rs { .. } => [Scheme::Rs, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec],
-        Code::Lrc { .. } => [Scheme::Lrc, Scheme::Ppr, Scheme::Ecpipe, Scheme::Triec],
-    }
-}
+use crate::{Mode, NodeId, PlanRunner};
 
 /// Every recoverable erasure pattern of up to `parity_count` chunks, smallest first.
 pub fn recoverable_patterns(codec: &Codec, max_lost: usize) -> Vec<Vec<usize>> {
@@ -62,37 +45,16 @@ pub fn recoverable_patterns(codec: &Codec, max_lost: usize) -> Vec<Vec<usize>> {
 /// i on node i + 1, the data chunks also on the agent, node 0) as stripe `stripe`. Returns the
 /// stripe's chunks.
 pub fn store_stripe(
-    coord: &mut Coordinator,
+    runner: &mut PlanRunner,
     codec: &Codec,
     stripe: u64,
     chunk_bytes: usize,
     seed: u64,
-) -> Result<Vec<Vec<u8>>, EngineError> {
-    let chunks = sim::random_stripe(codec, chunk_bytes, seed)
-        .map_err(|e| EngineError::Node(e.to_string()))?;
-    let k = codec.code().k();
-    let mut puts = Vec::new();
-    for (i, c) in chunks.iter().enumerate() {
-        puts.push((
-            (i + 1) as NodeId,
-            ChunkRef {
-                stripe,
-                index: i as u32,
-            },
-            c.clone(),
-        ));
-        if i < k {
-            puts.push((
-                0,
-                ChunkRef {
-                    stripe,
-                    index: i as u32,
-                },
-                c.clone(),
-            ));
-        }
-    }
-    coord.store(puts)?;
+) -> Result<Vec<Vec<u8>>, String> {
+    let chunks = sim::random_stripe(codec, chunk_bytes, seed).map_err(|e| e.to_string())?;
+    runner
+        .store_stripe(stripe, &chunks, codec.code().k())
+        .map_err(|e| e.to_string())?;
     Ok(chunks)
 }
 
@@ -101,7 +63,7 @@ pub fn store_stripe(
 /// bytes and against the original stripe.
 #[allow(clippy::too_many_arguments)]
 pub fn run_and_check(
-    coord: &mut Coordinator,
+    runner: &mut PlanRunner,
     plan: &Plan,
     chunks: &[Vec<u8>],
     stripe: u64,
@@ -131,7 +93,7 @@ pub fn run_and_check(
         return Err("the simulator stored nothing".into());
     }
     // Install the parts and forget the outputs of an earlier run (so that a run that stores
-    // nothing fails), in one round of requests.
+    // nothing fails).
     let mut by_node: BTreeMap<NodeId, (Vec<VertexPart>, Vec<ChunkRef>)> = BTreeMap::new();
     for p in parts {
         by_node.entry(p.node).or_default().0.push(p);
@@ -142,24 +104,28 @@ pub fn run_and_check(
             index: index as u32,
         });
     }
-    let mut reqs = Vec::new();
+    let mut installs = Vec::new();
+    let mut deletes = Vec::new();
     for (node, (parts, chunks)) in by_node {
         if !parts.is_empty() {
-            reqs.push((node, NodeRequest::Install { template, parts }, Vec::new()));
+            installs.push((node, crate::control::Request::Install { template, parts }));
         }
         if !chunks.is_empty() {
-            reqs.push((node, NodeRequest::Delete { chunks }, Vec::new()));
+            deletes.push((node, crate::StoreRequest::Delete { chunks }, Vec::new()));
         }
     }
-    coord
-        .request_all(reqs, timeout)
+    runner
+        .request_all(installs, timeout)
         .map_err(|e| format!("install: {e}"))?;
+    runner
+        .store_requests(deletes, timeout)
+        .map_err(|e| format!("delete: {e}"))?;
     let nodes = plan_nodes(plan);
-    coord
+    runner
         .run(template, &nodes, mode, timeout)
         .map_err(|e| format!("run: {e}"))?;
     for (&(node, index), want) in &simulated.outputs {
-        let got = coord
+        let got = runner
             .fetch(
                 node as NodeId,
                 ChunkRef {
@@ -192,15 +158,14 @@ pub struct CheckCount {
 /// Every scheme's encode and every recoverable repair (up to `max_lost` chunks, rebuilt at the
 /// agent) of `code`, run in both modes and checked. Needs nodes `0..=n` (agent + n chunks).
 pub fn check_code(
-    coord: &mut Coordinator,
+    runner: &mut PlanRunner,
     code: Code,
     chunk_bytes: usize,
     max_lost: usize,
     stripe: u64,
 ) -> Result<CheckCount, String> {
     let codec = Codec::new(code);
-    let chunks =
-        store_stripe(coord, &codec, stripe, chunk_bytes, stripe).map_err(|e| e.to_string())?;
+    let chunks = store_stripe(runner, &codec, stripe, chunk_bytes, stripe)?;
     let mut requests = vec![Request::Encode];
     for lost in recoverable_patterns(&codec, max_lost) {
         requests.push(Request::Repair {
@@ -217,7 +182,7 @@ pub fn check_code(
             count.plans += 1;
             for mode in [Mode::Coherent, Mode::Incoherent] {
                 run_and_check(
-                    coord,
+                    runner,
                     &plan,
                     &chunks,
                     stripe,

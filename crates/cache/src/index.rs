@@ -1,0 +1,428 @@
+//! The agent's index of one Mem Stripe: every live value's version (the CAS value), size,
+//! flags and exptime, its LRU order, and the memory its records take on each member position.
+//!
+//! Each position of a stripe has a share of its node's memory (`-m` divided by the slots the
+//! node holds). Before a write, [`StripeIndex::reserve`] evicts whole values in LRU order until
+//! the new value's records fit at every position it uses, so no member over-commits and no
+//! partial value remains readable (the caller deletes the victims' records on the members).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::record::{self, Kind};
+
+/// One value as the agent knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub version: u64,
+    pub value_bytes: u64,
+    pub flags: u32,
+    /// Absolute Unix seconds, 0 = never.
+    pub exptime: i64,
+    pub kind: Kind,
+    /// When it was stored (µs since the epoch); `flush_all` invalidates by this time.
+    pub stored_at_us: u64,
+    /// Positions `0..positions` hold a record of this value ...
+    pub positions: usize,
+    /// ... of this many bytes each.
+    pub charge_bytes: u64,
+    lru_tick: u64,
+}
+
+impl Entry {
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        version: u64,
+        value_bytes: u64,
+        flags: u32,
+        exptime: i64,
+        kind: Kind,
+        stored_at_us: u64,
+        positions: usize,
+        charge_bytes: u64,
+    ) -> Entry {
+        Entry {
+            version,
+            value_bytes,
+            flags,
+            exptime,
+            kind,
+            stored_at_us,
+            positions,
+            charge_bytes,
+            lru_tick: 0,
+        }
+    }
+}
+
+/// The record size and positions of a value: coded values put one chunk of ⌈len/k⌉ bytes on
+/// every position; replicated values put the whole value on positions `0..replicas`.
+pub fn charge(
+    kind: Kind,
+    key_bytes: usize,
+    value_bytes: u64,
+    k: usize,
+    n: usize,
+    replicas: usize,
+) -> (usize, u64) {
+    let overhead = (record::OVERHEAD_BYTES + key_bytes) as u64;
+    match kind {
+        Kind::Coded => (n, overhead + value_bytes.div_ceil(k as u64)),
+        Kind::Replica => (replicas, overhead + value_bytes),
+    }
+}
+
+/// No room for a value even after evicting everything else.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("a record of {charge_bytes} bytes does not fit in the {share_bytes}-byte share of a stripe position")]
+pub struct NoRoom {
+    pub charge_bytes: u64,
+    pub share_bytes: u64,
+}
+
+/// Why a looked-up entry is not returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Gone {
+    Expired,
+    Flushed,
+}
+
+#[derive(Debug)]
+pub struct StripeIndex {
+    entries: HashMap<Vec<u8>, Entry>,
+    /// LRU order: tick → key; the smallest tick is the least recently used.
+    lru: BTreeMap<u64, Vec<u8>>,
+    tick: u64,
+    /// Bytes of records (committed and reserved) per position.
+    used_bytes: Vec<u64>,
+    share_bytes: u64,
+    last_version: u64,
+    /// Versions handed out whose writes have not finished; the smallest bounds what members
+    /// may forget (see [`StripeIndex::watermark`]).
+    inflight: BTreeSet<u64>,
+    pub evictions: u64,
+}
+
+impl StripeIndex {
+    pub fn new(chunk_count: usize, share_bytes: u64) -> StripeIndex {
+        StripeIndex {
+            entries: HashMap::new(),
+            lru: BTreeMap::new(),
+            tick: 0,
+            used_bytes: vec![0; chunk_count],
+            share_bytes,
+            last_version: 0,
+            inflight: BTreeSet::new(),
+            evictions: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn used_bytes(&self) -> &[u64] {
+        &self.used_bytes
+    }
+
+    pub fn share_bytes(&self) -> u64 {
+        self.share_bytes
+    }
+
+    /// A new version, larger than every version this index has handed out or seen, and at
+    /// least the clock in µs (so a new agent's versions follow the old agent's). Registered as
+    /// in flight until [`StripeIndex::finish`].
+    pub fn next_version(&mut self, now_us: u64) -> u64 {
+        let v = (self.last_version + 1).max(now_us);
+        self.last_version = v;
+        self.inflight.insert(v);
+        v
+    }
+
+    /// Marks a write's version done (committed or abandoned).
+    pub fn finish(&mut self, version: u64) {
+        self.inflight.remove(&version);
+    }
+
+    /// Every version below this is committed or abandoned: members may drop older records
+    /// they keep in case a write fails half-way.
+    pub fn watermark(&self) -> u64 {
+        self.inflight
+            .first()
+            .copied()
+            .unwrap_or(self.last_version + 1)
+    }
+
+    /// Makes sure later versions are above `version` (index rebuilt from records).
+    pub fn observe_version(&mut self, version: u64) {
+        self.last_version = self.last_version.max(version);
+    }
+
+    /// The live entry of `key` (moved to the front of the LRU), or why it is gone. Expired and
+    /// flushed entries are removed from the index and returned, so the caller deletes their
+    /// records.
+    pub fn lookup(
+        &mut self,
+        key: &[u8],
+        now_secs: i64,
+        now_us: u64,
+        oldest_live_us: u64,
+    ) -> Result<Option<Entry>, (Gone, Entry)> {
+        let Some(e) = self.entries.get(key) else {
+            return Ok(None);
+        };
+        let gone = if crate::time::is_expired(e.exptime, now_secs) {
+            Some(Gone::Expired)
+        } else if oldest_live_us != 0
+            && oldest_live_us <= now_us
+            && e.stored_at_us <= oldest_live_us
+        {
+            Some(Gone::Flushed)
+        } else {
+            None
+        };
+        if let Some(g) = gone {
+            let e = self.remove(key).expect("present");
+            return Err((g, e));
+        }
+        self.bump(key);
+        Ok(self.entries.get(key).cloned())
+    }
+
+    fn bump(&mut self, key: &[u8]) {
+        self.tick += 1;
+        let tick = self.tick;
+        if let Some(e) = self.entries.get_mut(key) {
+            self.lru.remove(&e.lru_tick);
+            e.lru_tick = tick;
+            self.lru.insert(tick, key.to_vec());
+        }
+    }
+
+    /// Removes an entry and releases its memory.
+    pub fn remove(&mut self, key: &[u8]) -> Option<Entry> {
+        let e = self.entries.remove(key)?;
+        self.lru.remove(&e.lru_tick);
+        for u in &mut self.used_bytes[..e.positions] {
+            *u = u.saturating_sub(e.charge_bytes);
+        }
+        Some(e)
+    }
+
+    /// Reserves `charge_bytes` at positions `0..positions`, evicting least recently used values
+    /// until it fits. Returns the victims (their records must be deleted on the members).
+    pub fn reserve(
+        &mut self,
+        positions: usize,
+        charge_bytes: u64,
+    ) -> Result<Vec<(Vec<u8>, Entry)>, NoRoom> {
+        if charge_bytes > self.share_bytes {
+            return Err(NoRoom {
+                charge_bytes,
+                share_bytes: self.share_bytes,
+            });
+        }
+        let mut victims = Vec::new();
+        while self.used_bytes[..positions]
+            .iter()
+            .any(|&u| u + charge_bytes > self.share_bytes)
+        {
+            let Some((_, key)) = self.lru.pop_first() else {
+                // Only reserved bytes of writes in flight remain: no room now.
+                return Err(NoRoom {
+                    charge_bytes,
+                    share_bytes: self.share_bytes,
+                });
+            };
+            let e = self.entries.remove(&key).expect("lru and entries agree");
+            for u in &mut self.used_bytes[..e.positions] {
+                *u = u.saturating_sub(e.charge_bytes);
+            }
+            self.evictions += 1;
+            victims.push((key, e));
+        }
+        for u in &mut self.used_bytes[..positions] {
+            *u += charge_bytes;
+        }
+        Ok(victims)
+    }
+
+    /// Gives back a reservation whose write failed.
+    pub fn release(&mut self, positions: usize, charge_bytes: u64) {
+        for u in &mut self.used_bytes[..positions] {
+            *u = u.saturating_sub(charge_bytes);
+        }
+    }
+
+    /// Inserts a committed entry whose bytes were reserved; replaces (and releases) an older
+    /// entry of the key. Returns the replaced entry.
+    pub fn commit(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
+        let old = self.remove(key);
+        self.observe_version(entry.version);
+        self.tick += 1;
+        let mut entry = entry;
+        entry.lru_tick = self.tick;
+        self.lru.insert(self.tick, key.to_vec());
+        self.entries.insert(key.to_vec(), entry);
+        old
+    }
+
+    /// Inserts an entry found in the members' records (index rebuild), charging its memory.
+    pub fn adopt(&mut self, key: &[u8], entry: Entry) {
+        for u in &mut self.used_bytes[..entry.positions] {
+            *u += entry.charge_bytes;
+        }
+        self.commit(key, entry);
+    }
+
+    /// Changes the exptime of a live entry.
+    pub fn set_exptime(&mut self, key: &[u8], exptime: i64) {
+        if let Some(e) = self.entries.get_mut(key) {
+            e.exptime = exptime;
+        }
+    }
+
+    /// Removes and returns every expired or flushed entry (the periodic sweep).
+    pub fn sweep(
+        &mut self,
+        now_secs: i64,
+        now_us: u64,
+        oldest_live_us: u64,
+    ) -> Vec<(Vec<u8>, Entry)> {
+        let dead: Vec<Vec<u8>> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                crate::time::is_expired(e.exptime, now_secs)
+                    || (oldest_live_us != 0
+                        && oldest_live_us <= now_us
+                        && e.stored_at_us <= oldest_live_us)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        dead.into_iter()
+            .map(|k| {
+                let e = self.remove(&k).expect("present");
+                (k, e)
+            })
+            .collect()
+    }
+
+    /// Keys and entries (for recovery listings), in no particular order.
+    pub fn entries(&self) -> impl Iterator<Item = (&Vec<u8>, &Entry)> {
+        self.entries.iter()
+    }
+
+    /// Bytes of value held (coded, replicated) and bytes of records stored for them over all
+    /// positions (coded, replicated).
+    pub fn footprint(&self) -> [u64; 4] {
+        let mut f = [0u64; 4];
+        for e in self.entries.values() {
+            let i = usize::from(e.kind == Kind::Replica);
+            f[i] += e.value_bytes;
+            f[2 + i] += e.charge_bytes * e.positions as u64;
+        }
+        f
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(version: u64, positions: usize, charge: u64) -> Entry {
+        Entry::new(version, 10, 0, 0, Kind::Coded, version, positions, charge)
+    }
+
+    #[test]
+    fn versions_increase_and_watermark_follows_inflight() {
+        let mut ix = StripeIndex::new(3, 1000);
+        let a = ix.next_version(5);
+        let b = ix.next_version(5);
+        let c = ix.next_version(100);
+        assert_eq!((a, b, c), (5, 6, 100));
+        assert_eq!(ix.watermark(), 5);
+        ix.finish(a);
+        assert_eq!(ix.watermark(), 6);
+        ix.finish(c);
+        ix.finish(b);
+        assert_eq!(ix.watermark(), 101);
+        ix.observe_version(500);
+        assert_eq!(ix.next_version(0), 501);
+    }
+
+    #[test]
+    fn eviction_is_lru_of_whole_values() {
+        let mut ix = StripeIndex::new(3, 100);
+        for (i, key) in [b"a", b"b", b"c"].iter().enumerate() {
+            assert!(ix.reserve(3, 30).unwrap().is_empty());
+            ix.commit(*key, entry(i as u64 + 1, 3, 30));
+        }
+        // Touch "a": "b" is now the least recently used.
+        assert!(ix.lookup(b"a", 0, 0, 0).unwrap().is_some());
+        let victims = ix.reserve(3, 30).unwrap();
+        assert_eq!(victims.len(), 1);
+        assert_eq!(victims[0].0, b"b");
+        ix.commit(b"d", entry(9, 3, 30));
+        assert_eq!(ix.used_bytes(), &[90, 90, 90]);
+        assert_eq!(ix.evictions, 1);
+        // A replicated value using positions 0..2 only.
+        let victims = ix.reserve(2, 50).unwrap();
+        assert_eq!(victims.len(), 2, "c then a");
+        assert_eq!(ix.used_bytes(), &[80, 80, 30]);
+        assert!(ix.reserve(1, 101).is_err());
+    }
+
+    #[test]
+    fn replacing_releases_old_charge() {
+        let mut ix = StripeIndex::new(2, 100);
+        ix.reserve(2, 40).unwrap();
+        ix.commit(b"k", entry(1, 2, 40));
+        ix.reserve(1, 60).unwrap();
+        let old = ix.commit(b"k", entry(2, 1, 60)).unwrap();
+        assert_eq!(old.version, 1);
+        assert_eq!(ix.used_bytes(), &[60, 0]);
+        ix.release(1, 0);
+        ix.remove(b"k");
+        assert_eq!(ix.used_bytes(), &[0, 0]);
+    }
+
+    #[test]
+    fn expiry_and_flush() {
+        let mut ix = StripeIndex::new(1, 1000);
+        let mut e = entry(1, 1, 10);
+        e.exptime = 50;
+        ix.reserve(1, 10).unwrap();
+        ix.commit(b"x", e);
+        assert!(ix.lookup(b"x", 49, 0, 0).unwrap().is_some());
+        let (gone, _) = ix.lookup(b"x", 50, 0, 0).unwrap_err();
+        assert_eq!(gone, Gone::Expired);
+        assert_eq!(ix.used_bytes(), &[0]);
+        ix.reserve(1, 10).unwrap();
+        ix.commit(b"y", entry(100, 1, 10));
+        // A flush scheduled for t=200 µs: nothing happens before.
+        assert!(ix.lookup(b"y", 0, 150, 200).unwrap().is_some());
+        assert_eq!(ix.lookup(b"y", 0, 200, 200).unwrap_err().0, Gone::Flushed);
+        ix.reserve(1, 10).unwrap();
+        ix.commit(b"z", entry(300, 1, 10));
+        assert!(ix.lookup(b"z", 0, 400, 200).unwrap().is_some());
+        let mut e = entry(301, 1, 10);
+        e.exptime = 10;
+        ix.reserve(1, 10).unwrap();
+        ix.commit(b"w", e);
+        let swept = ix.sweep(20, 400, 200);
+        assert_eq!(swept.len(), 1);
+        assert_eq!(swept[0].0, b"w");
+    }
+
+    #[test]
+    fn charge_of_coded_and_replicated() {
+        let (p, c) = charge(Kind::Coded, 5, 1000, 6, 9, 4);
+        assert_eq!((p, c), (9, (record::OVERHEAD_BYTES + 5 + 167) as u64));
+        let (p, c) = charge(Kind::Replica, 5, 100, 6, 9, 4);
+        assert_eq!((p, c), (4, (record::OVERHEAD_BYTES + 5 + 100) as u64));
+    }
+}

@@ -1,0 +1,289 @@
+//! What a member holds: chunk records by (stripe, position, key).
+//!
+//! A member keeps, besides the current record of a key, the record it replaced until the
+//! agent's watermark says the newer write finished: if the agent dies half-way through a write,
+//! the previous version is still whole on every member and the next agent can serve it.
+//! Records of a lower version never replace a higher one, so writes, write-backs of repaired
+//! chunks and recovery can arrive in any order.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::record::{self, Header, RecordError};
+
+#[derive(Debug)]
+struct Slot {
+    cur_version: u64,
+    cur: Vec<u8>,
+    prev: Option<(u64, Vec<u8>)>,
+}
+
+type SlotKey = (u32, u8, Vec<u8>);
+
+/// The outcome of a put.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PutOutcome {
+    Stored,
+    /// A record of a higher version is already held: the put is dropped (not an error).
+    Stale,
+}
+
+#[derive(Debug, Default)]
+pub struct ChunkStore {
+    slots: HashMap<SlotKey, Slot>,
+    /// Per stripe, the slots holding a previous record, with the version that replaced it.
+    pending_prev: HashMap<u32, VecDeque<(SlotKey, u64)>>,
+    bytes: u64,
+}
+
+impl ChunkStore {
+    pub fn new() -> ChunkStore {
+        ChunkStore::default()
+    }
+
+    /// Bytes of records held (current and previous).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn len(&self) -> usize {
+        self.slots.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+
+    /// Stores a record after checking it. `watermark`: every write of this stripe below it has
+    /// finished, so previous records replaced by such writes are dropped.
+    pub fn put(
+        &mut self,
+        stripe: u32,
+        bytes: Vec<u8>,
+        watermark: u64,
+    ) -> Result<PutOutcome, RecordError> {
+        let (header, _) = record::parse(&bytes)?;
+        let key: SlotKey = (stripe, header.chunk_index, header.key);
+        let version = header.version;
+        let outcome = match self.slots.get_mut(&key) {
+            Some(slot) if slot.cur_version > version => PutOutcome::Stale,
+            Some(slot) if slot.cur_version == version => {
+                self.bytes = self.bytes + bytes.len() as u64 - slot.cur.len() as u64;
+                slot.cur = bytes;
+                PutOutcome::Stored
+            }
+            Some(slot) => {
+                let old = std::mem::replace(&mut slot.cur, bytes);
+                self.bytes += slot.cur.len() as u64;
+                if let Some((_, p)) = slot.prev.take() {
+                    self.bytes -= p.len() as u64;
+                }
+                slot.prev = Some((slot.cur_version, old));
+                slot.cur_version = version;
+                self.pending_prev
+                    .entry(stripe)
+                    .or_default()
+                    .push_back((key.clone(), version));
+                PutOutcome::Stored
+            }
+            None => {
+                self.bytes += bytes.len() as u64;
+                self.slots.insert(
+                    key,
+                    Slot {
+                        cur_version: version,
+                        cur: bytes,
+                        prev: None,
+                    },
+                );
+                PutOutcome::Stored
+            }
+        };
+        self.trim(stripe, watermark);
+        Ok(outcome)
+    }
+
+    /// Drops previous records whose replacing write is below the watermark.
+    pub fn trim(&mut self, stripe: u32, watermark: u64) {
+        let Some(q) = self.pending_prev.get_mut(&stripe) else {
+            return;
+        };
+        while let Some((_, v)) = q.front() {
+            if *v >= watermark {
+                break;
+            }
+            let (key, v) = q.pop_front().expect("front");
+            if let Some(slot) = self.slots.get_mut(&key) {
+                if slot.cur_version == v {
+                    if let Some((_, p)) = slot.prev.take() {
+                        self.bytes -= p.len() as u64;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The record of `version` at a position (current or previous), if held.
+    pub fn get(&self, stripe: u32, position: u8, key: &[u8], version: u64) -> Option<&[u8]> {
+        let slot = self.slots.get(&(stripe, position, key.to_vec()))?;
+        if slot.cur_version == version {
+            return Some(&slot.cur);
+        }
+        match &slot.prev {
+            Some((v, p)) if *v == version => Some(p),
+            _ => None,
+        }
+    }
+
+    /// The current record at a position, whatever its version.
+    pub fn get_latest(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&[u8]> {
+        self.slots
+            .get(&(stripe, position, key.to_vec()))
+            .map(|s| s.cur.as_slice())
+    }
+
+    /// Deletes the key's records at every position of the stripe whose version is below
+    /// `version` (the delete's own version).
+    pub fn delete(&mut self, stripe: u32, key: &[u8], version: u64) {
+        let doomed: Vec<SlotKey> = self
+            .slots
+            .iter()
+            .filter(|((s, _, k), slot)| *s == stripe && k == key && slot.cur_version < version)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in doomed {
+            if let Some(slot) = self.slots.remove(&k) {
+                self.bytes -= slot.cur.len() as u64;
+                if let Some((_, p)) = slot.prev {
+                    self.bytes -= p.len() as u64;
+                }
+            }
+        }
+    }
+
+    /// Rewrites the exptime of the key's records of `version` (touch).
+    pub fn touch(&mut self, stripe: u32, key: &[u8], version: u64, exptime: i64) {
+        for ((s, _, k), slot) in self.slots.iter_mut() {
+            if *s != stripe || k != key || slot.cur_version != version {
+                continue;
+            }
+            if let Ok((mut header, data)) = record::parse(&slot.cur) {
+                header.exptime = exptime;
+                slot.cur = record::encode(&header, data);
+            }
+        }
+    }
+
+    /// Headers of every record (current and previous) of a stripe, for an index rebuild.
+    pub fn list(&self, stripe: u32) -> Vec<Header> {
+        let mut out = Vec::new();
+        for ((s, _, _), slot) in &self.slots {
+            if *s != stripe {
+                continue;
+            }
+            if let Ok((h, _)) = record::parse_header(&slot.cur) {
+                out.push(h);
+            }
+            if let Some((_, p)) = &slot.prev {
+                if let Ok((h, _)) = record::parse_header(p) {
+                    out.push(h);
+                }
+            }
+        }
+        out
+    }
+
+    /// Flips one bit of the data of the current record at a position (test-only command).
+    /// Returns false when there is no such record or the bit is outside its data.
+    pub fn flip_bit(&mut self, stripe: u32, position: u8, key: &[u8], bit: u64) -> bool {
+        let Some(slot) = self.slots.get_mut(&(stripe, position, key.to_vec())) else {
+            return false;
+        };
+        let Ok((_, data)) = record::parse_header(&slot.cur) else {
+            return false;
+        };
+        let byte = data.start as u64 + bit / 8;
+        if bit / 8 >= data.len() as u64 {
+            return false;
+        }
+        slot.cur[byte as usize] ^= 1 << (bit % 8);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Header, Kind};
+
+    fn rec(key: &[u8], pos: u8, version: u64, data: &[u8]) -> Vec<u8> {
+        record::encode(
+            &Header {
+                kind: Kind::Coded,
+                chunk_index: pos,
+                key: key.to_vec(),
+                version,
+                value_bytes: data.len() as u64,
+                flags: 0,
+                exptime: 0,
+            },
+            data,
+        )
+    }
+
+    #[test]
+    fn keeps_previous_until_watermark() {
+        let mut st = ChunkStore::new();
+        assert_eq!(st.put(1, rec(b"k", 0, 10, b"a"), 0), Ok(PutOutcome::Stored));
+        assert_eq!(
+            st.put(1, rec(b"k", 0, 20, b"b"), 10),
+            Ok(PutOutcome::Stored)
+        );
+        assert!(st.get(1, 0, b"k", 10).is_some());
+        assert!(st.get(1, 0, b"k", 20).is_some());
+        assert_eq!(st.list(1).len(), 2);
+        // A write of version 30 to another key says 20 is done: the previous record goes.
+        st.put(1, rec(b"j", 0, 30, b"c"), 21).unwrap();
+        assert!(st.get(1, 0, b"k", 10).is_none());
+        assert!(st.get(1, 0, b"k", 20).is_some());
+        assert_eq!(st.bytes(), (rec(b"k", 0, 20, b"b").len() * 2) as u64);
+    }
+
+    #[test]
+    fn lower_version_never_replaces_higher() {
+        let mut st = ChunkStore::new();
+        st.put(0, rec(b"k", 2, 20, b"new"), 0).unwrap();
+        assert_eq!(
+            st.put(0, rec(b"k", 2, 10, b"old"), 0),
+            Ok(PutOutcome::Stale)
+        );
+        let r = st.get_latest(0, 2, b"k").unwrap();
+        assert_eq!(record::parse(r).unwrap().1, b"new");
+    }
+
+    #[test]
+    fn corrupt_put_is_refused() {
+        let mut st = ChunkStore::new();
+        let mut r = rec(b"k", 0, 1, b"abc");
+        r[45] ^= 4;
+        assert!(st.put(0, r, 0).is_err());
+        assert!(st.is_empty());
+    }
+
+    #[test]
+    fn delete_touch_flip() {
+        let mut st = ChunkStore::new();
+        st.put(0, rec(b"k", 0, 5, b"abc"), 0).unwrap();
+        st.put(0, rec(b"k", 1, 5, b"def"), 0).unwrap();
+        st.touch(0, b"k", 5, 1234);
+        let (h, _) = record::parse(st.get(0, 1, b"k", 5).unwrap()).unwrap();
+        assert_eq!(h.exptime, 1234);
+        assert!(st.flip_bit(0, 1, b"k", 3));
+        assert!(record::parse(st.get(0, 1, b"k", 5).unwrap()).is_err());
+        assert!(!st.flip_bit(0, 1, b"k", 24));
+        st.delete(0, b"k", 4);
+        assert_eq!(st.len(), 2);
+        st.delete(0, b"k", 6);
+        assert!(st.is_empty());
+        assert_eq!(st.bytes(), 0);
+    }
+}

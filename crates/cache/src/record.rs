@@ -1,0 +1,240 @@
+//! Chunk records: what a member stores for one chunk (or replica) of one value.
+//!
+//! A record is self-describing, so a new agent can rebuild a stripe's index from the survivors'
+//! records alone. Layout (integers little-endian):
+//!
+//! | offset | bytes | field |
+//! | --- | --- | --- |
+//! | 0 | 4 | magic `INC1` |
+//! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value |
+//! | 5 | 1 | chunk index (the position in the Mem Stripe) |
+//! | 6 | 2 | key length (1..=250) |
+//! | 8 | 8 | version (assigned by the agent; the CAS value) |
+//! | 16 | 8 | value length in bytes (the chunks are ⌈len/k⌉ bytes, zero-padded) |
+//! | 24 | 4 | client flags |
+//! | 28 | 8 | exptime: absolute Unix seconds, 0 = never (signed) |
+//! | 36 | 4 | data length |
+//! | 40 | key length | key |
+//! | .. | data length | the chunk (or the whole value for a replica) |
+//! | .. | 4 | CRC32C of every byte before it |
+
+use thiserror::Error;
+
+pub const MAGIC: [u8; 4] = *b"INC1";
+/// Bytes of a record besides its key and data.
+pub const OVERHEAD_BYTES: usize = 44;
+const HEADER_BYTES: usize = 40;
+
+/// Whether a record holds a coded chunk or a whole replica.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    Coded,
+    Replica,
+}
+
+/// The fields of a record besides its data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Header {
+    pub kind: Kind,
+    pub chunk_index: u8,
+    pub key: Vec<u8>,
+    pub version: u64,
+    pub value_bytes: u64,
+    pub flags: u32,
+    pub exptime: i64,
+}
+
+/// Why bytes are not a valid record.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum RecordError {
+    #[error("record of {have} bytes is shorter than its {need}-byte layout")]
+    Truncated { have: usize, need: usize },
+    #[error("record magic {found:02x?} is not INC1")]
+    BadMagic { found: [u8; 4] },
+    #[error("record kind {kind} is unknown (0 = coded, 1 = replica)")]
+    BadKind { kind: u8 },
+    #[error("record key of {key_bytes} bytes is outside 1..=250")]
+    BadKeyLength { key_bytes: usize },
+    #[error("record of {have} bytes has {extra} bytes after its CRC")]
+    TrailingBytes { have: usize, extra: usize },
+    #[error("record CRC32C {stored:08x} does not match its bytes ({computed:08x})")]
+    BadCrc { stored: u32, computed: u32 },
+}
+
+/// Encodes a record.
+pub fn encode(header: &Header, data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(OVERHEAD_BYTES + header.key.len() + data.len());
+    out.extend_from_slice(&MAGIC);
+    out.push(match header.kind {
+        Kind::Coded => 0,
+        Kind::Replica => 1,
+    });
+    out.push(header.chunk_index);
+    out.extend_from_slice(&(header.key.len() as u16).to_le_bytes());
+    out.extend_from_slice(&header.version.to_le_bytes());
+    out.extend_from_slice(&header.value_bytes.to_le_bytes());
+    out.extend_from_slice(&header.flags.to_le_bytes());
+    out.extend_from_slice(&header.exptime.to_le_bytes());
+    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    out.extend_from_slice(&header.key);
+    out.extend_from_slice(data);
+    let crc = crc32c::crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"))
+}
+
+/// Parses the header and locates the data without checking the CRC (cheap; for listings).
+pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), RecordError> {
+    if bytes.len() < OVERHEAD_BYTES {
+        return Err(RecordError::Truncated {
+            have: bytes.len(),
+            need: OVERHEAD_BYTES,
+        });
+    }
+    let magic: [u8; 4] = bytes[0..4].try_into().expect("4 bytes");
+    if magic != MAGIC {
+        return Err(RecordError::BadMagic { found: magic });
+    }
+    let kind = match bytes[4] {
+        0 => Kind::Coded,
+        1 => Kind::Replica,
+        kind => return Err(RecordError::BadKind { kind }),
+    };
+    let key_bytes = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
+    if key_bytes == 0 || key_bytes > proto::KEY_MAX_BYTES {
+        return Err(RecordError::BadKeyLength { key_bytes });
+    }
+    let data_bytes = u32_at(bytes, 36) as usize;
+    let need = OVERHEAD_BYTES + key_bytes + data_bytes;
+    if bytes.len() < need {
+        return Err(RecordError::Truncated {
+            have: bytes.len(),
+            need,
+        });
+    }
+    if bytes.len() > need {
+        return Err(RecordError::TrailingBytes {
+            have: bytes.len(),
+            extra: bytes.len() - need,
+        });
+    }
+    let key_start = HEADER_BYTES;
+    let data_start = key_start + key_bytes;
+    let header = Header {
+        kind,
+        chunk_index: bytes[5],
+        key: bytes[key_start..data_start].to_vec(),
+        version: u64_at(bytes, 8),
+        value_bytes: u64_at(bytes, 16),
+        flags: u32_at(bytes, 24),
+        exptime: u64_at(bytes, 28) as i64,
+    };
+    Ok((header, data_start..data_start + data_bytes))
+}
+
+/// Parses a record and checks its CRC.
+pub fn parse(bytes: &[u8]) -> Result<(Header, &[u8]), RecordError> {
+    let (header, data) = parse_header(bytes)?;
+    let body = bytes.len() - 4;
+    let stored = u32_at(bytes, body);
+    let computed = crc32c::crc32c(&bytes[..body]);
+    if stored != computed {
+        return Err(RecordError::BadCrc { stored, computed });
+    }
+    Ok((header, &bytes[data]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header() -> Header {
+        Header {
+            kind: Kind::Coded,
+            chunk_index: 3,
+            key: b"user:42".to_vec(),
+            version: 0x0102_0304_0506_0708,
+            value_bytes: 1000,
+            flags: 0xdead_beef,
+            exptime: -5,
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let data = vec![7u8; 167];
+        let bytes = encode(&header(), &data);
+        assert_eq!(bytes.len(), OVERHEAD_BYTES + 7 + 167);
+        let (h, d) = parse(&bytes).unwrap();
+        assert_eq!((h, d), (header(), &data[..]));
+        let empty = encode(&header(), &[]);
+        assert_eq!(parse(&empty).unwrap().1, b"");
+    }
+
+    #[test]
+    fn layout_is_as_documented() {
+        let bytes = encode(&header(), b"xy");
+        assert_eq!(&bytes[0..4], b"INC1");
+        assert_eq!(bytes[4], 0);
+        assert_eq!(bytes[5], 3);
+        assert_eq!(&bytes[6..8], &7u16.to_le_bytes());
+        assert_eq!(&bytes[8..16], &0x0102_0304_0506_0708u64.to_le_bytes());
+        assert_eq!(&bytes[36..40], &2u32.to_le_bytes());
+        assert_eq!(&bytes[40..47], b"user:42");
+        assert_eq!(&bytes[47..49], b"xy");
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let bytes = encode(&header(), &[0x5a; 33]);
+        for bit in 0..bytes.len() * 8 {
+            let mut b = bytes.clone();
+            b[bit / 8] ^= 1 << (bit % 8);
+            assert!(parse(&b).is_err(), "bit {bit}");
+        }
+    }
+
+    #[test]
+    fn typed_errors() {
+        let bytes = encode(&header(), b"abc");
+        assert!(matches!(
+            parse(&bytes[..10]),
+            Err(RecordError::Truncated { have: 10, .. })
+        ));
+        assert!(matches!(
+            parse(&bytes[..bytes.len() - 1]),
+            Err(RecordError::Truncated { .. })
+        ));
+        let mut long = bytes.clone();
+        long.push(0);
+        assert!(matches!(
+            parse(&long),
+            Err(RecordError::TrailingBytes { extra: 1, .. })
+        ));
+        let mut b = bytes.clone();
+        b[0] = b'X';
+        assert!(matches!(parse(&b), Err(RecordError::BadMagic { .. })));
+        let mut b = bytes.clone();
+        b[4] = 9;
+        assert_eq!(parse(&b), Err(RecordError::BadKind { kind: 9 }));
+        let mut b = bytes.clone();
+        b[6] = 0;
+        b[7] = 0;
+        assert!(matches!(
+            parse(&b),
+            Err(RecordError::BadKeyLength { key_bytes: 0 })
+        ));
+        let mut b = bytes;
+        let last = b.len() - 5;
+        b[last] ^= 1;
+        assert!(matches!(parse(&b), Err(RecordError::BadCrc { .. })));
+    }
+}

@@ -1,0 +1,156 @@
+//! Values as stripes: splitting into k chunks, encoding, joining; choosing, from the records
+//! the survivors hold, the version of each key an index rebuild adopts.
+
+use std::collections::HashMap;
+
+use codes::{CodeError, Codec};
+
+use crate::record::{Header, Kind};
+
+/// Splits `value` into k data chunks of ⌈len/k⌉ bytes (the last zero-padded) and computes the
+/// parity chunks: n chunks in position order.
+pub fn encode(codec: &Codec, value: &[u8]) -> Result<Vec<Vec<u8>>, CodeError> {
+    let code = codec.code();
+    let (k, n) = (code.k(), code.n());
+    let chunk_bytes = value.len().div_ceil(k);
+    let mut chunks: Vec<Vec<u8>> = (0..n).map(|_| vec![0u8; chunk_bytes]).collect();
+    for (i, c) in chunks.iter_mut().take(k).enumerate() {
+        let start = (i * chunk_bytes).min(value.len());
+        let end = ((i + 1) * chunk_bytes).min(value.len());
+        c[..end - start].copy_from_slice(&value[start..end]);
+    }
+    if chunk_bytes > 0 {
+        let (data, parity) = chunks.split_at_mut(k);
+        let data: Vec<&[u8]> = data.iter().map(|c| c.as_slice()).collect();
+        let mut parity: Vec<&mut [u8]> = parity.iter_mut().map(|c| c.as_mut_slice()).collect();
+        codec.encode(&data, &mut parity)?;
+    }
+    Ok(chunks)
+}
+
+/// Joins k data chunks into the value of `value_bytes` bytes (padding dropped).
+pub fn join(data: &[&[u8]], value_bytes: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(value_bytes);
+    for c in data {
+        let take = (value_bytes - out.len()).min(c.len());
+        out.extend_from_slice(&c[..take]);
+    }
+    out
+}
+
+/// What an index rebuild adopts for one key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Adopted {
+    pub version: u64,
+    pub kind: Kind,
+    pub value_bytes: u64,
+    pub flags: u32,
+    pub exptime: i64,
+}
+
+/// From the headers the live members hold for a stripe, the version of each key to adopt: the
+/// highest version that is readable — a coded version with at least `k` distinct chunks, or a
+/// replicated one with one replica. A version with fewer chunks belongs to a write that never
+/// finished (it was not acknowledged) and is ignored.
+pub fn adopt(headers: &[Header], k: usize) -> HashMap<Vec<u8>, Adopted> {
+    let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
+    for h in headers {
+        let e = seen
+            .entry((h.key.clone(), h.version))
+            .or_insert_with(|| (h.clone(), Vec::new()));
+        if !e.1.contains(&h.chunk_index) {
+            e.1.push(h.chunk_index);
+        }
+    }
+    let mut out: HashMap<Vec<u8>, Adopted> = HashMap::new();
+    for ((key, version), (h, positions)) in seen {
+        let readable = match h.kind {
+            Kind::Coded => positions.len() >= k,
+            Kind::Replica => !positions.is_empty(),
+        };
+        if !readable {
+            continue;
+        }
+        if out.get(&key).is_some_and(|a| a.version >= version) {
+            continue;
+        }
+        out.insert(
+            key,
+            Adopted {
+                version,
+                kind: h.kind,
+                value_bytes: h.value_bytes,
+                flags: h.flags,
+                exptime: h.exptime,
+            },
+        );
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codes::Code;
+
+    #[test]
+    fn encode_join_round_trip_all_lengths() {
+        let codec = Codec::new("rs:6,3".parse::<Code>().unwrap());
+        for len in [0usize, 1, 5, 6, 7, 100, 4097] {
+            let value: Vec<u8> = (0..len).map(|i| (i * 31 + 7) as u8).collect();
+            let chunks = encode(&codec, &value).unwrap();
+            assert_eq!(chunks.len(), 9);
+            assert!(chunks.iter().all(|c| c.len() == len.div_ceil(6)));
+            let data: Vec<&[u8]> = chunks[..6].iter().map(|c| c.as_slice()).collect();
+            assert_eq!(join(&data, len), value);
+            if len > 0 {
+                // Any 6 of 9 rebuild the lost data chunks.
+                let avail: Vec<Option<&[u8]>> = (0..9)
+                    .map(|i| (![0, 2, 4].contains(&i)).then(|| chunks[i].as_slice()))
+                    .collect();
+                let mut outs = vec![vec![0u8; chunks[0].len()]; 3];
+                let mut refs: Vec<&mut [u8]> = outs.iter_mut().map(|o| o.as_mut_slice()).collect();
+                codec.reconstruct(&avail, &[0, 2, 4], &mut refs).unwrap();
+                assert_eq!(outs[1], chunks[2]);
+            }
+        }
+    }
+
+    fn h(key: &[u8], version: u64, idx: u8, kind: Kind) -> Header {
+        Header {
+            kind,
+            chunk_index: idx,
+            key: key.to_vec(),
+            version,
+            value_bytes: 10,
+            flags: 0,
+            exptime: 0,
+        }
+    }
+
+    #[test]
+    fn adopt_picks_highest_readable_version() {
+        let mut hs = Vec::new();
+        // Key a: version 1 whole on 0..3, version 2 only on 0..1 (write cut short).
+        for i in 0..3 {
+            hs.push(h(b"a", 1, i, Kind::Coded));
+        }
+        hs.push(h(b"a", 2, 0, Kind::Coded));
+        hs.push(h(b"a", 2, 1, Kind::Coded));
+        // Key b: version 5 has 3 chunks: adopted.
+        for i in 0..3 {
+            hs.push(h(b"b", 5, i, Kind::Coded));
+        }
+        // Key c: replica of version 9.
+        hs.push(h(b"c", 9, 2, Kind::Replica));
+        // Key d: two chunks only.
+        hs.push(h(b"d", 1, 0, Kind::Coded));
+        hs.push(h(b"d", 1, 0, Kind::Coded));
+        hs.push(h(b"d", 1, 1, Kind::Coded));
+        let a = adopt(&hs, 3);
+        assert_eq!(a[&b"a".to_vec()].version, 1);
+        assert_eq!(a[&b"b".to_vec()].version, 5);
+        assert_eq!(a[&b"c".to_vec()].kind, Kind::Replica);
+        assert!(!a.contains_key(b"d".as_slice()));
+    }
+}
