@@ -4,6 +4,8 @@
 //! that failures are seen and explained. A test skips, saying why, only when a tool is missing
 //! (`scripts/test-all` installs memcached, libmemcached-tools and pymemcache).
 
+#![cfg(feature = "bench")]
+
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 

@@ -70,6 +70,8 @@ def _():
     eq(c(1).get(b"k1"), b"hello", "get")
     eq(c(1).get(b"missing-key"), None, "miss")
     eq(c(0).set(b"k1", b"bye", noreply=True), True, "set noreply")
+    # Without a reply, only the same connection's next request is ordered after the set.
+    eq(c(0).get(b"k1"), b"bye", "get after noreply set, same connection")
     eq(c(1).get(b"k1"), b"bye", "get after noreply set")
 
 
