@@ -40,6 +40,104 @@ extern "C" {
     fn gf_gen_rs_matrix(a: *mut c_uchar, m: c_int, k: c_int);
     fn gf_gen_cauchy1_matrix(a: *mut c_uchar, m: c_int, k: c_int);
     fn gf_invert_matrix(input: *mut c_uchar, output: *mut c_uchar, n: c_int) -> c_int;
+    // The per-ISA forms `ec_encode_data` and `ec_init_tables` dispatch to (same prototypes;
+    // global symbols of `libisal.a` 2.31, from `erasure_code/ec_highlevel_func.c` and
+    // `ec_base.c`): the nibble-table kernels take `ec_init_tables_base` tables, the GFNI ones
+    // `ec_init_tables_gfni` tables.
+    fn ec_init_tables_base(k: c_int, rows: c_int, a: *mut c_uchar, gftbls: *mut c_uchar);
+    fn ec_init_tables_gfni(k: c_int, rows: c_int, a: *mut c_uchar, gftbls: *mut c_uchar);
+    fn ec_encode_data_avx2(
+        len: c_int,
+        k: c_int,
+        rows: c_int,
+        gftbls: *mut c_uchar,
+        data: *mut *mut c_uchar,
+        coding: *mut *mut c_uchar,
+    );
+    fn ec_encode_data_avx512(
+        len: c_int,
+        k: c_int,
+        rows: c_int,
+        gftbls: *mut c_uchar,
+        data: *mut *mut c_uchar,
+        coding: *mut *mut c_uchar,
+    );
+    fn ec_encode_data_avx2_gfni(
+        len: c_int,
+        k: c_int,
+        rows: c_int,
+        gftbls: *mut c_uchar,
+        data: *mut *mut c_uchar,
+        coding: *mut *mut c_uchar,
+    );
+    fn ec_encode_data_avx512_gfni(
+        len: c_int,
+        k: c_int,
+        rows: c_int,
+        gftbls: *mut c_uchar,
+        data: *mut *mut c_uchar,
+        coding: *mut *mut c_uchar,
+    );
+}
+
+/// The instruction-set level ISA-L runs at: its run-time choice, or one forced (to compare
+/// kernels of the same level on a CPU that has more).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Isa {
+    /// `ec_encode_data`'s own dispatch (the best the CPU has).
+    #[default]
+    Native,
+    /// `ec_encode_data_avx2`: nibble tables, 32-byte registers.
+    Avx2,
+    /// `ec_encode_data_avx512`: nibble tables, 64-byte registers.
+    Avx512,
+    /// `ec_encode_data_avx2_gfni`: GFNI, 32-byte registers.
+    Avx2Gfni,
+    /// `ec_encode_data_avx512_gfni`: GFNI, 64-byte registers.
+    Avx512Gfni,
+}
+
+impl Isa {
+    /// The CPU feature this level needs and the CPU lacks, if any (forcing a level the CPU
+    /// cannot run would stop the process on an illegal instruction).
+    pub fn missing_feature(self) -> Option<&'static str> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let need: &[(&str, bool)] = match self {
+                Isa::Native => &[],
+                Isa::Avx2 => &[("avx2", has!("avx2"))],
+                Isa::Avx512 => &[
+                    ("avx512f", has!("avx512f")),
+                    ("avx512bw", has!("avx512bw")),
+                    ("avx512vl", has!("avx512vl")),
+                ],
+                Isa::Avx2Gfni => &[("avx2", has!("avx2")), ("gfni", has!("gfni"))],
+                Isa::Avx512Gfni => &[
+                    ("avx512f", has!("avx512f")),
+                    ("avx512bw", has!("avx512bw")),
+                    ("avx512vl", has!("avx512vl")),
+                    ("gfni", has!("gfni")),
+                ],
+            };
+            need.iter().find(|(_, ok)| !ok).map(|(f, _)| *f)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self != Isa::Native).then_some("x86_64")
+        }
+    }
+
+    /// The kernel `ec_encode_data` runs at this level.
+    pub fn kernel_name(self) -> &'static str {
+        match self {
+            Isa::Native => kernel_name(),
+            Isa::Avx2 => "isal-avx2",
+            Isa::Avx512 => "isal-avx512",
+            Isa::Avx2Gfni => "isal-avx2-gfni",
+            Isa::Avx512Gfni => "isal-avx512-gfni",
+        }
+    }
 }
 
 /// The largest stripe ISA-L's GF(2^8) matrices describe.
@@ -96,6 +194,8 @@ pub fn invert_matrix(a: &[u8], n: usize) -> Option<Vec<u8>> {
 pub struct Tables {
     k: usize,
     rows: usize,
+    /// The level the tables are prepared for and `Call::run` encodes at.
+    isa: Isa,
     /// 32 bytes per coefficient, as ISA-L requires (its GFNI tables use 8 of them).
     tables: Vec<u8>,
 }
@@ -109,9 +209,19 @@ impl std::fmt::Debug for Tables {
 impl Tables {
     /// Prepares `coeffs` (`rows × k`, row-major).
     pub fn new(k: usize, rows: usize, coeffs: &[u8]) -> Tables {
+        Tables::with_isa(k, rows, coeffs, Isa::Native)
+    }
+
+    /// Prepares `coeffs` for the kernels of `isa`. Panics if the CPU cannot run them (see
+    /// [`Isa::missing_feature`]).
+    pub fn with_isa(k: usize, rows: usize, coeffs: &[u8], isa: Isa) -> Tables {
+        if let Some(f) = isa.missing_feature() {
+            panic!("isal: {isa:?} kernels need {f}, which this CPU lacks");
+        }
         let mut t = Tables {
             k,
             rows,
+            isa,
             tables: Vec::new(),
         };
         t.reinit(k, rows, coeffs);
@@ -135,10 +245,15 @@ impl Tables {
         self.tables.resize(32 * k * rows, 0);
         // ISA-L takes a mutable pointer but only reads the coefficients; pass a copy anyway.
         let mut a = coeffs.to_vec();
+        let init = match self.isa {
+            Isa::Native => ec_init_tables,
+            Isa::Avx2 | Isa::Avx512 => ec_init_tables_base,
+            Isa::Avx2Gfni | Isa::Avx512Gfni => ec_init_tables_gfni,
+        };
         // SAFETY: `a` holds rows·k coefficients and `tables` 32·k·rows bytes, the sizes
-        // ISA-L documents for these arguments.
+        // ISA-L documents for these arguments (the GFNI form writes 8 bytes per coefficient).
         unsafe {
-            ec_init_tables(
+            init(
                 k as c_int,
                 rows as c_int,
                 a.as_mut_ptr(),
@@ -228,13 +343,23 @@ impl<'a> Call<'a> {
         if self.len == 0 {
             return;
         }
+        // The encode function of the level the tables were prepared for.
+        let encode = match tables.isa {
+            Isa::Native => ec_encode_data,
+            Isa::Avx2 => ec_encode_data_avx2,
+            Isa::Avx512 => ec_encode_data_avx512,
+            Isa::Avx2Gfni => ec_encode_data_avx2_gfni,
+            Isa::Avx512Gfni => ec_encode_data_avx512_gfni,
+        };
         // SAFETY: there are `tables.k` input and `tables.rows` output pointers (checked
         // above), each to `len` bytes borrowed for 'a (outputs exclusively, and `&mut self`
         // keeps two runs from overlapping); `tables` holds 32·k·rows bytes prepared by
-        // `ec_init_tables` for that shape. ISA-L reads the inputs and the tables and writes
-        // `len` bytes to each output.
+        // `ec_init_tables` for that shape, in the form `encode` reads (base tables for the
+        // nibble kernels, GFNI tables for the GFNI ones), and `Tables::with_isa` checked that
+        // the CPU runs `encode`. ISA-L reads the inputs and the tables and writes `len` bytes
+        // to each output.
         unsafe {
-            ec_encode_data(
+            encode(
                 self.len as c_int,
                 tables.k as c_int,
                 tables.rows as c_int,
@@ -307,22 +432,31 @@ mod tests {
     }
 
     #[test]
-    fn encode_odd_length_matches_scalar() {
+    fn encode_odd_length_matches_scalar_at_every_isa() {
         let (k, m) = (5, 3);
         let g = gen_cauchy1_matrix(k, m);
-        let t = Tables::new(k, m, &g[k * k..]);
         let data: Vec<Vec<u8>> = (0..k)
             .map(|j| (0..131).map(|b| (j * 37 + b * 11 + 3) as u8).collect())
             .collect();
-        let mut par = vec![vec![0u8; 131]; m];
-        let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
-        let mut outs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
-        t.encode(&ins, &mut outs);
-        for (r, p) in par.iter().enumerate() {
-            for (b, &byte) in p.iter().enumerate() {
-                let want =
-                    (0..k).fold(0, |s, j| s ^ gf::field::mul(g[(k + r) * k + j], data[j][b]));
-                assert_eq!(byte, want, "row {r} byte {b}");
+        let isas = [
+            Isa::Native,
+            Isa::Avx2,
+            Isa::Avx512,
+            Isa::Avx2Gfni,
+            Isa::Avx512Gfni,
+        ];
+        for isa in isas.into_iter().filter(|i| i.missing_feature().is_none()) {
+            let t = Tables::with_isa(k, m, &g[k * k..], isa);
+            let mut par = vec![vec![0u8; 131]; m];
+            let ins: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+            let mut outs: Vec<&mut [u8]> = par.iter_mut().map(|p| &mut p[..]).collect();
+            t.encode(&ins, &mut outs);
+            for (r, p) in par.iter().enumerate() {
+                for (b, &byte) in p.iter().enumerate() {
+                    let want =
+                        (0..k).fold(0, |s, j| s ^ gf::field::mul(g[(k + r) * k + j], data[j][b]));
+                    assert_eq!(byte, want, "{isa:?} row {r} byte {b}");
+                }
             }
         }
     }

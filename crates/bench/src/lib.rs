@@ -9,3 +9,4 @@ pub mod codec;
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;
+pub mod stats;

@@ -94,5 +94,9 @@ fn tiny_run_writes_json_lines_with_the_required_fields() {
         assert!(libraries.contains("isal"));
     }
     let table = String::from_utf8(table).unwrap();
-    assert!(table.contains("rs(3,2)") && table.contains("lrc(4,2,1)"));
+    assert!(
+        table.contains("rs:3,2") && table.contains("lrc:4,2,1"),
+        "{table}"
+    );
+    assert!(!table.contains("rs(3,2)"), "{table}");
 }

@@ -23,8 +23,11 @@
 
 pub mod index;
 pub mod member;
+pub mod node;
+pub mod peer;
 pub mod placement;
 pub mod record;
 pub mod semantics;
+pub mod server;
 pub mod stripe;
 pub mod time;

@@ -1,12 +1,15 @@
 //! The `inec` command-line tool: thin wiring of the crates.
 #![forbid(unsafe_code)]
 
-use anyhow::Result;
-use clap::{Parser, Subcommand};
+use std::process::ExitCode;
 
+use clap::{CommandFactory, Parser, Subcommand};
+
+mod args;
 mod cluster_state;
 #[cfg(feature = "bench")]
 mod cmd_bench;
+mod cmd_cache;
 mod cmd_cluster;
 mod cmd_file;
 mod cmd_plan;
@@ -15,7 +18,12 @@ mod cmd_plan;
 #[command(
     name = "inec",
     version,
-    about = "Erasure coding for distributed storage"
+    about = "Erasure coding for distributed storage",
+    after_help = "Flags are spelled alike in every subcommand: a code is --code rs:K,M, \
+rs-vand:K,M or lrc:K,L,R; a size takes a unit (4096, 64KiB, 1MiB); a list is given by \
+repeating its flag (--code rs:6,3 --code lrc:6,2,2).\n\n\
+Exit status: 0 success; 1 failure; 2 usage error. `inec verify`: 0 intact, 1 degraded but \
+recoverable, 3 lost, 2 usage error or nothing to check."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -29,6 +37,13 @@ enum Command {
     /// Rebuild a file from its chunk files, tolerating missing or corrupt ones.
     Decode(cmd_file::DecodeArgs),
     /// Check every chunk file of a directory and report what can be recovered.
+    #[command(
+        after_help = "Exit status: 0 intact (every chunk file whole and consistent); \
+1 degraded but recoverable (some chunk files missing, damaged or inconsistent, the data \
+decodes and matches its checksum); 3 lost (some stripe cannot be decoded, or the data fails \
+its checksum); 2 usage error or nothing to check (bad flags, no such directory, no chunk \
+files)."
+    )]
     Verify(cmd_file::VerifyArgs),
     /// Benchmarks (absent from a server build, made without the `bench` feature).
     #[cfg(feature = "bench")]
@@ -43,26 +58,71 @@ enum Command {
     /// Start, stop or inspect a cluster of nodes on this machine.
     #[command(subcommand)]
     Cluster(cmd_cluster::ClusterCommand),
+    /// Run one cache node (memcached text protocol, erasure-coded across the cluster).
+    Serve(cmd_cache::ServeArgs),
+    /// Start, stop, inspect or restart nodes of a local cache cluster.
+    #[command(subcommand)]
+    Cache(cmd_cache::CacheCommand),
 }
 
-fn main() -> Result<()> {
+/// Prints a usage error for `subcommand` the way clap does (with its usage line) and exits
+/// with status 2.
+pub fn usage_error(subcommand: &str, message: &str) -> ! {
+    let mut cmd = Cli::command();
+    cmd.build();
+    let sub = cmd
+        .find_subcommand_mut(subcommand)
+        .expect("a known subcommand")
+        .clone();
+    sub.bin_name(format!("inec {subcommand}"))
+        .error(clap::error::ErrorKind::MissingRequiredArgument, message)
+        .exit()
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
     // Refuse a forced kernel the CPU lacks before anything runs.
-    gf::try_kernel()?;
-    match cli.command {
+    if let Err(e) = gf::try_kernel() {
+        eprintln!("Error: {e}");
+        return ExitCode::from(2);
+    }
+    let result = match cli.command {
         Command::Encode(a) => cmd_file::encode(a),
         Command::Decode(a) => cmd_file::decode(a),
-        Command::Verify(a) => cmd_file::verify(a),
+        Command::Verify(a) => {
+            return match cmd_file::verify(a) {
+                Ok(status) => ExitCode::from(cmd_file::verify_exit_code(status)),
+                Err(e) => {
+                    eprintln!("Error: {e:?}");
+                    // Every chunk file present but none readable: the file is lost. Anything
+                    // else (no such directory, no chunk files) leaves nothing to check.
+                    let lost = matches!(
+                        e.downcast_ref::<file::FileError>(),
+                        Some(file::FileError::NoReadableChunkFile { .. })
+                    );
+                    ExitCode::from(if lost { 3 } else { 2 })
+                }
+            };
+        }
         #[cfg(feature = "bench")]
-        Command::Bench(mut b) => {
+        Command::Bench(mut b) => (|| {
             if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
                 cluster_state::give_to_bench(a)?;
             }
             cmd_bench::run(b)
-        }
+        })(),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),
         Command::Cluster(c) => cmd_cluster::run(c),
+        Command::Serve(a) => cmd_cache::serve(a),
+        Command::Cache(c) => cmd_cache::run(c),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
     }
 }

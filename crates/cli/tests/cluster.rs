@@ -97,43 +97,43 @@ fn relay_chain(chunk_bytes: usize, blocker: bool) -> Vec<VertexPart> {
         stripe: 5,
         index: i,
     };
-    let base = |vertex: u32, node: NodeId| VertexPart {
+    let base = |vertex: usize, node: NodeId| VertexPart {
         vertex,
         node,
         chunk_bytes,
         slice_bytes: 32 << 10,
-        locals: vec![],
-        in_edges: vec![],
+        local: vec![],
+        inputs: vec![],
         coeffs: vec![],
         outputs: vec![],
     };
-    let send = |edge: u32, to: NodeId| OutputSpec {
+    let send = |edge: usize, to: NodeId| OutputSpec {
         sends: vec![OutEdge { edge, to }],
         store: None,
     };
     let mut parts = vec![
         VertexPart {
-            locals: vec![c(0)],
+            local: vec![c(0)],
             coeffs: vec![1],
             outputs: vec![send(0, 1)],
             ..base(0, 0)
         },
         VertexPart {
-            locals: vec![c(1)],
-            in_edges: vec![InEdge { edge: 0, from: 0 }],
+            local: vec![c(1)],
+            inputs: vec![InEdge { edge: 0, from: 0 }],
             coeffs: vec![1, 1],
             outputs: vec![send(1, 2)],
             ..base(1, 1)
         },
         VertexPart {
-            locals: vec![c(2)],
-            in_edges: vec![InEdge { edge: 1, from: 1 }],
+            local: vec![c(2)],
+            inputs: vec![InEdge { edge: 1, from: 1 }],
             coeffs: vec![1, 1],
             outputs: vec![send(2, 3)],
             ..base(2, 2)
         },
         VertexPart {
-            in_edges: vec![InEdge { edge: 2, from: 2 }],
+            inputs: vec![InEdge { edge: 2, from: 2 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
@@ -143,10 +143,10 @@ fn relay_chain(chunk_bytes: usize, blocker: bool) -> Vec<VertexPart> {
         },
     ];
     if blocker {
-        parts[3].in_edges.push(InEdge { edge: 3, from: 4 });
+        parts[3].inputs.push(InEdge { edge: 3, from: 4 });
         parts[3].coeffs.push(1);
         parts.push(VertexPart {
-            locals: vec![c(4)],
+            local: vec![c(4)],
             coeffs: vec![1],
             outputs: vec![send(3, 3)],
             ..base(4, 4)
@@ -162,10 +162,10 @@ fn killing_a_relay_mid_plan_fails_the_plan_quickly() {
     let bytes = 16 << 20;
     for mode in [Mode::Coherent, Mode::Incoherent] {
         let (mut nodes, mut runner) = cluster(5);
-        let stored = (0..5)
+        let stored = (0..5u32)
             .map(|i| {
                 (
-                    i,
+                    i as NodeId,
                     ChunkRef {
                         stripe: 5,
                         index: i,

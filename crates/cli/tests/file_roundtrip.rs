@@ -40,6 +40,14 @@ fn ok(args: &[&str]) -> Output {
     o
 }
 
+/// Runs `inec verify DIR` and checks its exit status (0 intact, 1 degraded, 3 lost).
+#[track_caller]
+fn verify_exits(dir: &Path, code: i32) -> Output {
+    let o = run(&["verify", p(dir)]);
+    assert_eq!(o.status.code(), Some(code), "inec verify: {}", text(&o));
+    o
+}
+
 #[track_caller]
 fn fails(args: &[&str]) -> Output {
     let o = run(args);
@@ -123,7 +131,7 @@ impl Case {
     fn decode_equals(&self, data: &[u8]) -> Output {
         let out = self.path("output");
         let _ = fs::remove_file(&out);
-        let o = ok(&["decode", p(&self.path("chunks")), "-o", p(&out)]);
+        let o = ok(&["decode", p(&self.path("chunks")), "-o", p(&out), "--force"]);
         let got = fs::read(&out).unwrap();
         assert_eq!(got.len(), data.len(), "decoded length");
         assert!(got == data, "decoded bytes differ");
@@ -145,7 +153,7 @@ fn empty_file_round_trips() {
     fs::remove_file(chunk(&dir, 0)).unwrap();
     fs::remove_file(chunk(&dir, 5)).unwrap();
     c.decode_equals(&[]);
-    let v = ok(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 1);
     assert!(
         text(&v).contains("degraded but recoverable"),
         "{}",
@@ -187,13 +195,13 @@ fn odd_size_many_stripes_with_deleted_chunks() {
     let c1 = fs::read(chunk(&dir, 1)).unwrap();
     assert_eq!(&c1[64..64 + 4096], &data[4096..8192]);
     c.decode_equals(&data);
-    ok(&["verify", p(&dir)]);
+    verify_exits(&dir, 0);
     for i in [0, 4, 7] {
         fs::remove_file(chunk(&dir, i)).unwrap();
     }
     let o = c.decode_equals(&data);
     assert!(text(&o).contains("rebuilt"), "{}", text(&o));
-    let v = ok(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 1);
     let v = text(&v);
     assert!(v.contains("chunk-004  missing"), "{v}");
     assert!(v.contains("degraded but recoverable"), "{v}");
@@ -259,7 +267,7 @@ fn bit_flips_are_detected_and_repaired_per_stripe() {
         "{o}"
     );
     assert!(!o.contains("unusable"), "{o}");
-    let v = ok(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 1);
     let v = text(&v);
     assert!(v.contains("chunk-000  corrupt: 2 of 50"), "{v}");
     // Each stripe is named once, not again inside the reason.
@@ -269,11 +277,11 @@ fn bit_flips_are_detected_and_repaired_per_stripe() {
     assert!(v.contains("the data decodes and matches its crc32c"), "{v}");
     // One more flip makes stripe 7 lose three chunks: not recoverable, and no output.
     flip_bit(&chunk(&dir, 0), payload_offset(1000, 7) + 3);
-    let v = fails(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 3);
     assert!(text(&v).contains("not recoverable"), "{}", text(&v));
     let out = c.path("output");
     fs::write(&out, b"previous contents").unwrap();
-    let d = fails(&["decode", p(&dir), "-o", p(&out)]);
+    let d = fails(&["decode", p(&dir), "-o", p(&out), "--force"]);
     let d = text(&d);
     assert!(d.contains("stripe 7"), "{d}");
     assert!(d.contains("chunk-000"), "{d}");
@@ -290,7 +298,7 @@ fn corrupt_header_and_truncated_file_count_as_lost() {
     flip_bit(&chunk(&dir, 1), 33);
     let f = OpenOptions::new().write(true).open(chunk(&dir, 3)).unwrap();
     f.set_len(HEADER_BYTES + 2 * 2004 + 100).unwrap();
-    let v = ok(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 1);
     let v = text(&v);
     assert!(v.contains("chunk-001  corrupt header"), "{v}");
     assert!(v.contains("header checksum mismatch"), "{v}");
@@ -325,7 +333,7 @@ fn too_many_missing_is_a_clean_error() {
     assert!(d.contains("chunk-002: missing"), "{d}");
     assert!(!out.exists());
     assert!(hidden_files(c.tmp.path()).is_empty());
-    let v = fails(&["verify", p(&dir)]);
+    let v = verify_exits(&dir, 3);
     assert!(text(&v).contains("not recoverable"), "{}", text(&v));
     // Nothing at all to decode from.
     let empty = c.path("empty");
@@ -347,7 +355,7 @@ fn lrc_local_and_global_repair() {
         fs::remove_file(chunk(&dir, i)).unwrap();
     }
     c.decode_equals(&data);
-    ok(&["verify", p(&dir)]);
+    verify_exits(&dir, 1);
 
     // A whole group and its local parity: four losses the code cannot recover.
     let c = Case::new();
@@ -359,7 +367,7 @@ fn lrc_local_and_global_repair() {
     let d = fails(&["decode", p(&dir), "-o", p(&out)]);
     assert!(text(&d).contains("cannot decode"), "{}", text(&d));
     assert!(!out.exists());
-    fails(&["verify", p(&dir)]);
+    verify_exits(&dir, 3);
 }
 
 #[test]
@@ -440,7 +448,7 @@ fn bad_arguments_are_refused() {
     };
     fails_with(
         &enc(&[]),
-        &["required arguments were not provided", "--k <K>"],
+        &["no code given: pass --code rs:K,M", "lrc:K,L,R"],
     );
     fails_with(&enc(&["--k", "4"]), &["--m <M>"]);
     fails_with(
@@ -553,7 +561,7 @@ fn stale_partial_files_are_removed_by_the_next_run() {
     let out = c.path("output");
     let stale_out = c.path(".output.999999999.partial");
     fs::write(&stale_out, b"junk").unwrap();
-    ok(&["decode", p(&dir), "-o", p(&out)]);
+    ok(&["decode", p(&dir), "-o", p(&out), "--force"]);
     assert!(!stale_out.exists());
     assert_eq!(fs::read(&out).unwrap(), data);
 }
@@ -676,7 +684,7 @@ fn verify_decodes_and_checks_parity_and_content() {
     let args = ["--k", "4", "--m", "2", "--chunk-bytes", "1000"];
     let c = Case::new();
     let dir = c.encode(&data, &args);
-    let v = text(&ok(&["verify", p(&dir)]));
+    let v = text(&verify_exits(&dir, 0));
     assert!(
         v.contains("checked: the header and every stripe record's crc32c"),
         "{v}"
@@ -689,7 +697,7 @@ fn verify_decodes_and_checks_parity_and_content() {
     // A parity record rewritten with a valid checksum: the records all pass, the parity
     // check does not, and leaving each chunk out finds the one that disagrees.
     rewrite_resealed(&dir, 5, 1000, 3, 10);
-    let v = text(&run(&["verify", p(&dir)]));
+    let v = text(&verify_exits(&dir, 1));
     assert!(
         v.contains("chunk-005  inconsistent: its records pass their crc32c but it disagrees with the other chunks in 1 of 15 stripe(s), the first is stripe 3"),
         "{v}"
@@ -705,7 +713,7 @@ fn verify_decodes_and_checks_parity_and_content() {
     let c = Case::new();
     let dir = c.encode(&data, &args);
     rewrite_resealed(&dir, 2, 1000, 7, 0);
-    let v = text(&run(&["verify", p(&dir)]));
+    let v = text(&verify_exits(&dir, 1));
     assert!(v.contains("chunk-002  inconsistent"), "{v}");
     assert!(
         v.contains("chunk-004  ok") && v.contains("chunk-005  ok"),
@@ -731,7 +739,7 @@ fn verify_decodes_and_checks_parity_and_content() {
     let c = Case::new();
     let dir = c.encode(&data, &args);
     fs::remove_file(chunk(&dir, 1)).unwrap();
-    let v = text(&ok(&["verify", p(&dir)]));
+    let v = text(&verify_exits(&dir, 1));
     assert!(v.contains("the data decodes and matches its crc32c"), "{v}");
 }
 
@@ -820,7 +828,7 @@ fn large_file_streams_in_bounded_memory() {
     assert!(files_equal(&input, &out), "decoded 256 MiB file differs");
     let o = run_with_address_space_limit(&["verify", p(&dir)], ADDRESS_SPACE_LIMIT_BYTES);
     assert!(
-        o.status.success(),
+        o.status.code() == Some(1),
         "verify within {ADDRESS_SPACE_LIMIT_BYTES} bytes of address space: {}",
         text(&o)
     );

@@ -41,10 +41,12 @@
 
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod chunk_file;
 mod linalg;
 mod lru;
 pub mod matrices;
+pub mod size;
 
 use std::fmt;
 use std::str::FromStr;

@@ -12,8 +12,8 @@
 use serde::{Deserialize, Serialize};
 
 use crate::engine::Mode;
-use crate::part::VertexPart;
 use crate::transport::NodeId;
+use graph::part::VertexPart;
 
 /// A runner's request to a host.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -6,10 +6,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::engine::{Completion, Engine, Mode, WorkRequest};
-use crate::part::{ChunkRef, Outgoing, PartRun};
+use crate::part::{Outgoing, PartRun};
 use crate::transport::NodeId;
 use crate::wire::{Header, Kind};
 use crate::EngineError;
+use graph::part::ChunkRef;
 
 /// The outcome of one operation on this node: the chunks it stored, or why it failed.
 pub type OpResult = Result<Vec<(ChunkRef, Arc<Vec<u8>>)>, EngineError>;

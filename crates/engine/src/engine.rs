@@ -5,11 +5,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::part::{ChunkRef, Outgoing, PartRun};
+use crate::part::{Outgoing, PartRun};
 use crate::pool::BufferPool;
 use crate::transport::{Event, NodeId, Payload, Transport, Waker};
 use crate::wire::{Header, Kind};
 use crate::EngineError;
+use graph::part::ChunkRef;
 
 /// Frames that arrive for an operation before it is posted wait here, up to this many bytes
 /// in all; beyond it the operation's frames are dropped and the operation fails when posted.

@@ -24,10 +24,11 @@ use crate::channel::{self, Port};
 use crate::control::{Reply, Request};
 use crate::driver::{Handled, OpDriver, OpResult};
 use crate::engine::{Completion, Engine, Mode, WorkRequest};
-use crate::part::{ChunkRef, PartRun, VertexPart};
+use crate::part::PartRun;
 use crate::pool::BufferPool;
 use crate::store::ChunkStore;
 use crate::transport::{MemHub, NodeId, TcpTransport};
+use graph::part::{ChunkRef, VertexPart};
 
 /// One run of an installed template on this node, as the application sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -232,7 +233,7 @@ impl<A: Application> Host<'_, A> {
                 Reply::Ok
             }
             Ok((Request::Install { template, parts }, _)) => {
-                match parts.iter().try_for_each(|p| p.validate()) {
+                match parts.iter().try_for_each(VertexPart::validate) {
                     Err(e) => Reply::Error {
                         message: e.to_string(),
                     },
@@ -292,7 +293,7 @@ impl<A: Application> Host<'_, A> {
         let mut runs = Vec::with_capacity(parts.len());
         for p in parts {
             let locals = p
-                .locals
+                .local
                 .iter()
                 .map(|&c| self.app.input(&self.ctx, info, c))
                 .collect::<Result<Vec<_>, String>>()?;

@@ -4,8 +4,8 @@
 //!
 //! A node runs one [`Engine`] thread that owns its transport. The application posts
 //! [`WorkRequest`]s and waits on the engine's [`CompletionQueue`]. A vertex of a plan is a
-//! [`VertexPart`]; running it for one operation is a [`PartRun`], the compiled chain of
-//! `WAIT → CALC → SEND` per slice. In [`Mode::Coherent`] the whole chain is posted once and the
+//! [`VertexPart`] (`graph`'s lowering, [`graph::Plan::parts`]); running it for one operation
+//! is a [`PartRun`], the compiled chain of `WAIT → CALC → SEND` per slice. In [`Mode::Coherent`] the whole chain is posted once and the
 //! engine thread runs every step as slices arrive; in [`Mode::Incoherent`] the application
 //! thread (through [`OpDriver`]) is woken for every received slice, computes, and posts each
 //! send. `docs/engine.md` describes the threads and locks, `docs/wire.md` the frames.
@@ -23,13 +23,13 @@
 //!                 Engine::start(hub.attach(1, pool.clone()), pool.clone()));
 //! let sender = Arc::new(VertexPart {
 //!     vertex: 0, node: 0, chunk_bytes: 8, slice_bytes: 4,
-//!     locals: vec![ChunkRef { stripe: 0, index: 0 }, ChunkRef { stripe: 0, index: 1 }],
-//!     in_edges: vec![], coeffs: vec![1, 1],
+//!     local: vec![ChunkRef { stripe: 0, index: 0 }, ChunkRef { stripe: 0, index: 1 }],
+//!     inputs: vec![], coeffs: vec![1, 1],
 //!     outputs: vec![OutputSpec { sends: vec![OutEdge { edge: 0, to: 1 }], store: None }],
 //! });
 //! let receiver = Arc::new(VertexPart {
-//!     vertex: 1, node: 1, chunk_bytes: 8, slice_bytes: 4, locals: vec![],
-//!     in_edges: vec![InEdge { edge: 0, from: 0 }], coeffs: vec![1],
+//!     vertex: 1, node: 1, chunk_bytes: 8, slice_bytes: 4, local: vec![],
+//!     inputs: vec![InEdge { edge: 0, from: 0 }], coeffs: vec![1],
 //!     outputs: vec![OutputSpec { sends: vec![], store: Some(ChunkRef { stripe: 0, index: 9 }) }],
 //! });
 //! let k = gf::kernel();
@@ -56,7 +56,6 @@ mod driver;
 mod engine;
 pub mod host;
 mod part;
-pub mod plan;
 mod pool;
 pub mod runner;
 pub mod store;
@@ -67,8 +66,10 @@ pub mod wire;
 
 pub use driver::{Handled, OpDriver, OpResult};
 pub use engine::{Completion, CompletionQueue, Engine, Mode, WorkRequest};
+pub use graph::part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
+pub use graph::Primitive;
 pub use host::{serve, serve_with, Application, HostCtx, LocalNode, Replier, RunInfo};
-pub use part::{ChunkRef, InEdge, OutEdge, Outgoing, OutputSpec, PartRun, Primitive, VertexPart};
+pub use part::{Outgoing, PartRun};
 pub use pool::BufferPool;
 pub use runner::{runner_id, PlanRunner, RunSpec, RunStats};
 pub use store::{ChunkStore, StoreReply, StoreRequest};
@@ -97,7 +98,7 @@ pub enum EngineError {
         reason: String,
     },
     #[error("bad plan part for vertex {vertex}: {reason}")]
-    BadPart { vertex: u32, reason: String },
+    BadPart { vertex: usize, reason: String },
     #[error("engine stopped: {reason}")]
     Stopped { reason: String },
     #[error("node {node}: {message}")]

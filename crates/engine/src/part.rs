@@ -1,5 +1,6 @@
-//! One node's share of a plan: a vertex, its local chunks, its incoming and outgoing edges and
-//! the linear map it computes, and [`PartRun`], the per-slice state machine that executes it.
+//! [`PartRun`]: the running state of one [`VertexPart`] (a vertex of a plan, lowered by
+//! `graph`'s [`graph::Plan::parts`]) for one operation, the per-slice state machine that
+//! executes it.
 //!
 //! A `PartRun` is the compiled form of a primitive's chain. For every slice `s` it holds what
 //! the paper's work requests hold: a `WAIT` count (incoming edges still missing for `s`), the
@@ -12,159 +13,11 @@ use std::ops::Range;
 use std::sync::Arc;
 
 use gf::{Kernel, Matrix};
-use serde::{Deserialize, Serialize};
+use graph::part::{ChunkRef, VertexPart};
 
 use crate::pool::BufferPool;
 use crate::transport::{NodeId, Payload};
 use crate::EngineError;
-
-/// A chunk held by a node: stripe id and chunk index within the stripe.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct ChunkRef {
-    pub stripe: u64,
-    pub index: u32,
-}
-
-/// An edge into a vertex.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InEdge {
-    pub edge: u32,
-    pub from: NodeId,
-}
-
-/// An edge out of a vertex.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutEdge {
-    pub edge: u32,
-    pub to: NodeId,
-}
-
-/// One buffer a vertex computes: sent on `sends` and/or kept as chunk `store`.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputSpec {
-    pub sends: Vec<OutEdge>,
-    pub store: Option<ChunkRef>,
-}
-
-/// The primitive a vertex runs (INEC §III-A, lowering rules of DESIGN.md §5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Primitive {
-    Send,
-    EcSend,
-    XorSend,
-    RecvEcSend,
-    RecvXorSend,
-    RecvEc,
-    RecvXor,
-}
-
-/// A vertex of a plan as one node executes it. Every edge carries a buffer of `chunk_bytes`
-/// cut into slices of `slice_bytes` (the last one shorter).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VertexPart {
-    pub vertex: u32,
-    pub node: NodeId,
-    pub chunk_bytes: usize,
-    pub slice_bytes: usize,
-    /// Chunks read from the node's store.
-    pub locals: Vec<ChunkRef>,
-    pub in_edges: Vec<InEdge>,
-    /// `outputs.len()` rows × `locals.len() + in_edges.len()` columns, row-major: output o =
-    /// Σ coeffs[o][j] · input j, inputs being the locals then the incoming edges.
-    pub coeffs: Vec<u8>,
-    pub outputs: Vec<OutputSpec>,
-}
-
-impl VertexPart {
-    pub fn input_count(&self) -> usize {
-        self.locals.len() + self.in_edges.len()
-    }
-
-    pub fn slice_count(&self) -> usize {
-        self.chunk_bytes.div_ceil(self.slice_bytes.max(1))
-    }
-
-    /// The primitive this vertex lowers to.
-    pub fn primitive(&self) -> Primitive {
-        let xor = self.coeffs.iter().all(|&c| c <= 1);
-        let sends = self.outputs.iter().any(|o| !o.sends.is_empty());
-        match (self.in_edges.is_empty(), sends) {
-            (true, _) if self.is_plain_send() => Primitive::Send,
-            (true, _) if xor => Primitive::XorSend,
-            (true, _) => Primitive::EcSend,
-            (false, true) if xor => Primitive::RecvXorSend,
-            (false, true) => Primitive::RecvEcSend,
-            (false, false) if xor => Primitive::RecvXor,
-            (false, false) => Primitive::RecvEc,
-        }
-    }
-
-    fn is_plain_send(&self) -> bool {
-        (0..self.outputs.len()).all(|o| self.plain_local(o).is_some())
-    }
-
-    /// The local input that output `o` is an unchanged copy of, if it is one.
-    fn plain_local(&self, o: usize) -> Option<usize> {
-        if !self.in_edges.is_empty() || self.outputs[o].store.is_some() {
-            return None;
-        }
-        let n = self.input_count();
-        let row = &self.coeffs[o * n..(o + 1) * n];
-        let mut ones = row.iter().enumerate().filter(|(_, &c)| c != 0);
-        match (ones.next(), ones.next()) {
-            (Some((j, &1)), None) => Some(j),
-            _ => None,
-        }
-    }
-
-    /// Every peer this vertex receives from or sends to.
-    pub fn peers(&self) -> Vec<NodeId> {
-        let mut p: Vec<NodeId> = self
-            .in_edges
-            .iter()
-            .map(|e| e.from)
-            .chain(
-                self.outputs
-                    .iter()
-                    .flat_map(|o| o.sends.iter().map(|s| s.to)),
-            )
-            .collect();
-        p.sort_unstable();
-        p.dedup();
-        p
-    }
-
-    /// Checks the shape; the error names what is wrong.
-    pub fn validate(&self) -> Result<(), EngineError> {
-        let bad = |reason: String| EngineError::BadPart {
-            vertex: self.vertex,
-            reason,
-        };
-        if self.chunk_bytes == 0 || self.slice_bytes == 0 {
-            return Err(bad("chunk_bytes and slice_bytes must be positive".into()));
-        }
-        let frame_bytes = self.slice_bytes.min(self.chunk_bytes);
-        if frame_bytes > crate::wire::MAX_PAYLOAD_BYTES {
-            return Err(bad(format!(
-                "slices of {frame_bytes} bytes exceed the wire limit of {} bytes per frame; \
-                 use a smaller slice_bytes",
-                crate::wire::MAX_PAYLOAD_BYTES
-            )));
-        }
-        if self.slice_count() > u32::MAX as usize {
-            return Err(bad(format!("{} slices is too many", self.slice_count())));
-        }
-        if self.coeffs.len() != self.outputs.len() * self.input_count() {
-            return Err(bad(format!(
-                "{} coefficients for {} outputs × {} inputs",
-                self.coeffs.len(),
-                self.outputs.len(),
-                self.input_count()
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// One frame a `PartRun` wants sent.
 #[derive(Debug)]
@@ -209,7 +62,7 @@ pub struct PartRun {
 }
 
 impl PartRun {
-    /// Prepares `part` for operation `op`; `locals` are the bytes of `part.locals`, in order.
+    /// Prepares `part` for operation `op`; `locals` are the bytes of `part.local`, in order.
     pub fn new(
         op: u64,
         part: Arc<VertexPart>,
@@ -217,18 +70,21 @@ impl PartRun {
         kernel: Kernel,
         pool: BufferPool,
     ) -> Result<PartRun, EngineError> {
-        part.validate()?;
-        if locals.len() != part.locals.len() {
+        part.validate().map_err(|e| EngineError::BadPart {
+            vertex: part.vertex,
+            reason: e.to_string(),
+        })?;
+        if locals.len() != part.local.len() {
             return Err(EngineError::BadPart {
                 vertex: part.vertex,
                 reason: format!(
                     "{} local chunks given, {} expected",
                     locals.len(),
-                    part.locals.len()
+                    part.local.len()
                 ),
             });
         }
-        for (c, r) in locals.iter().zip(&part.locals) {
+        for (c, r) in locals.iter().zip(&part.local) {
             if c.len() != part.chunk_bytes {
                 return Err(EngineError::BadPart {
                     vertex: part.vertex,
@@ -243,7 +99,7 @@ impl PartRun {
             }
         }
         let n = part.input_count();
-        let nl = part.locals.len();
+        let nl = part.local.len();
         let slices = part.slice_count();
         let mut local_rows = Vec::new();
         let mut outs = Vec::new();
@@ -266,10 +122,10 @@ impl PartRun {
         }
         Ok(PartRun {
             op,
-            waiting: vec![part.in_edges.len() as u32; slices],
+            waiting: vec![part.inputs.len() as u32; slices],
             fresh: vec![true; slices],
             started: vec![false; slices],
-            seen: vec![false; slices * part.in_edges.len()],
+            seen: vec![false; slices * part.inputs.len()],
             part,
             locals,
             kernel,
@@ -290,7 +146,7 @@ impl PartRun {
 
     /// Whether this part receives on `edge`.
     pub fn has_in_edge(&self, edge: u32) -> bool {
-        self.part.in_edges.iter().any(|e| e.edge == edge)
+        self.part.inputs.iter().any(|e| e.edge == edge as usize)
     }
 
     pub fn is_complete(&self) -> bool {
@@ -304,7 +160,7 @@ impl PartRun {
 
     /// Starts the part. A vertex without incoming edges computes and sends every slice now.
     pub fn start(&mut self, out: &mut dyn FnMut(Outgoing)) {
-        if self.part.in_edges.is_empty() {
+        if self.part.inputs.is_empty() {
             for s in 0..self.waiting.len() {
                 self.start_slice(s);
                 self.finish_slice(s, out);
@@ -323,7 +179,7 @@ impl PartRun {
                 v[s] = Some(self.pool.take(len));
             }
         }
-        if self.part.locals.is_empty() {
+        if self.part.local.is_empty() {
             return;
         }
         // The locals' slices, without an allocation for the usual handful of them.
@@ -365,9 +221,9 @@ impl PartRun {
         let vertex = self.part.vertex;
         let pos = self
             .part
-            .in_edges
+            .inputs
             .iter()
-            .position(|e| e.edge == edge)
+            .position(|e| e.edge == edge as usize)
             .ok_or(EngineError::UnexpectedSlice {
                 op: self.op,
                 edge,
@@ -406,7 +262,7 @@ impl PartRun {
             self.start_slice(s);
         }
         let n = self.part.input_count();
-        let col = self.part.locals.len() + pos;
+        let col = self.part.local.len() + pos;
         let fresh = self.fresh[s];
         for (o, buf) in self.outs.iter_mut().enumerate() {
             let c = self.part.coeffs[o * n + col];
@@ -458,7 +314,7 @@ impl PartRun {
             if let [e] = spec.sends.as_slice() {
                 out(Outgoing {
                     to: e.to,
-                    edge: e.edge,
+                    edge: e.edge as u32,
                     slice: s as u32,
                     payload,
                 });
@@ -477,7 +333,7 @@ impl PartRun {
             for e in &spec.sends {
                 out(Outgoing {
                     to: e.to,
-                    edge: e.edge,
+                    edge: e.edge as u32,
                     slice: s as u32,
                     payload: Payload::Shared(buf.clone(), rr.clone()),
                 });

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use crate::channel::{self, Channel, Port};
 use crate::control::{Reply, Request};
 use crate::engine::{Engine, Mode};
-use crate::part::VertexPart;
 use crate::pool::BufferPool;
 use crate::transport::{MemHub, NodeId, TcpTransport, RUNNER_BASE};
 use crate::EngineError;
+use graph::part::VertexPart;
 
 /// A runner id for this process: [`RUNNER_BASE`] plus 28 random bits (the process id, the time
 /// and the standard library's per-process random hash keys), so that runners started at the
@@ -26,7 +26,7 @@ pub fn runner_id() -> NodeId {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos()),
     );
-    RUNNER_BASE + (h.finish() as u32 & 0x0FFF_FFFF)
+    RUNNER_BASE + (h.finish() & 0x0FFF_FFFF) as NodeId
 }
 
 /// Statistics of [`PlanRunner::run_many`].

@@ -13,10 +13,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::channel::{self, Port, MAX_CONTROL_BINARY_BYTES};
 use crate::host::{Application, HostCtx, RunInfo};
-use crate::part::ChunkRef;
 use crate::runner::PlanRunner;
 use crate::transport::{NodeId, Payload};
 use crate::EngineError;
+use graph::part::ChunkRef;
 
 /// A request to a chunk store.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

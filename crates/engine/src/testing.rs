@@ -10,9 +10,7 @@ use codes::{Code, Codec};
 use graph::paper::schemes_for;
 use graph::{build, sim, Operation, Plan, PlanSpec, Request, Target};
 
-use crate::part::{ChunkRef, VertexPart};
-use crate::plan::{parts_of, plan_nodes};
-use crate::{Mode, NodeId, PlanRunner};
+use crate::{ChunkRef, Mode, NodeId, PlanRunner, VertexPart};
 
 /// Every recoverable erasure pattern of up to `parity_count` chunks, smallest first.
 pub fn recoverable_patterns(codec: &Codec, max_lost: usize) -> Vec<Vec<usize>> {
@@ -81,7 +79,7 @@ pub fn run_and_check(
     };
     let net = sim::NetConfig::ideal(1.25e9, 1e-6);
     let simulated = sim::simulate(plan, &given, &net).map_err(|e| format!("simulator: {e}"))?;
-    let mut parts = parts_of(plan, stripe).map_err(|e| e.to_string())?;
+    let mut parts = plan.parts(stripe).map_err(|e| e.to_string())?;
     for p in &mut parts {
         for o in &mut p.outputs {
             if let Some(c) = &mut o.store {
@@ -120,7 +118,7 @@ pub fn run_and_check(
     runner
         .store_requests(deletes, timeout)
         .map_err(|e| format!("delete: {e}"))?;
-    let nodes = plan_nodes(plan);
+    let nodes = plan.nodes();
     runner
         .run(template, &nodes, mode, timeout)
         .map_err(|e| format!("run: {e}"))?;

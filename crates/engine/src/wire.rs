@@ -21,6 +21,9 @@ pub const VERSION: u8 = 1;
 /// The largest payload a frame may carry (64 MiB); larger frames are refused at parse time.
 pub const MAX_PAYLOAD_BYTES: usize = 64 << 20;
 
+// A slice of a plan part travels in one frame.
+const _: () = assert!(graph::part::MAX_SLICE_BYTES <= MAX_PAYLOAD_BYTES);
+
 /// What a frame carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]

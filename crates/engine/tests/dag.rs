@@ -34,17 +34,17 @@ fn random_dag(seed: u64, nodes: usize, chunk_bytes: usize, slice_bytes: usize) -
     let mut locals = Vec::new();
     // values[v][o] = bytes of output o of vertex v.
     let mut values: Vec<Vec<Vec<u8>>> = Vec::new();
-    let mut edge_id = 0u32;
+    let mut edge_id = 0usize;
     let sources = rng.gen_range(1..=nodes.clamp(1, 4));
     for v in 0..nodes {
         let node = v as NodeId;
         let mut part = VertexPart {
-            vertex: v as u32,
+            vertex: v,
             node,
             chunk_bytes,
             slice_bytes,
-            locals: vec![],
-            in_edges: vec![],
+            local: vec![],
+            inputs: vec![],
             coeffs: vec![],
             outputs: vec![],
         };
@@ -60,7 +60,7 @@ fn random_dag(seed: u64, nodes: usize, chunk_bytes: usize, slice_bytes: usize) -
                 index: (v * 8 + j) as u32,
             };
             let bytes: Vec<u8> = (0..chunk_bytes).map(|_| rng.gen()).collect();
-            part.locals.push(c);
+            part.local.push(c);
             locals.push((node, c, bytes.clone()));
             inputs.push(bytes);
         }
@@ -74,7 +74,7 @@ fn random_dag(seed: u64, nodes: usize, chunk_bytes: usize, slice_bytes: usize) -
                     edge: edge_id,
                     to: node,
                 });
-                part.in_edges.push(InEdge {
+                part.inputs.push(InEdge {
                     edge: edge_id,
                     from: u as NodeId,
                 });
@@ -233,8 +233,8 @@ fn waiting_chain(chunk_bytes: usize) -> Vec<VertexPart> {
             node: 0,
             chunk_bytes,
             slice_bytes: 1024,
-            locals: vec![c(0)],
-            in_edges: vec![],
+            local: vec![c(0)],
+            inputs: vec![],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to: 1 }],
@@ -246,8 +246,8 @@ fn waiting_chain(chunk_bytes: usize) -> Vec<VertexPart> {
             node: 1,
             chunk_bytes,
             slice_bytes: 1024,
-            locals: vec![c(1)],
-            in_edges: vec![InEdge { edge: 0, from: 0 }],
+            local: vec![c(1)],
+            inputs: vec![InEdge { edge: 0, from: 0 }],
             coeffs: vec![3, 1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 1, to: 2 }],
@@ -259,8 +259,8 @@ fn waiting_chain(chunk_bytes: usize) -> Vec<VertexPart> {
             node: 2,
             chunk_bytes,
             slice_bytes: 1024,
-            locals: vec![],
-            in_edges: vec![InEdge { edge: 1, from: 1 }],
+            local: vec![],
+            inputs: vec![InEdge { edge: 1, from: 1 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
@@ -385,5 +385,6 @@ fn primitives_are_lowered_by_the_papers_rules() {
     let parts = waiting_chain(10);
     assert_eq!(parts[0].primitive(), engine::Primitive::Send);
     assert_eq!(parts[1].primitive(), engine::Primitive::RecvEcSend);
-    assert_eq!(parts[2].primitive(), engine::Primitive::RecvXor);
+    // Receives and keeps the buffer unchanged: no calculation (graph's lowering rules).
+    assert_eq!(parts[2].primitive(), engine::Primitive::Recv);
 }

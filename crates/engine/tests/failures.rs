@@ -34,8 +34,8 @@ fn slices_larger_than_a_frame_are_refused_at_install() {
             node: 0,
             chunk_bytes: big,
             slice_bytes: big,
-            locals: vec![chunk(0)],
-            in_edges: vec![],
+            local: vec![chunk(0)],
+            inputs: vec![],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to: 1 }],
@@ -47,8 +47,8 @@ fn slices_larger_than_a_frame_are_refused_at_install() {
             node: 1,
             chunk_bytes: big,
             slice_bytes: big,
-            locals: vec![],
-            in_edges: vec![InEdge { edge: 0, from: 0 }],
+            local: vec![],
+            inputs: vec![InEdge { edge: 0, from: 0 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],

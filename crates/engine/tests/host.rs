@@ -70,8 +70,8 @@ fn xor_plan() -> Vec<VertexPart> {
             node: 0,
             chunk_bytes: 10,
             slice_bytes: 4,
-            locals: vec![c(0), c(1)],
-            in_edges: vec![],
+            local: vec![c(0), c(1)],
+            inputs: vec![],
             coeffs: vec![1, 1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to: 1 }],
@@ -83,8 +83,8 @@ fn xor_plan() -> Vec<VertexPart> {
             node: 1,
             chunk_bytes: 10,
             slice_bytes: 4,
-            locals: vec![],
-            in_edges: vec![InEdge { edge: 0, from: 0 }],
+            local: vec![],
+            inputs: vec![InEdge { edge: 0, from: 0 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
@@ -100,7 +100,7 @@ fn an_installed_plan_runs_many_times_with_the_payload_choosing_the_bytes() {
     let pool = BufferPool::new();
     let apps = [Keyed::default(), Keyed::default()];
     let nodes: Vec<LocalNode> = (0..2)
-        .map(|i| LocalNode::mem_with(&hub, i, pool.clone(), apps[i as usize].clone()))
+        .map(|i| LocalNode::mem_with(&hub, i, pool.clone(), apps[i].clone()))
         .collect();
     let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
     for key in [b"a", b"b", b"c"] {

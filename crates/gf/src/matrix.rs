@@ -13,9 +13,9 @@ pub struct Matrix {
     rows: usize,
     cols: usize,
     coeffs: Vec<u8>,
-    /// Per-kernel plans, derived from the fields above (so not part of equality).
+    /// Per-kernel blockings, derived from the fields above (so not part of equality).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    plans: arch::Plans,
+    blockings: arch::Blockings,
 }
 
 impl PartialEq for Matrix {
@@ -49,7 +49,7 @@ impl Matrix {
             rows,
             cols,
             coeffs: coeffs.to_vec(),
-            plans: arch::Plans::default(),
+            blockings: arch::Blockings::default(),
         }
     }
 
@@ -82,8 +82,8 @@ impl Matrix {
     }
 
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    pub(crate) fn plans(&self) -> &arch::Plans {
-        &self.plans
+    pub(crate) fn blockings(&self) -> &arch::Blockings {
+        &self.blockings
     }
 
     /// Affine bit matrix of coefficient (row, col).

@@ -229,6 +229,52 @@ fn dot_prod_special_matrices() {
 }
 
 #[test]
+fn dot_prod_xor_rows_beside_product_rows() {
+    // Rows of 0s and 1s (an LRC's local parities) mixed with general rows in every
+    // proportion: the nibble kernels carry up to two of them in a block of product rows and
+    // compute the rest as XOR passes; the GFNI kernels compute them as products.
+    let kernels = kernels();
+    let mut rng = SmallRng::seed_from_u64(9);
+    let lengths = [1, 31, 32, 33, 63, 64, 65, 127, 128, 129, 200, 319];
+    for general in 0..=8 {
+        for xors in 0..=4 {
+            if general + xors == 0 {
+                continue;
+            }
+            for cols in [1, 5, 12, 33] {
+                let mut coeffs = Vec::new();
+                for r in 0..general + xors {
+                    for _ in 0..cols {
+                        coeffs.push(if r < general {
+                            coefficient(&mut rng)
+                        } else {
+                            rng.gen_range(0..=1)
+                        });
+                    }
+                }
+                // Shuffle the rows so that XOR rows are not always last.
+                let rows = general + xors;
+                let mut order: Vec<usize> = (0..rows).collect();
+                for i in (1..rows).rev() {
+                    order.swap(i, rng.gen_range(0..=i));
+                }
+                let shuffled: Vec<u8> = order
+                    .iter()
+                    .flat_map(|&r| coeffs[r * cols..(r + 1) * cols].to_vec())
+                    .collect();
+                let m = Matrix::new(rows, cols, &shuffled);
+                for &kernel in &kernels {
+                    for &len in &lengths {
+                        let seed = rng.gen();
+                        check_dot(kernel, &m, len, len % 3, seed % 2 == 0, seed);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
 fn dot_prod_with_no_inputs() {
     for kernel in Kernel::forms() {
         let m = Matrix::new(2, 0, &[]);
@@ -381,11 +427,23 @@ fn placed(rng: &mut SmallRng, shift: usize, len: usize) -> (Vec<u8>, usize) {
 #[test]
 fn dot_prod_outputs_over_a_mebibyte_aligned_alike() {
     // Outputs of ≥ 1 MiB that share their offset in a cache line take the non-temporal store
-    // path of the GFNI kernel; check it against the reference, with a tail after the last
-    // whole step.
+    // paths (GFNI-512 and AVX-512 always, AVX2 on Intel for blocks of up to four outputs,
+    // XOR rows included); check them against the reference, with a tail after the last whole
+    // step.
     let mut rng = SmallRng::seed_from_u64(11);
-    for (rows, cols) in [(1, 6), (4, 10)] {
-        let m = random_matrix(&mut rng, rows, cols);
+    // Two global rows and two local XOR rows over six inputs, as an LRC(6,2,2) encode.
+    let mut lrc = vec![0u8; 4 * 6];
+    for j in 0..6 {
+        lrc[j] = rng.gen_range(2..=255);
+        lrc[6 + j] = rng.gen_range(2..=255);
+        lrc[if j < 3 { 12 + j } else { 18 + j }] = 1;
+    }
+    let mut matrices = vec![Matrix::new(4, 6, &lrc)];
+    for (rows, cols) in [(1, 6), (4, 10), (6, 6)] {
+        matrices.push(random_matrix(&mut rng, rows, cols));
+    }
+    for m in &matrices {
+        let (rows, cols) = (m.rows(), m.cols());
         for shift in [0, 16] {
             for len in [(1 << 20) + 77, (1 << 20) + 384] {
                 let inputs: Vec<(Vec<u8>, usize)> =
@@ -393,13 +451,13 @@ fn dot_prod_outputs_over_a_mebibyte_aligned_alike() {
                 let ins: Vec<&[u8]> = inputs.iter().map(|(v, s)| &v[*s..]).collect();
                 let mut want = vec![vec![0u8; len]; rows];
                 let mut w: Vec<&mut [u8]> = want.iter_mut().map(|v| &mut v[..]).collect();
-                Kernel::reference().dot_prod(&m, &ins, &mut w);
+                Kernel::reference().dot_prod(m, &ins, &mut w);
                 for kernel in kernels() {
                     let mut outputs: Vec<(Vec<u8>, usize)> =
                         (0..rows).map(|_| placed(&mut rng, shift, len)).collect();
                     let mut outs: Vec<&mut [u8]> =
                         outputs.iter_mut().map(|(v, s)| &mut v[*s..]).collect();
-                    kernel.dot_prod(&m, &ins, &mut outs);
+                    kernel.dot_prod(m, &ins, &mut outs);
                     for (i, (got, want)) in outs.iter().zip(&want).enumerate() {
                         assert!(
                             got[..] == want[..],

@@ -11,7 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use codes::{Code, Codec};
 
 use crate::plan::{
-    Buffer, Calc, CalcKind, Edge, Operation, Output, Plan, Primitive, Role, Scheme, Vertex,
+    Buffer, Calc, CalcKind, Edge, EdgeId, Operation, Output, Plan, Primitive, Role, Scheme, Vertex,
+    VertexId,
 };
 use crate::PlanError;
 
@@ -191,7 +192,7 @@ pub fn build(spec: &PlanSpec) -> Result<Plan, PlanError> {
             }
         }
     };
-    let (vertices, edges) = b.finish(spec.chunk_bytes, slice_bytes);
+    let (vertices, edges) = b.finish(spec.chunk_bytes);
     Ok(Plan {
         scheme: spec.scheme,
         code: code.to_string(),
@@ -335,21 +336,43 @@ impl Builder {
         self.edges.push(ESpec { from, to, buffer });
     }
 
-    /// Simplifies, numbers and lowers (see the module comment).
-    fn finish(mut self, chunk_bytes: usize, slice_bytes: usize) -> (Vec<Vertex>, Vec<Edge>) {
-        // What each partial became: another buffer, or `None` if it is zero.
-        let mut rename: BTreeMap<usize, Option<Buffer>> = BTreeMap::new();
-        let resolve = |rename: &BTreeMap<usize, Option<Buffer>>, b: Buffer| -> Option<Buffer> {
-            let mut b = b;
-            while let Buffer::Partial(p) = b {
-                match rename.get(&p) {
-                    None => return Some(b),
-                    Some(None) => return None,
-                    Some(Some(next)) => b = *next,
-                }
-            }
-            Some(b)
+    /// Simplifies, numbers and lowers (see the module comment), in named steps.
+    fn finish(mut self, chunk_bytes: usize) -> (Vec<Vertex>, Vec<Edge>) {
+        let rename = self.simplify_outputs();
+        let edges = self.resolve_edges(&rename);
+        let (busy, new_id) = self.busy_vertices(&edges);
+        let edges = number_edges(&edges, &busy, &new_id, chunk_bytes);
+        let vertices: Vec<Vertex> = self
+            .vertices
+            .iter()
+            .enumerate()
+            .filter(|&(old, _)| busy[old])
+            .map(|(old, spec)| lower_vertex(spec, new_id[old], &edges))
+            .collect();
+        let mut plan = Plan {
+            scheme: Scheme::Rs,
+            code: String::new(),
+            k: self.k,
+            n: self.n,
+            operation: Operation::Encode,
+            placement: Vec::new(),
+            agent: 0,
+            chunk_bytes,
+            slice_bytes: chunk_bytes,
+            vertices,
+            edges,
         };
+        renumber_partials(&mut plan);
+        record_combinations(&mut plan);
+        (plan.vertices, plan.edges)
+    }
+
+    /// Step 1: simplifies every vertex's outputs in order. A partial that is zero is dropped,
+    /// one that is a single source with coefficient 1 is that source, a computed chunk that is
+    /// one received partial names that partial, and two equal partials of one vertex are one.
+    /// Returns what each dropped partial became (another buffer, or `None` for zero).
+    fn simplify_outputs(&mut self) -> Renames {
+        let mut rename = Renames::default();
         for vi in 0..self.vertices.len() {
             let outputs = std::mem::take(&mut self.vertices[vi].outputs);
             let mut kept = Vec::new();
@@ -357,7 +380,7 @@ impl Builder {
                 // Rename the sources, merging any that became the same buffer.
                 let mut merged: Vec<(Buffer, u8)> = Vec::new();
                 for (src, a) in row {
-                    let Some(src) = resolve(&rename, src) else {
+                    let Some(src) = rename.resolve(src) else {
                         continue;
                     };
                     match merged.iter_mut().find(|(b, _)| *b == src) {
@@ -368,15 +391,15 @@ impl Builder {
                 merged.retain(|&(_, a)| a != 0);
                 match (buffer, merged.as_slice()) {
                     (Buffer::Partial(p), []) => {
-                        rename.insert(p, None);
+                        rename.0.insert(p, None);
                     }
                     (Buffer::Partial(p), [(src, 1)]) => {
-                        rename.insert(p, Some(*src));
+                        rename.0.insert(p, Some(*src));
                     }
                     (Buffer::Chunk(c), [(Buffer::Partial(src), 1)]) => {
                         // The received partial already is the whole chunk: name it so at the
                         // vertex that computes it, and just store it here.
-                        rename.insert(*src, Some(Buffer::Chunk(c)));
+                        rename.0.insert(*src, Some(Buffer::Chunk(c)));
                         for v in self.vertices.iter_mut() {
                             for (b, _) in v.outputs.iter_mut() {
                                 if *b == Buffer::Partial(*src) {
@@ -397,7 +420,7 @@ impl Builder {
                         });
                         match twin {
                             Some(&(b, _)) => {
-                                rename.insert(p, Some(b));
+                                rename.0.insert(p, Some(b));
                             }
                             None => kept.push((buffer, merged)),
                         }
@@ -407,9 +430,15 @@ impl Builder {
             }
             self.vertices[vi].outputs = kept;
         }
+        rename
+    }
+
+    /// Step 2: the edges with their buffers renamed; edges of zero buffers and duplicates
+    /// (same ends, same buffer) dropped.
+    fn resolve_edges(&self, rename: &Renames) -> Vec<ESpec> {
         let mut edges: Vec<ESpec> = Vec::new();
         for e in &self.edges {
-            let Some(buffer) = resolve(&rename, e.buffer) else {
+            let Some(buffer) = rename.resolve(e.buffer) else {
                 continue;
             };
             let e = ESpec { buffer, ..*e };
@@ -420,7 +449,11 @@ impl Builder {
                 edges.push(e);
             }
         }
-        // Drop vertices that neither send nor store, and local chunks nobody reads.
+        edges
+    }
+
+    /// Step 3: which vertices do something (send or store), and their new ids, in order.
+    fn busy_vertices(&self, edges: &[ESpec]) -> (Vec<bool>, Vec<VertexId>) {
         let busy: Vec<bool> = (0..self.vertices.len())
             .map(|v| !self.vertices[v].stores.is_empty() || edges.iter().any(|e| e.from == v))
             .collect();
@@ -432,164 +465,159 @@ impl Builder {
                 next += 1;
             }
         }
-        edges.retain(|e| busy[e.to]);
-        let mut out_vertices: Vec<Vertex> = Vec::new();
-        let mut out_edges: Vec<Edge> = edges
+        (busy, new_id)
+    }
+}
+
+/// What each partial dropped by [`Builder::simplify_outputs`] became: another buffer, or
+/// `None` if it is zero.
+#[derive(Default)]
+struct Renames(BTreeMap<usize, Option<Buffer>>);
+
+impl Renames {
+    /// Follows renames to the buffer that remains (`None`: zero).
+    fn resolve(&self, b: Buffer) -> Option<Buffer> {
+        let mut b = b;
+        while let Buffer::Partial(p) = b {
+            match self.0.get(&p) {
+                None => return Some(b),
+                Some(None) => return None,
+                Some(Some(next)) => b = *next,
+            }
+        }
+        Some(b)
+    }
+}
+
+/// Step 4: the edges between busy vertices, with their new ends, sorted by sender, receiver
+/// and buffer (so every vertex's input edges have a stable order), and numbered.
+fn number_edges(
+    edges: &[ESpec],
+    busy: &[bool],
+    new_id: &[VertexId],
+    chunk_bytes: usize,
+) -> Vec<Edge> {
+    let mut out: Vec<Edge> = edges
+        .iter()
+        .filter(|e| busy[e.to])
+        .map(|e| Edge {
+            id: 0,
+            from: new_id[e.from],
+            to: new_id[e.to],
+            buffer: e.buffer,
+            bytes: chunk_bytes,
+        })
+        .collect();
+    out.sort_by_key(|e| (e.from, e.to, e.buffer));
+    for (i, e) in out.iter_mut().enumerate() {
+        e.id = i;
+    }
+    out
+}
+
+/// Step 5: one vertex lowered: its edges, the local chunks it reads (those nobody reads are
+/// dropped), its calculator (columns: locals, then inputs) and its primitive.
+fn lower_vertex(spec: &VSpec, id: VertexId, edges: &[Edge]) -> Vertex {
+    let inputs: Vec<EdgeId> = edges.iter().filter(|e| e.to == id).map(|e| e.id).collect();
+    let sends: Vec<EdgeId> = edges
+        .iter()
+        .filter(|e| e.from == id)
+        .map(|e| e.id)
+        .collect();
+    let used = |c: usize| {
+        spec.outputs
             .iter()
-            .enumerate()
-            .map(|(i, e)| Edge {
-                id: i,
-                from: new_id[e.from],
-                to: new_id[e.to],
-                buffer: e.buffer,
-                bytes: chunk_bytes,
-                slice_bytes,
+            .any(|(_, row)| row.iter().any(|(b, _)| *b == Buffer::Chunk(c)))
+            || sends.iter().any(|&e| {
+                edges[e].buffer == Buffer::Chunk(c)
+                    && !spec.outputs.iter().any(|(b, _)| *b == Buffer::Chunk(c))
+                    && !inputs.iter().any(|&i| edges[i].buffer == Buffer::Chunk(c))
             })
-            .collect();
-        // Keep every vertex's input edges in a stable order: by sender, then by buffer.
-        out_edges.sort_by_key(|e| (e.from, e.to, e.buffer));
-        for (i, e) in out_edges.iter_mut().enumerate() {
-            e.id = i;
-        }
-        for (old, spec) in self.vertices.iter().enumerate() {
-            if !busy[old] {
-                continue;
-            }
-            let id = new_id[old];
-            let inputs: Vec<usize> = out_edges
-                .iter()
-                .filter(|e| e.to == id)
-                .map(|e| e.id)
-                .collect();
-            let sends: Vec<usize> = out_edges
-                .iter()
-                .filter(|e| e.from == id)
-                .map(|e| e.id)
-                .collect();
-            let used = |c: usize| {
-                spec.outputs
+    };
+    let local: Vec<usize> = spec.local.iter().copied().filter(|&c| used(c)).collect();
+    let mut columns: Vec<Buffer> = local.iter().map(|&c| Buffer::Chunk(c)).collect();
+    columns.extend(inputs.iter().map(|&e| edges[e].buffer));
+    let calc = if spec.outputs.is_empty() {
+        None
+    } else {
+        let cols = columns.len();
+        let mut coeffs = vec![0u8; spec.outputs.len() * cols];
+        for (r, (_, row)) in spec.outputs.iter().enumerate() {
+            for &(b, a) in row {
+                let col = columns
                     .iter()
-                    .any(|(_, row)| row.iter().any(|(b, _)| *b == Buffer::Chunk(c)))
-                    || sends.iter().any(|&e| {
-                        out_edges[e].buffer == Buffer::Chunk(c)
-                            && !spec.outputs.iter().any(|(b, _)| *b == Buffer::Chunk(c))
-                            && !inputs
-                                .iter()
-                                .any(|&i| out_edges[i].buffer == Buffer::Chunk(c))
-                    })
-            };
-            let local: Vec<usize> = spec.local.iter().copied().filter(|&c| used(c)).collect();
-            let mut columns: Vec<Buffer> = local.iter().map(|&c| Buffer::Chunk(c)).collect();
-            columns.extend(inputs.iter().map(|&e| out_edges[e].buffer));
-            let calc = if spec.outputs.is_empty() {
-                None
-            } else {
-                let cols = columns.len();
-                let mut coeffs = vec![0u8; spec.outputs.len() * cols];
-                for (r, (_, row)) in spec.outputs.iter().enumerate() {
-                    for &(b, a) in row {
-                        let col = columns
-                            .iter()
-                            .position(|&x| x == b)
-                            .expect("builder invariant: every source is local or received");
-                        coeffs[r * cols + col] ^= a;
-                    }
-                }
-                let kind = if coeffs.iter().all(|&a| a <= 1) {
-                    CalcKind::Xor
-                } else {
-                    CalcKind::Ec
-                };
-                Some(Calc {
-                    kind,
-                    rows: spec.outputs.len(),
-                    cols,
-                    coeffs,
-                })
-            };
-            let primitive = Primitive::lower(
-                !inputs.is_empty(),
-                !sends.is_empty(),
-                calc.as_ref().map(|c| c.kind),
-            );
-            out_vertices.push(Vertex {
-                id,
-                node: spec.node,
-                role: spec.role,
-                primitive,
-                local,
-                inputs,
-                calc,
-                outputs: spec
-                    .outputs
-                    .iter()
-                    .map(|(b, _)| Output {
-                        buffer: *b,
-                        combination: Vec::new(),
-                    })
-                    .collect(),
-                sends,
-                stores: spec.stores.clone(),
-            });
-        }
-        // Number the partials that remain 0, 1, 2… in the order they are computed.
-        let mut numbering: BTreeMap<usize, usize> = BTreeMap::new();
-        for v in &out_vertices {
-            for o in &v.outputs {
-                if let Buffer::Partial(p) = o.buffer {
-                    let next = numbering.len();
-                    numbering.entry(p).or_insert(next);
-                }
+                    .position(|&x| x == b)
+                    .expect("builder invariant: every source is local or received");
+                coeffs[r * cols + col] ^= a;
             }
         }
-        let renumber = |b: &mut Buffer| {
-            if let Buffer::Partial(p) = b {
-                *p = numbering[p];
-            }
+        let kind = if coeffs.iter().all(|&a| a <= 1) {
+            CalcKind::Xor
+        } else {
+            CalcKind::Ec
         };
-        for v in out_vertices.iter_mut() {
-            v.outputs.iter_mut().for_each(|o| renumber(&mut o.buffer));
-        }
-        out_edges.iter_mut().for_each(|e| renumber(&mut e.buffer));
-        // Stripe combinations, in topological order.
-        let mut plan = Plan {
-            scheme: Scheme::Rs,
-            code: String::new(),
-            k: self.k,
-            n: self.n,
-            operation: Operation::Encode,
-            placement: Vec::new(),
-            agent: 0,
-            chunk_bytes,
-            slice_bytes,
-            vertices: out_vertices,
-            edges: out_edges,
-        };
-        let edge_combo = plan.derived_combinations();
-        for v in plan.vertices.iter_mut() {
-            let Some(calc) = &v.calc else { continue };
-            let mut sources: Vec<Vec<u8>> = v
-                .local
-                .iter()
-                .map(|&c| {
-                    let mut u = vec![0u8; self.n];
-                    u[c] = 1;
-                    u
-                })
-                .collect();
-            sources.extend(v.inputs.iter().map(|&e| edge_combo[e].clone()));
-            for (r, out) in v.outputs.iter_mut().enumerate() {
-                let mut acc = vec![0u8; self.n];
-                for (col, src) in sources.iter().enumerate() {
-                    let a = calc.coeff(r, col);
-                    for (x, &s) in acc.iter_mut().zip(src) {
-                        *x ^= gf::field::mul(a, s);
-                    }
-                }
-                out.combination = acc;
+        Some(Calc {
+            kind,
+            rows: spec.outputs.len(),
+            cols,
+            coeffs,
+        })
+    };
+    let primitive = Primitive::lower(
+        !inputs.is_empty(),
+        !sends.is_empty(),
+        calc.as_ref().map(|c| c.kind),
+    );
+    Vertex {
+        id,
+        node: spec.node,
+        role: spec.role,
+        primitive,
+        local,
+        inputs,
+        calc,
+        outputs: spec
+            .outputs
+            .iter()
+            .map(|(b, _)| Output {
+                buffer: *b,
+                combination: Vec::new(),
+            })
+            .collect(),
+        sends,
+        stores: spec.stores.clone(),
+    }
+}
+
+/// Step 6: numbers the partials that remain 0, 1, 2… in the order they are computed.
+fn renumber_partials(plan: &mut Plan) {
+    let mut numbering: BTreeMap<usize, usize> = BTreeMap::new();
+    for v in &plan.vertices {
+        for o in &v.outputs {
+            if let Buffer::Partial(p) = o.buffer {
+                let next = numbering.len();
+                numbering.entry(p).or_insert(next);
             }
         }
-        (plan.vertices, plan.edges)
+    }
+    let renumber = |b: &mut Buffer| {
+        if let Buffer::Partial(p) = b {
+            *p = numbering[p];
+        }
+    };
+    for v in plan.vertices.iter_mut() {
+        v.outputs.iter_mut().for_each(|o| renumber(&mut o.buffer));
+    }
+    plan.edges.iter_mut().for_each(|e| renumber(&mut e.buffer));
+}
+
+/// Step 7: records every output's stripe combination, as the calculators derive it.
+fn record_combinations(plan: &mut Plan) {
+    let combos = plan.derived_output_combinations();
+    for (v, combos) in plan.vertices.iter_mut().zip(combos) {
+        for (out, combo) in v.outputs.iter_mut().zip(combos) {
+            out.combination = combo;
+        }
     }
 }
 

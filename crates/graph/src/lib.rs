@@ -28,15 +28,17 @@ pub mod build;
 pub mod cluster;
 pub mod model;
 pub mod paper;
+pub mod part;
 pub mod plan;
 pub mod report;
 pub mod sim;
 
 pub use account::{account, Accounting};
 pub use build::{build, Placement, PlanSpec, Request, Target};
+pub use part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
 pub use plan::{
-    Buffer, Calc, CalcKind, Edge, EdgeId, Operation, Output, Plan, Primitive, Role, Scheme, Source,
-    Vertex, VertexId,
+    Buffer, Calc, CalcKind, Edge, EdgeId, NodeId, Operation, Output, Plan, Primitive, Role, Scheme,
+    Source, Vertex, VertexId,
 };
 
 /// Errors of this crate. Messages are lowercase and name the value and the limit.
@@ -76,6 +78,8 @@ pub enum PlanError {
     WrongOutput { node: usize, chunk: usize },
     #[error("the simulation did not store chunk {chunk} on node {node}, which the plan must")]
     MissingOutput { node: usize, chunk: usize },
+    #[error("bad plan part for vertex {vertex}: {reason}")]
+    BadPart { vertex: VertexId, reason: String },
     #[error("invalid plan: {reason}")]
     Invalid { reason: String },
     #[error("bad calibration file {path}: {reason}")]

@@ -13,6 +13,10 @@ use crate::PlanError;
 pub type VertexId = usize;
 /// Index of an edge in [`Plan::edges`].
 pub type EdgeId = usize;
+/// A node of a cluster: the same number in a plan (`Vertex::node`, the placement) and in the
+/// engine that runs it. Plan runners use ids from `engine::RUNNER_BASE` (`0xF000_0000`) up;
+/// ids travel as u32 in frame headers.
+pub type NodeId = usize;
 
 /// Which scheme decides the shape of the plan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -233,7 +237,7 @@ impl Role {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Vertex {
     pub id: VertexId,
-    pub node: usize,
+    pub node: NodeId,
     pub role: Role,
     pub primitive: Primitive,
     /// Chunks read from the node's own store, the first sources of the calculator.
@@ -257,9 +261,8 @@ pub struct Edge {
     pub from: VertexId,
     pub to: VertexId,
     pub buffer: Buffer,
+    /// The buffer's size; the edge moves it in `ceil(bytes / Plan::slice_bytes)` messages.
     pub bytes: usize,
-    /// The edge moves `ceil(bytes / slice_bytes)` messages.
-    pub slice_bytes: usize,
 }
 
 /// Where the sending vertex finds the buffer of an edge.
@@ -320,10 +323,23 @@ impl Plan {
         Source::Input(pos)
     }
 
-    /// The stripe combination of every edge's buffer and every vertex output, derived from
-    /// the calculators (not from the recorded `combination`s). Used by [`Plan::check`].
+    /// The stripe combination of every edge's buffer, derived from the calculators (not from
+    /// the recorded `combination`s). Used by [`Plan::check`].
     pub fn derived_combinations(&self) -> Vec<Vec<u8>> {
+        self.derive().0
+    }
+
+    /// The stripe combination of every vertex's outputs (`[vertex][output]`), derived from
+    /// the calculators; what the builder records as each output's `combination`.
+    pub fn derived_output_combinations(&self) -> Vec<Vec<Vec<u8>>> {
+        self.derive().1
+    }
+
+    /// One pass over the vertices in topological order: the combination of every edge and of
+    /// every vertex output.
+    fn derive(&self) -> (Vec<Vec<u8>>, Vec<Vec<Vec<u8>>>) {
         let mut edge_combo: Vec<Option<Vec<u8>>> = vec![None; self.edges.len()];
+        let mut output_combos = Vec::with_capacity(self.vertices.len());
         let unit = |i: usize| {
             let mut v = vec![0u8; self.n];
             v[i] = 1;
@@ -361,11 +377,13 @@ impl Plan {
                 };
                 edge_combo[e] = Some(combo);
             }
+            output_combos.push(outputs);
         }
-        edge_combo
+        let edges = edge_combo
             .into_iter()
             .map(|c| c.unwrap_or_default())
-            .collect()
+            .collect();
+        (edges, output_combos)
     }
 
     /// Checks the plan's structure and its algebra against the generator matrix (`n × k`,

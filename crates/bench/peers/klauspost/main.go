@@ -11,7 +11,8 @@
 //	{"cmd":"info"}
 //	{"cmd":"parity","k":4,"m":3,"chunk_bytes":16,"seed":1,"fill":"random"|"pattern"}
 //	{"cmd":"prepare","id":1,"k":..,"m":..,"chunk_bytes":..,"sets":..,"seed":..,
-//	 "op":"encode"|"decode1"|"decodem","pattern":"fresh"|"cached","threads":..}
+//	 "op":"encode"|"decode1"|"decodem","pattern":"fresh"|"cached","threads":..,
+//	 "isa":"native"|"avx2"|"avx512"|"avx2-gfni"|"avx512-gfni"}
 //	{"cmd":"run","id":1,"iters":N}     -> {"ns":elapsed}
 //	{"cmd":"drop","id":1}
 //
@@ -50,6 +51,7 @@ type request struct {
 	Pattern    string `json:"pattern"`
 	Threads    int    `json:"threads"`
 	Iters      int    `json:"iters"`
+	Isa        string `json:"isa"`
 }
 
 type response struct {
@@ -95,15 +97,42 @@ func fillPattern(chunk int, buf []byte) {
 	}
 }
 
-// kernel names the code path reedsolomon v1.14.2 dispatches to for this shape on this CPU
-// (its GFNI and AVX2 code generators handle at most 10 inputs and 10 outputs per pass).
-func kernel(inputs, outputs int) string {
+// isaOptions turns off the library's kernels above the instruction-set level isa ("" or
+// "native": its own choice). The library has no way to turn on what the CPU lacks; the Rust
+// side refuses a level the CPU does not have.
+func isaOptions(isa string) ([]reedsolomon.Option, error) {
+	switch isa {
+	case "", "native":
+		return nil, nil
+	case "avx2":
+		return []reedsolomon.Option{reedsolomon.WithAVX512(false), reedsolomon.WithGFNI(false),
+			reedsolomon.WithAVXGFNI(false)}, nil
+	case "avx512":
+		return []reedsolomon.Option{reedsolomon.WithGFNI(false), reedsolomon.WithAVXGFNI(false)}, nil
+	case "avx2-gfni":
+		return []reedsolomon.Option{reedsolomon.WithAVX512(false), reedsolomon.WithGFNI(false)}, nil
+	case "avx512-gfni":
+		return []reedsolomon.Option{reedsolomon.WithAVXGFNI(false)}, nil
+	}
+	return nil, fmt.Errorf("unknown isa %q", isa)
+}
+
+// kernel names the code path reedsolomon v1.14.2 dispatches to for this shape on this CPU at
+// the level isa (its GFNI and AVX2 code generators handle at most 10 inputs and 10 outputs per
+// pass).
+func kernel(inputs, outputs int, isa string) string {
 	small := inputs <= 10 && outputs <= 10
+	native := isa == "" || isa == "native"
+	avx512 := cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW) && (native || isa == "avx512" || isa == "avx512-gfni")
+	gfni512 := avx512 && cpuid.CPU.Supports(cpuid.GFNI) && (native || isa == "avx512-gfni")
+	gfni256 := cpuid.CPU.Supports(cpuid.AVX, cpuid.GFNI) && (native || isa == "avx2-gfni")
 	switch {
-	case small && cpuid.CPU.Supports(cpuid.AVX512F, cpuid.AVX512BW, cpuid.GFNI):
+	case small && gfni512:
 		return "gfni-avx512"
-	case small && cpuid.CPU.Supports(cpuid.AVX, cpuid.GFNI):
+	case small && gfni256:
 		return "gfni-avx"
+	case avx512:
+		return "avx512"
 	case cpuid.CPU.Supports(cpuid.AVX2):
 		return "avx2"
 	default:
@@ -111,11 +140,16 @@ func kernel(inputs, outputs int) string {
 	}
 }
 
-func newEncoder(k, m int, cache bool) (reedsolomon.Encoder, error) {
-	return reedsolomon.New(k, m,
+func newEncoder(k, m int, cache bool, isa string) (reedsolomon.Encoder, error) {
+	opts, err := isaOptions(isa)
+	if err != nil {
+		return nil, err
+	}
+	opts = append(opts,
 		reedsolomon.WithCauchyMatrix(),
 		reedsolomon.WithMaxGoroutines(1),
 		reedsolomon.WithInversionCache(cache))
+	return reedsolomon.New(k, m, opts...)
 }
 
 // bench is one prepared configuration: buffer sets, the encoder, and what each call loses.
@@ -173,7 +207,7 @@ func prepare(q request) (*bench, response, error) {
 	if err != nil {
 		return nil, response{}, err
 	}
-	enc, err := newEncoder(q.K, q.M, q.Pattern != "fresh")
+	enc, err := newEncoder(q.K, q.M, q.Pattern != "fresh", q.Isa)
 	if err != nil {
 		return nil, response{}, err
 	}
@@ -250,9 +284,9 @@ func prepare(q request) (*bench, response, error) {
 		return nil, response{}, fmt.Errorf("parity does not verify after %s (%v)", q.Op, err)
 	}
 	resp.Verified = true
-	resp.Kernel = kernel(q.K, q.M)
+	resp.Kernel = kernel(q.K, q.M, q.Isa)
 	if q.Op != "encode" {
-		resp.Kernel = kernel(q.K, len(b.lost))
+		resp.Kernel = kernel(q.K, len(b.lost), q.Isa)
 	}
 	return b, resp, nil
 }
@@ -308,7 +342,7 @@ func (b *bench) run(iters int) (int64, error) {
 }
 
 func parity(q request) (response, error) {
-	enc, err := newEncoder(q.K, q.M, true)
+	enc, err := newEncoder(q.K, q.M, true, "")
 	if err != nil {
 		return response{}, err
 	}
@@ -348,7 +382,7 @@ func main() {
 			switch q.Cmd {
 			case "info":
 				resp.Version = libraryVersion
-				resp.Kernel = kernel(1, 1)
+				resp.Kernel = kernel(1, 1, "")
 				resp.GoMaxProcs = runtime.GOMAXPROCS(0)
 			case "parity":
 				resp, err = parity(q)

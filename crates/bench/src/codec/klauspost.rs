@@ -68,6 +68,9 @@ pub struct Peer {
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
     next_id: u64,
+    /// The instruction-set level every prepared benchmark runs at ("native", "avx2",
+    /// "avx512", "avx2-gfni", "avx512-gfni"; see `PeerIsa`).
+    isa: &'static str,
 }
 
 impl Peer {
@@ -87,7 +90,14 @@ impl Peer {
             stdin,
             stdout,
             next_id: 1,
+            isa: "native",
         })
+    }
+
+    /// Runs every benchmark prepared from now on at the instruction-set level `isa` (the
+    /// program turns off the library's faster kernels through its options).
+    pub fn set_isa(&mut self, isa: &'static str) {
+        self.isa = isa;
     }
 
     fn request(&mut self, req: serde_json::Value) -> Result<Reply> {
@@ -149,7 +159,7 @@ impl Peer {
         self.next_id += 1;
         let r = self.request(json!({"cmd": "prepare", "id": id, "k": k, "m": m,
             "chunk_bytes": chunk_bytes, "sets": sets, "seed": seed, "op": op,
-            "pattern": pattern, "threads": threads}))?;
+            "pattern": pattern, "threads": threads, "isa": self.isa}))?;
         if !r.verified {
             bail!("klauspost peer did not verify its output");
         }

@@ -3,8 +3,9 @@
 //! `klauspost.rs`.)
 
 use super::timing::Part;
-use super::{Cell, CodeSpec, Op, Pattern};
+use super::{Cell, Op, Pattern};
 use anyhow::{anyhow, bail, Result};
+use codes::Code;
 use gf::{field, Kernel, Matrix};
 
 /// Whose parity a library's buffer sets hold. Libraries of one family share buffer sets.
@@ -62,21 +63,21 @@ fn pick<'a>(
 /// The generator matrix of the Cauchy family, `n × k` row-major, identity on top, written
 /// here from DESIGN.md §4 independently of the `codes` crate so that the benchmark's expected
 /// parity does not come from the code under test.
-pub fn reference_generator(code: CodeSpec) -> Vec<u8> {
+pub fn reference_generator(code: Code) -> Vec<u8> {
     let (k, n) = (code.k(), code.n());
     let mut g = vec![0u8; n * k];
     for j in 0..k {
         g[j * k + j] = 1;
     }
     match code {
-        CodeSpec::Rs { .. } => {
+        Code::Rs { .. } => {
             for i in k..n {
                 for j in 0..k {
                     g[i * k + j] = field::inv((i ^ j) as u8);
                 }
             }
         }
-        CodeSpec::Lrc { l, r, .. } => {
+        Code::Lrc { l, r, .. } => {
             let group = k / l;
             for j in 0..k {
                 g[(k + j / group) * k + j] = 1;
@@ -113,8 +114,7 @@ pub struct Inec {
 }
 
 impl Inec {
-    pub fn new(code: CodeSpec, kernel: Kernel) -> Result<Inec> {
-        let code = code.to_code()?;
+    pub fn new(code: Code, kernel: Kernel) -> Result<Inec> {
         Ok(Inec {
             codec: codes::Codec::try_new(code, kernel, codes::DEFAULT_DECODER_CACHE_CAPACITY)?,
             uncached: codes::Codec::try_new(code, kernel, 0)?,
@@ -181,18 +181,24 @@ impl Library for Inec {
 #[cfg(feature = "isal")]
 #[derive(Debug)]
 pub struct Isal {
-    code: CodeSpec,
+    code: Code,
     generator: Vec<u8>,
+    isa: crate::isal::Isa,
 }
 
 #[cfg(feature = "isal")]
 impl Isal {
-    pub fn new(code: CodeSpec) -> Isal {
+    /// ISA-L for `code`, its kernels at the level `isa` (checked by the caller).
+    pub fn new(code: Code, isa: crate::isal::Isa) -> Isal {
         let generator = match code {
-            CodeSpec::Rs { k, m } => crate::isal::gen_cauchy1_matrix(k, m),
-            CodeSpec::Lrc { .. } => reference_generator(code),
+            Code::Rs { k, m, .. } => crate::isal::gen_cauchy1_matrix(k, m),
+            Code::Lrc { .. } => reference_generator(code),
         };
-        Isal { code, generator }
+        Isal {
+            code,
+            generator,
+            isa,
+        }
     }
 
     /// The `outputs.len() × inputs.len()` matrix that rebuilds `outputs` from `inputs`.
@@ -244,7 +250,7 @@ impl Library for Isal {
         Family::Cauchy
     }
     fn kernel(&self, _cell: &Cell) -> String {
-        crate::isal::kernel_name().to_string()
+        self.isa.kernel_name().to_string()
     }
     fn supports(&self, _cell: &Cell) -> Result<(), String> {
         Ok(())
@@ -256,7 +262,7 @@ impl Library for Isal {
             Op::Encode => self.generator[k * k..].to_vec(),
             _ => self.decode_matrix(&cell.inputs, &cell.outputs)?,
         };
-        let mut tables = Tables::new(cell.inputs.len(), cell.outputs.len(), &coeffs);
+        let mut tables = Tables::with_isa(cell.inputs.len(), cell.outputs.len(), &coeffs, self.isa);
         let mut calls: Vec<Call<'a>> = sets
             .into_iter()
             .map(|c| {
@@ -293,8 +299,8 @@ impl std::fmt::Debug for Erasure {
 }
 
 impl Erasure {
-    pub fn new(code: CodeSpec) -> Result<Erasure> {
-        let CodeSpec::Rs { k, m } = code else {
+    pub fn new(code: Code) -> Result<Erasure> {
+        let Code::Rs { k, m, .. } = code else {
             bail!("reed-solomon-erasure: RS codes only");
         };
         Ok(Erasure {
@@ -337,7 +343,7 @@ impl Library for Erasure {
         "simd-c-haswell".to_string()
     }
     fn supports(&self, cell: &Cell) -> Result<(), String> {
-        if !matches!(cell.code, CodeSpec::Rs { .. }) {
+        if !matches!(cell.code, Code::Rs { .. }) {
             return Err("RS only".into());
         }
         if cell.op != Op::Encode && cell.pattern == Pattern::Fresh {
@@ -388,8 +394,8 @@ pub struct Simd {
 }
 
 impl Simd {
-    pub fn new(code: CodeSpec) -> Result<Simd> {
-        let CodeSpec::Rs { k, m } = code else {
+    pub fn new(code: Code) -> Result<Simd> {
+        let Code::Rs { k, m, .. } = code else {
             bail!("reed-solomon-simd: RS codes only");
         };
         Ok(Simd { k, m })
@@ -458,7 +464,7 @@ impl Library for Simd {
         "nosimd".into()
     }
     fn supports(&self, cell: &Cell) -> Result<(), String> {
-        if !matches!(cell.code, CodeSpec::Rs { .. }) {
+        if !matches!(cell.code, Code::Rs { .. }) {
             return Err("RS only".into());
         }
         if !cell.chunk_bytes.is_multiple_of(2 * cell.threads) {

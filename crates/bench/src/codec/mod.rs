@@ -40,14 +40,13 @@ pub mod timing;
 
 use anyhow::{anyhow, bail, Context, Result};
 use clap::{Args, ValueEnum};
+use codes::{Code, MatrixKind};
 use data::Stripes;
 use libs::{Family, Library};
 use serde::Serialize;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::io::Write;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::Duration;
 
 /// Options of `inec bench codec`.
@@ -60,7 +59,7 @@ pub struct CodecArgs {
     /// Codes, e.g. `rs:6,3 lrc:12,2,2` (space- or ';'-separated) [default: rs:3,2 rs:6,3
     /// rs:10,4 rs:12,4 lrc:6,2,2 lrc:12,2,2].
     #[arg(long, num_args = 1.., value_delimiter = ';')]
-    pub codes: Vec<CodeSpec>,
+    pub codes: Vec<Code>,
     /// Chunk sizes in bytes, suffixes K/KiB/M/MiB allowed [default: 1KiB·2^x, x = 0..14].
     #[arg(long, value_delimiter = ',', value_parser = parse_size)]
     pub chunk_sizes: Vec<usize>,
@@ -83,6 +82,11 @@ pub struct CodecArgs {
     /// the CPU lacks it.
     #[arg(long)]
     pub kernel: Option<String>,
+    /// The instruction-set level of the peers that can be forced (ISA-L and
+    /// klauspost/reedsolomon): `native` (their own choice), `avx2`, `avx512` (nibble tables,
+    /// no GFNI), `avx2-gfni`, `avx512-gfni`; refused if the CPU lacks it [default: native].
+    #[arg(long, value_enum, default_value_t = PeerIsa::Native)]
+    pub peer_isa: PeerIsa,
     /// Timed rounds per library and cell (the median is reported) [default: 5].
     #[arg(long)]
     pub rounds: Option<usize>,
@@ -106,78 +110,11 @@ pub struct CodecArgs {
     pub go: String,
 }
 
-/// A code to benchmark.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum CodeSpec {
-    Rs { k: usize, m: usize },
-    Lrc { k: usize, l: usize, r: usize },
-}
-
-impl CodeSpec {
-    pub fn k(self) -> usize {
-        match self {
-            CodeSpec::Rs { k, .. } | CodeSpec::Lrc { k, .. } => k,
-        }
-    }
-    pub fn parity_count(self) -> usize {
-        match self {
-            CodeSpec::Rs { m, .. } => m,
-            CodeSpec::Lrc { l, r, .. } => l + r,
-        }
-    }
-    pub fn n(self) -> usize {
-        self.k() + self.parity_count()
-    }
-    pub fn to_code(self) -> Result<codes::Code> {
-        Ok(match self {
-            CodeSpec::Rs { k, m } => codes::Code::rs(k, m)?,
-            CodeSpec::Lrc { k, l, r } => codes::Code::lrc(k, l, r)?,
-        })
-    }
-    fn kind(self) -> &'static str {
-        match self {
-            CodeSpec::Rs { .. } => "rs",
-            CodeSpec::Lrc { .. } => "lrc",
-        }
-    }
-}
-
-impl fmt::Display for CodeSpec {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match *self {
-            CodeSpec::Rs { k, m } => write!(f, "rs({k},{m})"),
-            CodeSpec::Lrc { k, l, r } => write!(f, "lrc({k},{l},{r})"),
-        }
-    }
-}
-
-impl FromStr for CodeSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<CodeSpec, String> {
-        let bad = || format!("bad code {s:?}: expected rs:K,M or lrc:K,L,R");
-        let (kind, params) = s.trim().split_once(':').ok_or_else(bad)?;
-        let p: Vec<usize> = params
-            .split(',')
-            .map(|x| x.trim().parse().map_err(|_| bad()))
-            .collect::<Result<_, _>>()?;
-        let spec = match (kind, p.as_slice()) {
-            ("rs", &[k, m]) => CodeSpec::Rs { k, m },
-            ("lrc", &[k, l, r]) => CodeSpec::Lrc { k, l, r },
-            _ => return Err(bad()),
-        };
-        let ok = spec.k() >= 1
-            && spec.parity_count() >= 1
-            && spec.n() <= 256
-            && match spec {
-                CodeSpec::Lrc { k, l, .. } => l >= 1 && k % l == 0,
-                CodeSpec::Rs { .. } => true,
-            };
-        if !ok {
-            return Err(format!(
-                "bad code {s:?}: need k ≥ 1, parity ≥ 1, n ≤ 256 (LRC: l divides k)"
-            ));
-        }
-        Ok(spec)
+/// The kind of a code as the JSON rows name it (`rs`, `lrc`).
+fn code_kind(code: Code) -> &'static str {
+    match code {
+        Code::Rs { .. } => "rs",
+        Code::Lrc { .. } => "lrc",
     }
 }
 
@@ -194,6 +131,73 @@ impl Op {
             Op::Encode => "encode",
             Op::Decode1 => "decode1",
             Op::Decodem => "decodem",
+        }
+    }
+}
+
+/// The instruction-set level the peers run at (`--peer-isa`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, ValueEnum)]
+pub enum PeerIsa {
+    #[default]
+    Native,
+    Avx2,
+    Avx512,
+    #[value(name = "avx2-gfni")]
+    Avx2Gfni,
+    #[value(name = "avx512-gfni")]
+    Avx512Gfni,
+}
+
+impl PeerIsa {
+    /// The name the Go peer takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            PeerIsa::Native => "native",
+            PeerIsa::Avx2 => "avx2",
+            PeerIsa::Avx512 => "avx512",
+            PeerIsa::Avx2Gfni => "avx2-gfni",
+            PeerIsa::Avx512Gfni => "avx512-gfni",
+        }
+    }
+
+    #[cfg(feature = "isal")]
+    fn isal(self) -> crate::isal::Isa {
+        use crate::isal::Isa;
+        match self {
+            PeerIsa::Native => Isa::Native,
+            PeerIsa::Avx2 => Isa::Avx2,
+            PeerIsa::Avx512 => Isa::Avx512,
+            PeerIsa::Avx2Gfni => Isa::Avx2Gfni,
+            PeerIsa::Avx512Gfni => Isa::Avx512Gfni,
+        }
+    }
+
+    /// The CPU feature the level needs and this CPU lacks, if any.
+    fn missing_feature(self) -> Option<&'static str> {
+        #[cfg(target_arch = "x86_64")]
+        {
+            use std::arch::is_x86_feature_detected as has;
+            let avx512 = [
+                ("avx512f", has!("avx512f")),
+                ("avx512bw", has!("avx512bw")),
+                ("avx512vl", has!("avx512vl")),
+            ];
+            let need: Vec<(&'static str, bool)> = match self {
+                PeerIsa::Native => vec![],
+                PeerIsa::Avx2 => vec![("avx2", has!("avx2"))],
+                PeerIsa::Avx512 => avx512.to_vec(),
+                PeerIsa::Avx2Gfni => vec![("avx2", has!("avx2")), ("gfni", has!("gfni"))],
+                PeerIsa::Avx512Gfni => {
+                    let mut v = avx512.to_vec();
+                    v.push(("gfni", has!("gfni")));
+                    v
+                }
+            };
+            need.into_iter().find(|(_, ok)| !ok).map(|(f, _)| f)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self != PeerIsa::Native).then_some("x86_64")
         }
     }
 }
@@ -304,7 +308,7 @@ fn size_label(bytes: usize) -> String {
 /// One benchmark cell, as every library runs it.
 #[derive(Debug, Clone)]
 pub struct Cell {
-    pub code: CodeSpec,
+    pub code: Code,
     pub chunk_bytes: usize,
     pub op: Op,
     pub pattern: Pattern,
@@ -316,10 +320,10 @@ pub struct Cell {
     pub outputs: Vec<usize>,
 }
 
-/// The resolved settings of a run.
+/// The resolved settings of a run (`inec bench codec`'s flags with their defaults).
 #[derive(Debug, Clone)]
-struct Plan {
-    codes: Vec<CodeSpec>,
+struct Settings {
+    codes: Vec<Code>,
     sizes: Vec<usize>,
     ops: Vec<(Op, Pattern)>,
     caches: Vec<CacheState>,
@@ -332,18 +336,19 @@ struct Plan {
     cold_bytes: usize,
     seed: u64,
     kernel: gf::Kernel,
+    peer_isa: PeerIsa,
     go: String,
 }
 
-fn resolve(a: &CodecArgs) -> Result<Plan> {
+fn resolve(a: &CodecArgs) -> Result<Settings> {
     let kernel = match &a.kernel {
-        Some(name) => {
-            let kind: gf::KernelKind = name.parse()?;
-            gf::Kernel::try_new(kind)?
-        }
+        Some(name) => gf::Kernel::try_from_name(name)?,
         None => gf::try_kernel()?,
     };
-    let or = |v: &[CodeSpec], d: &[&str]| -> Vec<CodeSpec> {
+    if let Some(f) = a.peer_isa.missing_feature() {
+        bail!("--peer-isa {}: this CPU lacks {f}", a.peer_isa.name());
+    }
+    let or = |v: &[Code], d: &[&str]| -> Vec<Code> {
         if v.is_empty() {
             d.iter()
                 .map(|s| s.parse().expect("valid default"))
@@ -367,6 +372,20 @@ fn resolve(a: &CodecArgs) -> Result<Plan> {
             ],
         )
     };
+    if let Some(c) = codes.iter().find(|c| {
+        matches!(
+            c,
+            Code::Rs {
+                matrix: MatrixKind::Vandermonde,
+                ..
+            }
+        )
+    }) {
+        bail!(
+            "{c}: the codec benchmark compares RS with ISA-L's Cauchy matrix (rs:K,M) and \
+             Azure LRC (lrc:K,L,R); the Vandermonde matrix is not benchmarked"
+        );
+    }
     let sizes = match (a.chunk_sizes.is_empty(), a.quick) {
         (false, _) => a.chunk_sizes.clone(),
         (true, true) => vec![4 << 10, 128 << 10],
@@ -424,7 +443,7 @@ fn resolve(a: &CodecArgs) -> Result<Plan> {
     let cold_bytes = a
         .cold_bytes
         .unwrap_or_else(|| (64 << 20).max(2 * last_level_cache_bytes().unwrap_or(0)));
-    Ok(Plan {
+    Ok(Settings {
         codes,
         sizes,
         ops,
@@ -437,6 +456,7 @@ fn resolve(a: &CodecArgs) -> Result<Plan> {
         cold_bytes,
         seed: a.seed,
         kernel,
+        peer_isa: a.peer_isa,
         go: a.go.clone(),
     })
 }
@@ -627,18 +647,19 @@ pub fn execute<'w>(
     json: Option<&'w mut dyn Write>,
     table: &'w mut dyn Write,
 ) -> Result<Vec<Row>> {
-    let plan = resolve(a)?;
+    let settings = resolve(a)?;
     let cpu = cpu_model();
     let mut peer = None;
-    let mut libraries = plan.libraries.clone();
+    let mut libraries = settings.libraries.clone();
     if libraries.contains(&LibraryName::Klauspost) {
-        match klauspost::build(&plan.go).and_then(|bin| klauspost::Peer::start(&bin)) {
+        match klauspost::build(&settings.go).and_then(|bin| klauspost::Peer::start(&bin)) {
             Ok(mut p) => {
+                p.set_isa(settings.peer_isa.name());
                 let v = p.version()?;
                 writeln!(table, "# klauspost/reedsolomon {v} (Go peer, subprocess)")?;
                 peer = Some(p);
             }
-            Err(e) if !plan.explicit_libraries => {
+            Err(e) if !settings.explicit_libraries => {
                 writeln!(table, "# klauspost/reedsolomon skipped: {e:#}")?;
                 libraries.retain(|&l| l != LibraryName::Klauspost);
             }
@@ -650,12 +671,17 @@ pub fn execute<'w>(
         table,
         "# inec kernel: {}; GB/s of data (k·chunk_bytes per call, decodes too), median of {} \
          rounds of ~{} ms; (x) = inec / that library",
-        plan.kernel.name(),
-        plan.rounds,
-        plan.round.as_millis()
+        settings.kernel.name(),
+        settings.rounds,
+        settings.round.as_millis()
     )?;
     #[cfg(feature = "isal")]
-    writeln!(table, "# isal 2.31 kernel: {}", crate::isal::kernel_name())?;
+    writeln!(
+        table,
+        "# isal 2.31 kernel: {}",
+        settings.peer_isa.isal().kernel_name()
+    )?;
+    writeln!(table, "# peers' ISA level: {}", settings.peer_isa.name())?;
     let mut out = Output {
         json,
         table,
@@ -664,8 +690,8 @@ pub fn execute<'w>(
         errors: Vec::new(),
     };
     out.header()?;
-    for &code in &plan.codes {
-        run_code(&plan, &libraries, code, peer.as_mut(), &cpu, &mut out)?;
+    for &code in &settings.codes {
+        run_code(&settings, &libraries, code, peer.as_mut(), &cpu, &mut out)?;
     }
     if !out.errors.is_empty() {
         for e in &out.errors {
@@ -677,12 +703,12 @@ pub fn execute<'w>(
 }
 
 /// The chunks a decode loses.
-fn lost_chunks(code: CodeSpec, op: Op, codec: &codes::Codec) -> Result<Vec<usize>> {
+fn lost_chunks(code: Code, op: Op, codec: &codes::Codec) -> Result<Vec<usize>> {
     Ok(match (op, code) {
         (Op::Encode, _) => Vec::new(),
         (Op::Decode1, _) => vec![0],
-        (Op::Decodem, CodeSpec::Rs { k, m }) => (0..m.min(k)).collect(),
-        (Op::Decodem, CodeSpec::Lrc { k, l, r }) => {
+        (Op::Decodem, Code::Rs { k, m, .. }) => (0..m.min(k)).collect(),
+        (Op::Decodem, Code::Lrc { k, l, r }) => {
             // l + r data chunks, spread over the groups; drop the last until recoverable.
             let group = k / l;
             let mut per_group = vec![0; l];
@@ -704,7 +730,7 @@ fn lost_chunks(code: CodeSpec, op: Op, codec: &codes::Codec) -> Result<Vec<usize
 }
 
 fn make_cell(
-    code: CodeSpec,
+    code: Code,
     chunk_bytes: usize,
     (op, pattern): (Op, Pattern),
     cache: CacheState,
@@ -735,7 +761,7 @@ fn make_cell(
 /// computed with the gf reference kernel from [`libs::reference_generator`]; set 0 is then
 /// the reference. Returns the sets and whether inec's parity equalled the reference.
 fn cauchy_stripes(
-    code: CodeSpec,
+    code: Code,
     chunk_bytes: usize,
     set_count: usize,
     seed: u64,
@@ -769,7 +795,7 @@ fn cauchy_stripes(
 
 /// Buffer sets of a library with its own code, with its round trip checked on set 0.
 fn own_stripes(
-    code: CodeSpec,
+    code: Code,
     chunk_bytes: usize,
     set_count: usize,
     seed: u64,
@@ -795,20 +821,20 @@ fn own_stripes(
 }
 
 fn run_code(
-    plan: &Plan,
+    settings: &Settings,
     libraries: &[LibraryName],
-    code: CodeSpec,
+    code: Code,
     mut peer: Option<&mut klauspost::Peer>,
     cpu: &str,
     out: &mut Output<'_>,
 ) -> Result<()> {
     let has = |l: LibraryName| libraries.contains(&l);
-    let inec = libs::Inec::new(code, plan.kernel)?;
+    let inec = libs::Inec::new(code, settings.kernel)?;
     #[cfg(feature = "isal")]
-    let isal = libs::Isal::new(code);
+    let isal = libs::Isal::new(code, settings.peer_isa.isal());
     let erasure = libs::Erasure::new(code).ok();
     let simd = libs::Simd::new(code).ok();
-    let xor = libs::XorRoofline::new(plan.kernel);
+    let xor = libs::XorRoofline::new(settings.kernel);
     let mut in_process: Vec<(LibraryName, &dyn Library)> = Vec::new();
     if has(LibraryName::Inec) {
         in_process.push((LibraryName::Inec, &inec));
@@ -826,18 +852,18 @@ fn run_code(
     if has(LibraryName::XorRoofline) {
         in_process.push((LibraryName::XorRoofline, &xor));
     }
-    let use_peer = has(LibraryName::Klauspost) && matches!(code, CodeSpec::Rs { .. });
+    let use_peer = has(LibraryName::Klauspost) && matches!(code, Code::Rs { .. });
     let n = code.n();
-    for &chunk_bytes in &plan.sizes {
-        for &cache in &plan.caches {
+    for &chunk_bytes in &settings.sizes {
+        for &cache in &settings.caches {
             let set_count = match cache {
                 CacheState::Hot => 1,
-                CacheState::Cold => plan.cold_bytes.div_ceil((n + 1) * chunk_bytes).max(1),
+                CacheState::Cold => settings.cold_bytes.div_ceil((n + 1) * chunk_bytes).max(1),
             };
             // Buffer sets per family, and libraries whose family could not be set up.
             let mut families: BTreeMap<Family, Stripes> = BTreeMap::new();
             let mut broken: BTreeMap<&str, String> = BTreeMap::new();
-            let (st, inec_ok) = cauchy_stripes(code, chunk_bytes, set_count, plan.seed, &inec)?;
+            let (st, inec_ok) = cauchy_stripes(code, chunk_bytes, set_count, settings.seed, &inec)?;
             if !inec_ok {
                 broken.insert("inec", "encode parity differs from the reference".into());
             }
@@ -852,7 +878,7 @@ fn run_code(
                         code,
                         chunk_bytes,
                         set_count,
-                        plan.seed,
+                        settings.seed,
                         |s| e.encode(s),
                         |s, l| e.reconstruct(s, l),
                     ),
@@ -860,7 +886,7 @@ fn run_code(
                         code,
                         chunk_bytes,
                         set_count,
-                        plan.seed,
+                        settings.seed,
                         |s| x.encode(s),
                         |s, l| x.reconstruct(s, l),
                     ),
@@ -875,8 +901,8 @@ fn run_code(
                     }
                 }
             }
-            for &threads in &plan.threads {
-                for &op in &plan.ops {
+            for &threads in &settings.threads {
+                for &op in &settings.ops {
                     let cell = make_cell(code, chunk_bytes, op, cache, threads, inec.codec())?;
                     let entrants: Vec<(LibraryName, &dyn Library)> = in_process
                         .iter()
@@ -886,7 +912,7 @@ fn run_code(
                         })
                         .collect();
                     let rows = run_cell(
-                        plan,
+                        settings,
                         &cell,
                         &entrants,
                         if use_peer { peer.as_deref_mut() } else { None },
@@ -999,7 +1025,7 @@ fn calibrate(round: Duration, mut time: impl FnMut(usize) -> Result<Duration>) -
 type CellRows<'a> = (Vec<Row>, BTreeMap<&'a str, String>);
 
 fn run_cell<'a>(
-    plan: &Plan,
+    settings: &Settings,
     cell: &Cell,
     libs: &[(LibraryName, &'a dyn Library)],
     mut peer: Option<&mut klauspost::Peer>,
@@ -1029,7 +1055,7 @@ fn run_cell<'a>(
             m,
             cell.chunk_bytes,
             set_count,
-            plan.seed,
+            settings.seed,
             cell.op.name(),
             cell.pattern.name(),
             cell.threads,
@@ -1070,11 +1096,11 @@ fn run_cell<'a>(
     };
     let mut iters = Vec::with_capacity(entrants.len());
     for (e, _) in &entrants {
-        iters.push(calibrate(plan.round, |n| time(e, n))?);
+        iters.push(calibrate(settings.round, |n| time(e, n))?);
     }
     let data_bytes = (k * cell.chunk_bytes) as f64;
-    let mut gbps = vec![Vec::with_capacity(plan.rounds); entrants.len()];
-    for round in 0..plan.rounds {
+    let mut gbps = vec![Vec::with_capacity(settings.rounds); entrants.len()];
+    for round in 0..settings.rounds {
         for j in 0..entrants.len() {
             let i = (round + j) % entrants.len();
             let d = time(&entrants[i].0, iters[i])?;
@@ -1092,26 +1118,26 @@ fn run_cell<'a>(
             Row {
                 library: e.name().to_string(),
                 kernel: kernel.clone(),
-                code: code.kind(),
+                code: code_kind(code),
                 k,
-                m: matches!(code, CodeSpec::Rs { .. }).then_some(m),
+                m: matches!(code, Code::Rs { .. }).then_some(m),
                 l: match code {
-                    CodeSpec::Lrc { l, .. } => Some(l),
-                    CodeSpec::Rs { .. } => None,
+                    Code::Lrc { l, .. } => Some(l),
+                    Code::Rs { .. } => None,
                 },
                 r: match code {
-                    CodeSpec::Lrc { r, .. } => Some(r),
-                    CodeSpec::Rs { .. } => None,
+                    Code::Lrc { r, .. } => Some(r),
+                    Code::Rs { .. } => None,
                 },
                 chunk_bytes: cell.chunk_bytes,
                 op: cell.op.name(),
                 pattern: cell.pattern.name(),
                 cache: cell.cache.name(),
                 threads: cell.threads,
-                gbps: timing::median(g),
+                gbps: crate::stats::median(g),
                 gbps_min: g.iter().copied().fold(f64::INFINITY, f64::min),
                 gbps_max: g.iter().copied().fold(0.0, f64::max),
-                rounds: plan.rounds,
+                rounds: settings.rounds,
                 calls_per_round: iters[i],
                 sets: set_count,
                 read: cell.inputs.clone(),

@@ -83,16 +83,6 @@ pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize) -> Duration {
     elapsed
 }
 
-/// Median of the values (upper median for an even count); 0 for none.
-pub fn median(values: &[f64]) -> f64 {
-    if values.is_empty() {
-        return 0.0;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,12 +120,5 @@ mod tests {
             let r = catch_unwind(AssertUnwindSafe(|| run(&mut parts, 3, 1)));
             assert!(r.is_err(), "part {bad} panicked: run must panic, not hang");
         }
-    }
-
-    #[test]
-    fn median_of_odd_and_even() {
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 3.0);
-        assert_eq!(median(&[]), 0.0);
     }
 }

@@ -23,9 +23,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use crate::stats::median;
 use anyhow::{anyhow, bail, Context, Result};
 use codes::{Code, Codec};
-use engine::plan::{parts_of, plan_nodes};
 use engine::{
     runner_id, BufferPool, ChunkRef, InEdge, LocalNode, Mode, NodeId, OutEdge, OutputSpec,
     PlanRunner, VertexPart,
@@ -205,11 +205,6 @@ fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeI
     Ok((procs, addrs))
 }
 
-fn p50(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    v[v.len() / 2]
-}
-
 fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
     if let Some(dir) = &args.dir {
         let state = args.cluster.as_ref().ok_or_else(|| {
@@ -281,17 +276,17 @@ fn time_runs(
         let d = c.coord.run(template, nodes, Mode::Coherent, timeout)?;
         t.push(d.as_secs_f64() * 1e6);
     }
-    Ok(p50(&mut t))
+    Ok(median(&t))
 }
 
-fn simple_part(vertex: u32, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
+fn simple_part(vertex: usize, node: NodeId, chunk_bytes: usize, slice_bytes: usize) -> VertexPart {
     VertexPart {
         vertex,
         node,
         chunk_bytes,
         slice_bytes,
-        locals: vec![],
-        in_edges: vec![],
+        local: vec![],
+        inputs: vec![],
         coeffs: vec![],
         outputs: vec![],
     }
@@ -302,7 +297,7 @@ fn hop_parts(stripe: u64, bytes: usize, slice_bytes: usize) -> Vec<VertexPart> {
     let c = |i| ChunkRef { stripe, index: i };
     vec![
         VertexPart {
-            locals: vec![c(0)],
+            local: vec![c(0)],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to: 2 }],
@@ -311,7 +306,7 @@ fn hop_parts(stripe: u64, bytes: usize, slice_bytes: usize) -> Vec<VertexPart> {
             ..simple_part(0, 1, bytes, slice_bytes)
         },
         VertexPart {
-            in_edges: vec![InEdge { edge: 0, from: 1 }],
+            inputs: vec![InEdge { edge: 0, from: 1 }],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![],
@@ -352,7 +347,7 @@ fn calibrate(c: &mut Cluster, timeout: Duration) -> Result<Calibration> {
         ),
     ])?;
     let local = vec![VertexPart {
-        locals: vec![ChunkRef { stripe, index: 0 }],
+        local: vec![ChunkRef { stripe, index: 0 }],
         coeffs: vec![1],
         outputs: vec![OutputSpec {
             sends: vec![],
@@ -446,7 +441,7 @@ fn measure_case(
     }
     let plan = build(&spec).map_err(|e| anyhow!("{scheme} {code}: {e}"))?;
     let out_stripe = stripe + 1;
-    let mut parts = parts_of(&plan, stripe)?;
+    let mut parts = plan.parts(stripe)?;
     for p in &mut parts {
         for o in &mut p.outputs {
             if let Some(ch) = &mut o.store {
@@ -456,7 +451,7 @@ fn measure_case(
     }
     let template = stripe + 7;
     c.coord.install(template, &parts)?;
-    let nodes = plan_nodes(&plan);
+    let nodes = plan.nodes();
     let stores = plan_stores(&plan);
     if stores.is_empty() {
         bail!("{scheme} {code}: the plan stores nothing");
@@ -542,11 +537,11 @@ fn measure_case(
         Code::Rs { k, m, .. } => (k, Some(m), None, None),
         Code::Lrc { k, l, r } => (k, None, Some(l), Some(r)),
     };
-    let coh_lat = p50(lat.get_mut(&Mode::Coherent).unwrap());
+    let coh_lat = median(&lat[&Mode::Coherent]);
     let coh_bw = bw[&Mode::Coherent];
     let mut rows = Vec::new();
     for mode in modes {
-        let l50 = p50(lat.get_mut(&mode).unwrap());
+        let l50 = median(&lat[&mode]);
         rows.push(Row {
             scheme: scheme.name().to_string(),
             op: if encode { "encode" } else { "decode" }.into(),
@@ -613,7 +608,7 @@ fn raw_setup(c: &mut Cluster, from: NodeId, to: NodeId, template: u64) -> Result
         .store(vec![(from, chunk, vec![0x3cu8; RAW_CHUNK_BYTES])])?;
     let parts = vec![
         VertexPart {
-            locals: vec![chunk],
+            local: vec![chunk],
             coeffs: vec![1],
             outputs: vec![OutputSpec {
                 sends: vec![OutEdge { edge: 0, to }],
@@ -622,7 +617,7 @@ fn raw_setup(c: &mut Cluster, from: NodeId, to: NodeId, template: u64) -> Result
             ..simple_part(0, from, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
         },
         VertexPart {
-            in_edges: vec![InEdge { edge: 0, from }],
+            inputs: vec![InEdge { edge: 0, from }],
             ..simple_part(1, to, RAW_CHUNK_BYTES, RAW_SLICE_BYTES)
         },
     ];
@@ -644,17 +639,6 @@ fn engine_raw_gbps(
         .coord
         .run_many(template, &[from, to], Mode::Coherent, ops, 2, timeout)?;
     Ok((ops * RAW_CHUNK_BYTES) as f64 * 8.0 / st.elapsed.as_secs_f64() / 1e9)
-}
-
-fn median(v: &[f64]) -> f64 {
-    let mut v = v.to_vec();
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn load_average() -> String {

@@ -14,8 +14,10 @@ use std::time::Duration;
 use crate::pool::BufferPool;
 use crate::wire::Header;
 
-/// A node's identity in a cluster. Plan runners use ids from [`RUNNER_BASE`] up.
-pub type NodeId = u32;
+/// A node's identity in a cluster: `graph`'s node number, the same in plans and engines.
+/// Plan runners use ids from [`RUNNER_BASE`] up; ids travel as u32 (`Hello` frames), so
+/// transports refuse larger ones.
+pub use graph::NodeId;
 
 /// Node ids at and above this belong to plan runners (and other clients), which hold no chunks.
 pub const RUNNER_BASE: NodeId = 0xF000_0000;

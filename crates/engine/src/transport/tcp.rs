@@ -123,6 +123,12 @@ impl TcpTransport {
 
     /// A transport that only connects out (a plan runner).
     pub fn unbound(id: NodeId, pool: BufferPool) -> io::Result<TcpTransport> {
+        if u32::try_from(id).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("node id {id} does not fit the 32 bits of a Hello frame"),
+            ));
+        }
         let poll = Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
         Ok(TcpTransport {
@@ -341,8 +347,8 @@ fn read_frames(
 ) -> Result<(), String> {
     let mut emit = |conn: &mut Conn, header: Header, payload: Vec<u8>| -> Result<(), String> {
         if header.kind == Kind::Hello {
-            conn.peer = Some(header.edge);
-            hellos.push(header.edge);
+            conn.peer = Some(header.edge as NodeId);
+            hellos.push(header.edge as NodeId);
             return Ok(());
         }
         let Some(from) = conn.peer else {
@@ -554,7 +560,7 @@ impl Transport for TcpTransport {
             .add_conn(stream, Some(peer))
             .map_err(|e| fail(e.to_string()))?;
         let hello = OutItem {
-            header: Header::new(Kind::Hello, 0, self.id, 0, 0)
+            header: Header::new(Kind::Hello, 0, self.id as u32, 0, 0)
                 .expect("empty payload")
                 .encode(),
             payload: Payload::Empty,

@@ -12,16 +12,17 @@ pub(crate) mod x86_64;
 
 use crate::{KernelKind, Matrix};
 
-/// What the SIMD implementations prepare for one matrix on first use (kept in the matrix).
+/// What the SIMD implementations prepare for one matrix on first use (their blockings, kept
+/// in the matrix).
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Plans {
+pub(crate) struct Blockings {
     #[cfg(target_arch = "x86_64")]
-    x86: x86_64::Plans,
+    x86: x86_64::Blockings,
 }
 
-impl Plans {
+impl Blockings {
     #[cfg(target_arch = "x86_64")]
-    pub(crate) fn x86(&self) -> &x86_64::Plans {
+    pub(crate) fn x86(&self) -> &x86_64::Blockings {
         &self.x86
     }
 }

@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{dispatch_block, Plan, Plans, Simd};
+use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has AVX-512F and AVX-512BW.
@@ -28,7 +28,7 @@ impl Simd for Avx512 {
     // Two vectors per step: 16 accumulators, 4 index registers, the mask and two tables fit
     // the 32 zmm registers.
     const MAX_BLOCK: usize = 8;
-    const SPLIT_XOR_ROWS: bool = true;
+    const XOR_ROWS_IN_BLOCKS: bool = true;
     const ANY_LENGTH: bool = true;
 
     /// The coefficient's nibble tables (`lo` then `hi`).
@@ -42,22 +42,36 @@ impl Simd for Avx512 {
         field::nibble_tables(c)
     }
 
-    fn plan(plans: &Plans) -> &OnceLock<Plan<[u8; 32]>> {
-        &plans.avx512
+    fn blocking(blockings: &Blockings) -> &OnceLock<Blocking<[u8; 32]>> {
+        &blockings.avx512
     }
 
     unsafe fn dot(
         self,
         add: bool,
         coef: &[Self::Coef],
+        xmask: &[u8],
         srcs: &[*const u8],
         dsts: &[*mut u8],
+        xdsts: usize,
         len: usize,
     ) {
         // SAFETY: the token proves AVX-512F and AVX-512BW; the caller upholds `Simd::dot`'s
-        // contract, which is `dot_avx512`'s.
+        // contract, which is `dot_avx512`'s (the listed shapes are every B ≥ 1, X ≤ 2 with
+        // B + X ≤ 8).
         unsafe {
-            dispatch_block!(dot_avx512, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5 6 7 8])
+            dispatch_block!(
+                dot_avx512,
+                dsts.len() - xdsts,
+                xdsts,
+                add,
+                (coef, xmask, srcs, dsts, len),
+                [
+                    (1, 0)(2, 0)(3, 0)(4, 0)(5, 0)(6, 0)(7, 0)(8, 0)(1, 1)(2, 1)(3, 1)(4, 1)(5, 1)(
+                        6, 1
+                    )(7, 1)(1, 2)(2, 2)(3, 2)(4, 2)(5, 2)(6, 2)
+                ]
+            )
         }
     }
 
@@ -211,89 +225,164 @@ fn nibbles(x: __m512i) -> (__m512i, __m512i) {
     )
 }
 
-/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs, any length.
+/// One step of `V` vectors at offset `p` (the last one loaded under `last`): the
+/// accumulators of the `B` product rows and of the `X` XOR rows.
 ///
 /// # Safety
 ///
-/// The CPU has AVX-512F and AVX-512BW; `coef.len() == srcs.len() * B`, `dsts.len() == B`;
-/// every source is readable and every destination readable and writable for `len` bytes; the
-/// destinations overlap nothing else.
+/// Every source has `64·(V-1)` readable bytes at `p` and then the bytes `last` selects;
+/// `xmask.len() == srcs.len()`.
+#[inline]
 #[target_feature(enable = "avx512f,avx512bw")]
-unsafe fn dot_avx512<const B: usize, const ADD: bool>(
+unsafe fn step<const B: usize, const X: usize, const V: usize>(
+    coef: &[[[u8; 32]; B]],
+    xmask: &[u8],
+    srcs: &[*const u8],
+    p: usize,
+    last: __mmask64,
+) -> ([[__m512i; V]; B], [[__m512i; V]; X]) {
+    let mut acc = [[_mm512_setzero_si512(); V]; B];
+    let mut xacc = [[_mm512_setzero_si512(); V]; X];
+    // for each source s with tables T[·][s] and XOR-row bits m:
+    //     x = s[p .. p + 64·V]; for each XOR row r with bit r of m: xacc[r] ^= x
+    //     for each product row i: acc[i] = acc[i] ^ pshufb(T_lo[i][s], lo) ^ pshufb(T_hi[i][s], hi)
+    for ((c, &m), &s) in coef.iter().zip(xmask).zip(srcs) {
+        let mut x = [_mm512_setzero_si512(); V];
+        for (v, xv) in x.iter_mut().enumerate() {
+            // SAFETY: the caller guarantees the bytes (a full vector, or those of `last`).
+            *xv = unsafe {
+                if v + 1 < V || last == !0 {
+                    load(s.add(p + 64 * v))
+                } else {
+                    load_masked(s.add(p + 64 * v), last)
+                }
+            };
+        }
+        for (r, xa) in xacc.iter_mut().enumerate() {
+            if m & (1 << r) != 0 {
+                for (a, &xv) in xa.iter_mut().zip(&x) {
+                    *a = _mm512_xor_si512(*a, xv);
+                }
+            }
+        }
+        let mut lo = [_mm512_setzero_si512(); V];
+        let mut hi = [_mm512_setzero_si512(); V];
+        for v in 0..V {
+            (lo[v], hi[v]) = nibbles(x[v]);
+        }
+        for (a, t) in acc.iter_mut().zip(c) {
+            let (t_lo, t_hi) = tables(t);
+            for v in 0..V {
+                a[v] = xor3(
+                    a[v],
+                    _mm512_shuffle_epi8(t_lo, lo[v]),
+                    _mm512_shuffle_epi8(t_hi, hi[v]),
+                );
+            }
+        }
+    }
+    (acc, xacc)
+}
+
+/// `dst[p .. p + 64·V] (^)= a`, the last vector under `last`.
+///
+/// # Safety
+///
+/// The bytes are readable and writable, as for [`step`].
+#[inline]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn put<const V: usize, const ADD: bool>(
+    dst: *mut u8,
+    p: usize,
+    a: &[__m512i; V],
+    last: __mmask64,
+) {
+    for (v, &a) in a.iter().enumerate() {
+        // SAFETY: the caller guarantees the bytes.
+        unsafe {
+            let at = dst.add(p + 64 * v);
+            if v + 1 < V || last == !0 {
+                store(
+                    at,
+                    if ADD {
+                        _mm512_xor_si512(a, load(at))
+                    } else {
+                        a
+                    },
+                );
+            } else {
+                let a = if ADD {
+                    _mm512_xor_si512(a, load_masked(at, last))
+                } else {
+                    a
+                };
+                store_masked(at, last, a);
+            }
+        }
+    }
+}
+
+/// The block kernel of [`Simd::dot`] for `B` product rows and `X` XOR rows (`dsts` holds
+/// them in that order), any length.
+///
+/// # Safety
+///
+/// The CPU has AVX-512F and AVX-512BW; `coef.len() == srcs.len() * B`,
+/// `xmask.len() == srcs.len()`, `dsts.len() == B + X`; every source is readable and every
+/// destination readable and writable for `len` bytes; the destinations overlap nothing else.
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn dot_avx512<const B: usize, const X: usize, const ADD: bool>(
     coef: &[[u8; 32]],
+    xmask: &[u8],
     srcs: &[*const u8],
     dsts: &[*mut u8],
     len: usize,
 ) {
     let (coef, rest) = coef.as_chunks::<B>();
-    assert!(rest.is_empty() && coef.len() == srcs.len());
-    let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
-    // for p in steps of 128 bytes (two vectors, a and b):
-    //     acc_a[·] = acc_b[·] = 0
-    //     for each source s: split s[p..p+64] and s[p+64..p+128] into nibbles
-    //         for each output i: acc[i] = acc[i] ^ pshufb(T_lo[i][s], lo) ^ pshufb(T_hi[i][s], hi)
-    //     dst[i][p..p+128] (^)= acc[i]
+    assert!(
+        rest.is_empty()
+            && coef.len() == srcs.len()
+            && xmask.len() == srcs.len()
+            && dsts.len() == B + X
+    );
+    let (pdsts, xdsts) = dsts.split_at(B);
+    // Steps of 128 bytes (two vectors); then single vectors, the last one masked. (Unlike
+    // the GFNI kernel, this one does not first align its buffers: it is bound by its
+    // shuffles, and the extra masked step measured slower at 4 KiB and no faster at 128 KiB
+    // on an Intel Xeon with AVX-512.)
     let mut p = 0;
+    // Outputs set (not added to), of a mebibyte or more, 64-byte aligned: non-temporal
+    // stores (see `STREAM_MIN_BYTES`; on an Intel Xeon, one thread, 1 MiB chunks cold,
+    // 0.72–0.88× of the XOR pass against 0.50–0.62× without).
+    let stream =
+        !ADD && len >= STREAM_MIN_BYTES && dsts.iter().all(|&d| (d as usize).is_multiple_of(64));
     while p + 128 <= len {
-        let mut acc_a = [_mm512_setzero_si512(); B];
-        let mut acc_b = [_mm512_setzero_si512(); B];
-        for (c, &s) in coef.iter().zip(srcs) {
-            // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
-            let (xa, xb) = unsafe { (load(s.add(p)), load(s.add(p + 64))) };
-            let (lo_a, hi_a) = nibbles(xa);
-            let (lo_b, hi_b) = nibbles(xb);
-            for i in 0..B {
-                let (t_lo, t_hi) = tables(&c[i]);
-                acc_a[i] = xor3(
-                    acc_a[i],
-                    _mm512_shuffle_epi8(t_lo, lo_a),
-                    _mm512_shuffle_epi8(t_hi, hi_a),
-                );
-                acc_b[i] = xor3(
-                    acc_b[i],
-                    _mm512_shuffle_epi8(t_lo, lo_b),
-                    _mm512_shuffle_epi8(t_hi, hi_b),
-                );
-            }
-        }
-        for i in 0..B {
-            let d = dsts[i];
-            // SAFETY: `p + 128 ≤ len` bytes of every destination are readable and writable.
-            unsafe {
-                if ADD {
-                    acc_a[i] = _mm512_xor_si512(acc_a[i], load(d.add(p)));
-                    acc_b[i] = _mm512_xor_si512(acc_b[i], load(d.add(p + 64)));
+        // SAFETY: `p + 128 ≤ len`; the caller's guarantees.
+        unsafe {
+            let (acc, xacc) = step::<B, X, 2>(coef, xmask, srcs, p, !0);
+            for (&d, a) in pdsts.iter().zip(&acc).chain(xdsts.iter().zip(&xacc)) {
+                if stream {
+                    // `d + p` is 64-byte aligned: `d` is, and `p` is a multiple of 128.
+                    _mm512_stream_si512(d.add(p).cast(), a[0]);
+                    _mm512_stream_si512(d.add(p + 64).cast(), a[1]);
+                } else {
+                    put::<2, ADD>(d, p, a, !0);
                 }
-                store(d.add(p), acc_a[i]);
-                store(d.add(p + 64), acc_b[i]);
             }
         }
         p += 128;
     }
-    // The rest (< 128 bytes), one vector at a time; the last one masked to the bytes left.
+    if stream {
+        // Order the stream stores before anything the caller does next.
+        _mm_sfence();
+    }
     while p < len {
         let mask = head_mask(len - p);
-        let mut acc = [_mm512_setzero_si512(); B];
-        for (c, &s) in coef.iter().zip(srcs) {
-            // SAFETY: `mask` selects only bytes below `len`.
-            let (lo, hi) = nibbles(unsafe { load_masked(s.add(p), mask) });
-            for i in 0..B {
-                let (t_lo, t_hi) = tables(&c[i]);
-                acc[i] = xor3(
-                    acc[i],
-                    _mm512_shuffle_epi8(t_lo, lo),
-                    _mm512_shuffle_epi8(t_hi, hi),
-                );
-            }
-        }
-        for i in 0..B {
-            let d = dsts[i];
-            // SAFETY: `mask` selects only bytes below `len`.
-            unsafe {
-                if ADD {
-                    acc[i] = _mm512_xor_si512(acc[i], load_masked(d.add(p), mask));
-                }
-                store_masked(d.add(p), mask, acc[i]);
+        // SAFETY: `mask` selects only bytes below `len`.
+        unsafe {
+            let (acc, xacc) = step::<B, X, 1>(coef, xmask, srcs, p, mask);
+            for (&d, a) in pdsts.iter().zip(&acc).chain(xdsts.iter().zip(&xacc)) {
+                put::<1, ADD>(d, p, a, mask);
             }
         }
         p += 64;

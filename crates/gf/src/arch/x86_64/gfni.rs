@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
-use super::{dispatch_block, Plan, Plans, Simd};
+use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
@@ -55,7 +55,7 @@ impl Simd for Gfni512 {
     const VECTOR_BYTES: usize = 64;
     // Two vectors per step: 16 accumulators, 4 inputs and 2 matrices fit the 32 registers.
     const MAX_BLOCK: usize = 8;
-    const SPLIT_XOR_ROWS: bool = false;
+    const XOR_ROWS_IN_BLOCKS: bool = false;
     const ANY_LENGTH: bool = true;
 
     /// The coefficient's affine bit matrix.
@@ -69,13 +69,23 @@ impl Simd for Gfni512 {
         field::affine_matrix(c)
     }
 
-    fn plan(plans: &Plans) -> &OnceLock<Plan<u64>> {
-        &plans.gfni512
+    fn blocking(blockings: &Blockings) -> &OnceLock<Blocking<u64>> {
+        &blockings.gfni512
     }
 
-    unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
+    unsafe fn dot(
+        self,
+        add: bool,
+        coef: &[u64],
+        _xmask: &[u8],
+        srcs: &[*const u8],
+        dsts: &[*mut u8],
+        xdsts: usize,
+        len: usize,
+    ) {
+        assert_eq!(xdsts, 0, "GFNI blocks carry no XOR rows");
         // SAFETY: the token proves GFNI, AVX-512F and AVX-512BW; the caller upholds
-        // `Simd::dot`'s contract, which is `dot_gfni512`'s.
+        // `Simd::dot`'s contract, which (with no XOR rows) is `dot_gfni512`'s.
         unsafe {
             dispatch_block!(dot_gfni512, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5 6 7 8])
         }
@@ -99,7 +109,7 @@ impl Simd for Gfni256 {
     // Two vectors per step: 10 accumulators, 2 inputs, a matrix and a product fit the 16
     // registers.
     const MAX_BLOCK: usize = 5;
-    const SPLIT_XOR_ROWS: bool = false;
+    const XOR_ROWS_IN_BLOCKS: bool = false;
     const ANY_LENGTH: bool = false;
 
     /// The coefficient's affine bit matrix.
@@ -113,13 +123,23 @@ impl Simd for Gfni256 {
         field::affine_matrix(c)
     }
 
-    fn plan(plans: &Plans) -> &OnceLock<Plan<u64>> {
-        &plans.gfni256
+    fn blocking(blockings: &Blockings) -> &OnceLock<Blocking<u64>> {
+        &blockings.gfni256
     }
 
-    unsafe fn dot(self, add: bool, coef: &[u64], srcs: &[*const u8], dsts: &[*mut u8], len: usize) {
+    unsafe fn dot(
+        self,
+        add: bool,
+        coef: &[u64],
+        _xmask: &[u8],
+        srcs: &[*const u8],
+        dsts: &[*mut u8],
+        xdsts: usize,
+        len: usize,
+    ) {
+        assert_eq!(xdsts, 0, "GFNI blocks carry no XOR rows");
         // SAFETY: the token proves GFNI and AVX2; the caller upholds `Simd::dot`'s contract,
-        // which is `dot_gfni256`'s.
+        // which (with no XOR rows) is `dot_gfni256`'s.
         unsafe {
             dispatch_block!(dot_gfni256, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5])
         }
@@ -137,9 +157,6 @@ impl Simd for Gfni256 {
         }
     }
 }
-
-/// Outputs of at least this many bytes are written around the caches (see `dot_gfni512`).
-const STREAM_MIN_BYTES: usize = 1 << 20;
 
 /// The product of every byte of `x` with the constant whose bit matrix is `m`.
 #[inline]

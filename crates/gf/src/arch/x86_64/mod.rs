@@ -11,16 +11,19 @@
 //! - inputs are taken [`TILE`] at a time (one pass for any k ≤ 32; beyond, later tiles
 //!   accumulate into the outputs);
 //! - an input whose coefficients in a block are all 0 is skipped;
-//! - rows of only 0s and 1s become plain XOR passes: always for the nibble-table kernels, where
-//!   a product costs several instructions, and for GFNI only when the whole matrix is 0/1
-//!   (there a product is one instruction, so keeping a 1 inside the block, where the loaded
-//!   input is shared, is cheaper than a separate pass that reads the inputs again);
+//! - rows of only 0s and 1s ("XOR rows", such as an LRC's local parities) cost a product
+//!   where a product is one instruction (GFNI), so they stay ordinary rows there. On the
+//!   nibble-table kernels, where a product costs four, up to [`MAX_XOR_ROWS`] of them ride
+//!   along in a block of other rows: the input loaded for the products is XORed into them
+//!   (one instruction), so an LRC encode is one pass over the data. XOR rows that find no
+//!   block (a matrix of only 0s and 1s, or more of them than the blocks take) are plain XOR
+//!   passes;
 //! - buffers shorter than one vector go through small stack buffers on the 256-bit kernels (the
 //!   512-bit ones use masked loads and stores).
 //!
-//! How a matrix is split and its coefficients laid out for a kernel (a [`Plan`]) is worked out
-//! on the kernel's first use of the matrix and kept in it, so a call only gathers input
-//! pointers onto the stack: nothing on the hot path allocates or builds tables.
+//! How a matrix is split and its coefficients laid out for a kernel (a [`Blocking`]) is
+//! worked out on the kernel's first use of the matrix and kept in it, so a call only gathers
+//! input pointers onto the stack: nothing on the hot path allocates or builds tables.
 
 pub(crate) mod avx2;
 pub(crate) mod avx512;
@@ -36,6 +39,14 @@ use crate::Matrix;
 pub(crate) const TILE: usize = 32;
 /// The largest `MAX_BLOCK` of any kernel.
 pub(crate) const MAX_BLOCK: usize = 8;
+/// The most XOR rows a block carries.
+pub(crate) const MAX_XOR_ROWS: usize = 2;
+/// Outputs of at least this many bytes are written around the caches, with non-temporal
+/// stores, by the kernels that measured faster so (when they set their outputs rather than add
+/// to them, and the outputs are aligned for it): outputs that large would only evict the
+/// inputs, and a normal store first reads the line it writes, a third of the memory traffic
+/// of an encode out of cache.
+pub(crate) const STREAM_MIN_BYTES: usize = 1 << 20;
 /// Bytes of the stack buffers for short regions; the `VECTOR_BYTES` of every kernel that
 /// needs them.
 const SHORT_BYTES: usize = 32;
@@ -44,10 +55,12 @@ const SHORT_BYTES: usize = 32;
 pub(crate) trait Simd: Copy {
     /// Bytes per register.
     const VECTOR_BYTES: usize;
-    /// The most outputs one `dot` pass holds in registers (≤ [`MAX_BLOCK`]).
+    /// The most outputs one `dot` pass holds in registers (≤ [`MAX_BLOCK`]), XOR rows
+    /// included.
     const MAX_BLOCK: usize;
-    /// Whether rows of 0s and 1s are computed by `xor` passes even when other rows are not.
-    const SPLIT_XOR_ROWS: bool;
+    /// Whether blocks carry XOR rows (rows of 0s and 1s) beside their product rows; if not,
+    /// such rows are product rows, except in a matrix of only 0s and 1s.
+    const XOR_ROWS_IN_BLOCKS: bool;
     /// Whether `dot` and `xor` accept regions shorter than `VECTOR_BYTES`.
     const ANY_LENGTH: bool;
 
@@ -60,24 +73,31 @@ pub(crate) trait Simd: Copy {
     /// The prepared form of the constant `c`.
     fn coef_of(c: u8) -> Self::Coef;
 
-    /// This implementation's cached plan in a matrix.
-    fn plan(plans: &Plans) -> &OnceLock<Plan<Self::Coef>>;
+    /// This implementation's cached blocking in a matrix.
+    fn blocking(blockings: &Blockings) -> &OnceLock<Blocking<Self::Coef>>;
 
-    /// For each output `i`: `dsts[i] (^)= Σ_j coef[j·B + i] · srcs[j]` over `len` bytes, with
-    /// `B = dsts.len()`; `=` or `^=` as `add` says.
+    /// For a block of `B = dsts.len() - X` product rows followed by `X = xdsts` XOR rows,
+    /// with `dsts` holding the product rows first: for each product row `i`,
+    /// `dsts[i] (^)= Σ_j coef[j·B + i] · srcs[j]`, and for each XOR row `x`,
+    /// `dsts[B + x] (^)= Σ_{j : bit x of xmask[j]} srcs[j]`, over `len` bytes; `=` or `^=` as
+    /// `add` says.
     ///
     /// # Safety
     ///
-    /// `1 ≤ dsts.len() ≤ MAX_BLOCK`, `coef.len() == srcs.len() * dsts.len()`; every `srcs[j]`
-    /// is valid for reading and every `dsts[i]` for reading and writing `len` bytes; the
-    /// destinations overlap neither each other nor any source; if `!ANY_LENGTH`,
+    /// `1 ≤ B`, `B + X ≤ MAX_BLOCK`, `X ≤ MAX_XOR_ROWS` and `X = 0` unless
+    /// `XOR_ROWS_IN_BLOCKS`; `coef.len() == srcs.len() * B`, `xmask.len() == srcs.len()`;
+    /// every `srcs[j]` is valid for reading and every `dsts[i]` for reading and writing `len`
+    /// bytes; the destinations overlap neither each other nor any source; if `!ANY_LENGTH`,
     /// `len ≥ VECTOR_BYTES`.
+    #[allow(clippy::too_many_arguments)]
     unsafe fn dot(
         self,
         add: bool,
         coef: &[Self::Coef],
+        xmask: &[u8],
         srcs: &[*const u8],
         dsts: &[*mut u8],
+        xdsts: usize,
         len: usize,
     );
 
@@ -90,10 +110,10 @@ pub(crate) trait Simd: Copy {
     unsafe fn xor(self, add: bool, srcs: &[*const u8], dst: *mut u8, len: usize);
 }
 
-/// How one implementation computes one matrix, worked out on first use and kept in the
-/// matrix, so that a call does no more than gather input pointers.
+/// How one implementation computes one matrix (its blocking): worked out on first use and
+/// kept in the matrix, so that a call does no more than gather input pointers.
 #[derive(Clone, Debug)]
-pub(crate) struct Plan<C> {
+pub(crate) struct Blocking<C> {
     /// Output rows of 0s and 1s computed as XOR passes: the row, and its columns holding 1
     /// (a range of `cols`).
     xor_rows: Vec<(usize, Range<usize>)>,
@@ -101,78 +121,110 @@ pub(crate) struct Plan<C> {
     blocks: Vec<Block>,
     /// Column indices used by `xor_rows` and by the tiles.
     cols: Vec<usize>,
-    /// Prepared coefficients of the tiles: for tile columns `j` of a block of `b` rows,
-    /// `coef[start + j·b + i]` is the coefficient of row `rows[i]`.
+    /// Per entry of `cols` used by a tile: bit `x` set if the column feeds the block's XOR
+    /// row `x`.
+    xmask: Vec<u8>,
+    /// Prepared coefficients of the tiles: for tile columns `j` of a block of `b` product
+    /// rows, `coef[start + j·b + i]` is the coefficient of row `rows[i]`.
     coef: Vec<C>,
 }
 
 #[derive(Clone, Debug)]
 struct Block {
+    /// The product rows, then the XOR rows.
     rows: [usize; MAX_BLOCK],
+    /// Product rows.
     len: usize,
-    /// Per tile: its columns (a range of `Plan::cols`) and the start of its coefficients.
+    /// XOR rows (after the product rows in `rows`).
+    xlen: usize,
+    /// Per tile: its columns (a range of `Blocking::cols`) and the start of its coefficients.
     tiles: Vec<(Range<usize>, usize)>,
 }
 
-impl<C: Copy> Plan<C> {
-    fn new<K: Simd<Coef = C>>(m: &Matrix) -> Plan<C> {
-        let mut plan = Plan {
+impl<C: Copy> Blocking<C> {
+    fn new<K: Simd<Coef = C>>(m: &Matrix) -> Blocking<C> {
+        let mut blocking = Blocking {
             xor_rows: Vec::new(),
             blocks: Vec::new(),
             cols: Vec::new(),
+            xmask: Vec::new(),
             coef: Vec::new(),
         };
         let is_01 = |r: usize| m.row(r).iter().all(|&c| c <= 1);
-        let split = K::SPLIT_XOR_ROWS || m.coeffs().iter().all(|&c| c <= 1);
-        let mut general = Vec::new();
+        let all_01 = m.coeffs().iter().all(|&c| c <= 1);
+        let (mut general, mut xors) = (Vec::new(), Vec::new());
         for r in 0..m.rows() {
-            if split && is_01(r) {
-                let start = plan.cols.len();
-                plan.cols
-                    .extend((0..m.cols()).filter(|&c| m.get(r, c) == 1));
-                plan.xor_rows.push((r, start..plan.cols.len()));
+            if (K::XOR_ROWS_IN_BLOCKS || all_01) && is_01(r) {
+                xors.push(r);
             } else {
                 general.push(r);
             }
         }
-        // Blocks of nearly equal size: ⌈g / blocks⌉ or ⌊g / blocks⌋ rows each.
+        // Blocks of nearly equal size: ⌈g / blocks⌉ or ⌊g / blocks⌋ product rows each; then
+        // each block takes XOR rows while it has room.
         let blocks = general.len().div_ceil(K::MAX_BLOCK);
         let mut rest = &general[..];
+        let mut xrest = &xors[..];
         for b in 0..blocks {
             let size = general.len() / blocks + usize::from(b < general.len() % blocks);
             let (rows, tail) = rest.split_at(size);
             rest = tail;
+            let room = if K::XOR_ROWS_IN_BLOCKS {
+                (K::MAX_BLOCK - size).min(MAX_XOR_ROWS)
+            } else {
+                0
+            };
+            let (xrows, xtail) = xrest.split_at(room.min(xrest.len()));
+            xrest = xtail;
             let mut block = Block {
                 rows: [0; MAX_BLOCK],
                 len: size,
+                xlen: xrows.len(),
                 tiles: Vec::new(),
             };
             block.rows[..size].copy_from_slice(rows);
+            block.rows[size..size + xrows.len()].copy_from_slice(xrows);
             // Columns whose coefficients in the block are all 0 are left out.
             let live: Vec<usize> = (0..m.cols())
-                .filter(|&c| rows.iter().any(|&r| m.get(r, c) != 0))
+                .filter(|&c| rows.iter().chain(xrows).any(|&r| m.get(r, c) != 0))
                 .collect();
             for tile in live.chunks(TILE) {
-                let (start, coef_start) = (plan.cols.len(), plan.coef.len());
-                plan.cols.extend_from_slice(tile);
+                let (start, coef_start) = (blocking.cols.len(), blocking.coef.len());
+                blocking.cols.extend_from_slice(tile);
                 for &c in tile {
-                    plan.coef.extend(rows.iter().map(|&r| K::coef(m, r, c)));
+                    blocking.coef.extend(rows.iter().map(|&r| K::coef(m, r, c)));
+                    let mut bits = 0u8;
+                    for (x, &r) in xrows.iter().enumerate() {
+                        if m.get(r, c) == 1 {
+                            bits |= 1 << x;
+                        }
+                    }
+                    blocking.xmask.push(bits);
                 }
-                block.tiles.push((start..plan.cols.len(), coef_start));
+                block.tiles.push((start..blocking.cols.len(), coef_start));
             }
-            plan.blocks.push(block);
+            blocking.blocks.push(block);
         }
-        plan
+        // XOR rows no block took: XOR passes.
+        for &r in xrest {
+            let start = blocking.cols.len();
+            blocking
+                .cols
+                .extend((0..m.cols()).filter(|&c| m.get(r, c) == 1));
+            blocking.xmask.resize(blocking.cols.len(), 0);
+            blocking.xor_rows.push((r, start..blocking.cols.len()));
+        }
+        blocking
     }
 }
 
-/// The plans of every x86_64 implementation for one matrix, each made on first use.
+/// The blockings of every x86_64 implementation for one matrix, each made on first use.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct Plans {
-    avx2: OnceLock<Plan<[u8; 32]>>,
-    avx512: OnceLock<Plan<[u8; 32]>>,
-    gfni512: OnceLock<Plan<u64>>,
-    gfni256: OnceLock<Plan<u64>>,
+pub(crate) struct Blockings {
+    avx2: OnceLock<Blocking<avx2::Tables>>,
+    avx512: OnceLock<Blocking<[u8; 32]>>,
+    gfni512: OnceLock<Blocking<u64>>,
+    gfni256: OnceLock<Blocking<u64>>,
 }
 
 /// One checked x86_64 implementation.
@@ -262,8 +314,10 @@ fn mul<K: Simd>(k: K, c: u8, src: &[u8], dst: &mut [u8], add: bool) {
             k,
             add,
             &[coef],
+            &[0],
             &[src.as_ptr()],
             &[dst.as_mut_ptr()],
+            0,
             dst.len(),
         )
     }
@@ -285,13 +339,13 @@ fn dot_prod<K: Simd>(k: K, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8
     if len == 0 {
         return;
     }
-    let plan = K::plan(m.plans().x86()).get_or_init(|| Plan::new::<K>(m));
+    let blocking = K::blocking(m.blockings().x86()).get_or_init(|| Blocking::new::<K>(m));
     let mut srcs = [std::ptr::null(); TILE];
 
-    for (r, cols) in &plan.xor_rows {
+    for (r, cols) in &blocking.xor_rows {
         let dst = outputs[*r].as_mut_ptr();
         let mut written = false;
-        for tile in plan.cols[cols.clone()].chunks(TILE) {
+        for tile in blocking.cols[cols.clone()].chunks(TILE) {
             for (s, &c) in srcs.iter_mut().zip(tile) {
                 *s = inputs[c].as_ptr();
             }
@@ -305,30 +359,33 @@ fn dot_prod<K: Simd>(k: K, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8
         }
     }
 
-    for block in &plan.blocks {
-        let rows = &block.rows[..block.len];
+    for block in &blocking.blocks {
+        let rows = &block.rows[..block.len + block.xlen];
         let mut dsts = [std::ptr::null_mut(); MAX_BLOCK];
         for (d, &r) in dsts.iter_mut().zip(rows) {
             *d = outputs[r].as_mut_ptr();
         }
         let mut written = false;
         for (cols, coef_start) in &block.tiles {
-            let tile = &plan.cols[cols.clone()];
+            let tile = &blocking.cols[cols.clone()];
             for (s, &c) in srcs.iter_mut().zip(tile) {
                 *s = inputs[c].as_ptr();
             }
-            let coef = &plan.coef[*coef_start..*coef_start + tile.len() * rows.len()];
+            let coef = &blocking.coef[*coef_start..*coef_start + tile.len() * block.len];
             // SAFETY: every input and output has `len` bytes (checked above); the
             // destinations are distinct rows of `outputs` (`&mut`, so distinct from each other
-            // and from the `&` inputs); the plan made `rows.len() ≤ K::MAX_BLOCK` and
-            // `coef.len() = tile.len() · rows.len()`.
+            // and from the `&` inputs); the blocking made `1 ≤ block.len`,
+            // `rows.len() ≤ K::MAX_BLOCK`, `block.xlen ≤ MAX_XOR_ROWS` (0 unless the kernel
+            // takes XOR rows), `coef.len() = tile.len() · block.len` and one mask per column.
             unsafe {
                 run_dot(
                     k,
                     add || written,
                     coef,
+                    &blocking.xmask[cols.clone()],
                     &srcs[..tile.len()],
                     &dsts[..rows.len()],
+                    block.xlen,
                     len,
                 )
             };
@@ -347,17 +404,20 @@ fn dot_prod<K: Simd>(k: K, m: &Matrix, inputs: &[&[u8]], outputs: &mut [&mut [u8
 /// # Safety
 ///
 /// As for [`Simd::dot`], without the length requirement.
+#[allow(clippy::too_many_arguments)]
 unsafe fn run_dot<K: Simd>(
     k: K,
     add: bool,
     coef: &[K::Coef],
+    xmask: &[u8],
     srcs: &[*const u8],
     dsts: &[*mut u8],
+    xdsts: usize,
     len: usize,
 ) {
     if K::ANY_LENGTH || len >= K::VECTOR_BYTES {
         // SAFETY: the caller's guarantees, and the length is acceptable.
-        return unsafe { k.dot(add, coef, srcs, dsts, len) };
+        return unsafe { k.dot(add, coef, xmask, srcs, dsts, xdsts, len) };
     }
     assert!(K::VECTOR_BYTES <= SHORT_BYTES && dsts.len() <= MAX_BLOCK && srcs.len() <= TILE);
     let mut src_buf = [[0u8; SHORT_BYTES]; TILE];
@@ -377,7 +437,7 @@ unsafe fn run_dot<K: Simd>(
     let (srcs_short, dsts_short) = (&src_ptrs[..srcs.len()], &dst_ptrs[..dsts.len()]);
     // SAFETY: the stack buffers hold `SHORT_BYTES ≥ VECTOR_BYTES` bytes each and are distinct;
     // block and tile sizes and coefficients are the caller's.
-    unsafe { k.dot(add, coef, srcs_short, dsts_short, SHORT_BYTES) };
+    unsafe { k.dot(add, coef, xmask, srcs_short, dsts_short, xdsts, SHORT_BYTES) };
     for (buf, &dst) in dst_buf.iter().zip(dsts) {
         // SAFETY: the caller guarantees `len` writable bytes at `dst`, overlapping no buffer.
         unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst, len) };
@@ -418,8 +478,20 @@ unsafe fn run_xor<K: Simd>(k: K, add: bool, srcs: &[*const u8], dst: *mut u8, le
     unsafe { std::ptr::copy_nonoverlapping(dst_buf.as_ptr(), dst, len) };
 }
 
-/// Calls `$f::<B, ADD>($args)` for the runtime block size `$b` in `1..=$max` and flag `$add`.
+/// Calls `$f::<B, X, ADD>($args)` (or `$f::<B, X, V, ADD>`, V vectors per step) for the
+/// runtime block shape `($b, $x)` and flag `$add`, among the listed shapes; or, in the second
+/// form, `$f::<B, ADD>($args)` for a block of `$b` outputs.
 macro_rules! dispatch_block {
+    ($f:ident, $b:expr, $x:expr, $add:expr, $args:tt, [$(($n:literal, $nx:literal $(, $v:literal)?))*]) => {
+        match ($b, $x, $add) {
+            $(
+                ($n, $nx, false) => $f::<$n, $nx, $($v,)? false> $args,
+                ($n, $nx, true) => $f::<$n, $nx, $($v,)? true> $args,
+            )*
+            (b, x, _) => unreachable!("block of {b} product and {x} XOR rows"),
+        }
+    };
+    // Kernels without XOR rows: `$f::<B, ADD>`.
     ($f:ident, $b:expr, $add:expr, $args:tt, [$($n:literal)*]) => {
         match ($b, $add) {
             $(

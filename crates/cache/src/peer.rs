@@ -1,0 +1,926 @@
+//! Peer messages between cache nodes and the transport that carries them.
+//!
+//! The data path talks to other nodes only through [`PeerTransport`], so the transport can
+//! change (engine plans, RDMA) without touching the agent's logic. [`TcpTransport`] is the
+//! first one: one persistent connection per concurrent call to a peer, each message framed as
+//! a little-endian u32 length and the body; requests to different nodes of one call go out
+//! before any reply is read, so a write's chunks travel in parallel.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// Largest peer message: a 1 MiB-item replica plus headers, with room for `-I` up to 128 MiB.
+pub const MESSAGE_MAX_BYTES: usize = 256 << 20;
+
+/// What the agent of a stripe is asked to do (forwarded by the node a client talks to).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentOp {
+    /// Read a value; `touch` sets a new exptime (gat); `degrade` forces a degraded read of
+    /// that chunk position.
+    Get {
+        key: Vec<u8>,
+        touch: Option<i64>,
+        degrade: Option<u8>,
+    },
+    /// Storage commands. `mode` is the `proto::StoreMode` index (set add replace append
+    /// prepend cas); `compare_cas` for cas and meta sets with `C`.
+    Store {
+        mode: u8,
+        key: Vec<u8>,
+        flags: u32,
+        exptime: i64,
+        compare_cas: Option<u64>,
+        value: Vec<u8>,
+    },
+    Delete {
+        key: Vec<u8>,
+        compare_cas: Option<u64>,
+    },
+    Touch {
+        key: Vec<u8>,
+        exptime: i64,
+    },
+    Arith {
+        incr: bool,
+        key: Vec<u8>,
+        delta: u64,
+    },
+    /// Test-only: flip one bit of the data of chunk `position`'s record.
+    Flip {
+        key: Vec<u8>,
+        position: u8,
+        bit: u64,
+    },
+    /// Recovery: the keys and versions of the stripe.
+    Keys {
+        stripe: u32,
+    },
+    /// A recovered node `to` is about to lead `stripe`: the acting agent stops leading it and
+    /// finishes the operations it has under way before answering.
+    Handover {
+        stripe: u32,
+        to: u32,
+    },
+    /// Recovery: rebuild the record of `position` for `key` at `version`.
+    Repair {
+        key: Vec<u8>,
+        version: u64,
+        position: u8,
+    },
+}
+
+/// The agent's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgentResult {
+    Value {
+        flags: u32,
+        cas: u64,
+        exptime: i64,
+        value: Vec<u8>,
+    },
+    Miss,
+    Stored {
+        cas: u64,
+    },
+    NotStored,
+    Exists,
+    NotFound,
+    Deleted,
+    Touched,
+    Number {
+        number: u64,
+        cas: u64,
+    },
+    NonNumeric,
+    /// Done (flip, …).
+    Ok,
+    /// `SERVER_ERROR <reason>`.
+    Error(String),
+    /// The receiver is not the agent of the stripe in its view: ask again shortly.
+    NotAgent,
+    Keys(Vec<(Vec<u8>, u64)>),
+    Record(Vec<u8>),
+}
+
+/// A message from one node to another.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    Heartbeat,
+    /// Store a chunk record (the record names key, version and position).
+    Put {
+        stripe: u32,
+        watermark: u64,
+        record: Vec<u8>,
+    },
+    /// The record of `key` at `position`, of exactly `version`.
+    Get {
+        stripe: u32,
+        position: u8,
+        key: Vec<u8>,
+        version: u64,
+    },
+    Delete {
+        stripe: u32,
+        key: Vec<u8>,
+        version: u64,
+    },
+    Touch {
+        stripe: u32,
+        key: Vec<u8>,
+        version: u64,
+        exptime: i64,
+    },
+    /// Headers of every record of the stripe (index rebuild).
+    List {
+        stripe: u32,
+    },
+    Flip {
+        stripe: u32,
+        position: u8,
+        key: Vec<u8>,
+        bit: u64,
+    },
+    /// `flush_all`: items stored at or before this time (µs) are gone once it has passed.
+    Flush {
+        oldest_live_us: u64,
+    },
+    Agent(AgentOp),
+}
+
+/// A reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Response {
+    Ack,
+    Nack(String),
+    Heartbeat {
+        incarnation: u64,
+        ready: bool,
+    },
+    Record(Option<Vec<u8>>),
+    /// Headers, each encoded as a record without data.
+    Headers(Vec<Vec<u8>>),
+    Agent(AgentResult),
+}
+
+impl Request {
+    /// Heartbeats are not data messages (they are left out of per-operation counts).
+    pub fn is_data(&self) -> bool {
+        !matches!(self, Request::Heartbeat)
+    }
+}
+
+/// Why a call to a peer failed: the peer is unreachable or broke the protocol.
+#[derive(Debug, Error)]
+pub enum PeerError {
+    #[error("node {node} unreachable: {source}")]
+    Io { node: usize, source: io::Error },
+    #[error("node {node} sent a malformed message: {reason}")]
+    Malformed { node: usize, reason: String },
+    #[error("node {node} is not in the cluster")]
+    UnknownNode { node: usize },
+}
+
+/// The data path to other nodes.
+pub trait PeerTransport: Send + Sync + std::fmt::Debug {
+    /// Sends each request to its node and returns the replies in the same order. Requests to
+    /// different nodes proceed in parallel.
+    fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>>;
+
+    /// Data messages sent and received so far (heartbeats excluded).
+    fn data_messages(&self) -> (u64, u64);
+}
+
+// ---- encoding ----
+
+struct W(Vec<u8>);
+
+impl W {
+    fn u8(&mut self, v: u8) -> &mut Self {
+        self.0.push(v);
+        self
+    }
+    fn u32(&mut self, v: u32) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn u64(&mut self, v: u64) -> &mut Self {
+        self.0.extend_from_slice(&v.to_le_bytes());
+        self
+    }
+    fn i64(&mut self, v: i64) -> &mut Self {
+        self.u64(v as u64)
+    }
+    fn bytes(&mut self, v: &[u8]) -> &mut Self {
+        self.u32(v.len() as u32);
+        self.0.extend_from_slice(v);
+        self
+    }
+    fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
+        match v {
+            Some(x) => self.u8(1).u64(x),
+            None => self.u8(0),
+        }
+    }
+}
+
+struct R<'a>(&'a [u8]);
+
+#[derive(Debug)]
+struct Short;
+
+impl<'a> R<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], Short> {
+        if self.0.len() < n {
+            return Err(Short);
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, Short> {
+        Ok(self.take(1)?[0])
+    }
+    fn u32(&mut self) -> Result<u32, Short> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Result<u64, Short> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8")))
+    }
+    fn i64(&mut self) -> Result<i64, Short> {
+        Ok(self.u64()? as i64)
+    }
+    fn bytes(&mut self) -> Result<Vec<u8>, Short> {
+        let n = self.u32()? as usize;
+        Ok(self.take(n)?.to_vec())
+    }
+    fn opt_u64(&mut self) -> Result<Option<u64>, Short> {
+        Ok(match self.u8()? {
+            0 => None,
+            _ => Some(self.u64()?),
+        })
+    }
+}
+
+fn encode_op(w: &mut W, op: &AgentOp) {
+    match op {
+        AgentOp::Get {
+            key,
+            touch,
+            degrade,
+        } => {
+            w.u8(1).bytes(key).opt_u64(touch.map(|t| t as u64));
+            w.u8(degrade.map_or(255, |d| d));
+        }
+        AgentOp::Store {
+            mode,
+            key,
+            flags,
+            exptime,
+            compare_cas,
+            value,
+        } => {
+            w.u8(2).u8(*mode).bytes(key).u32(*flags).i64(*exptime);
+            w.opt_u64(*compare_cas).bytes(value);
+        }
+        AgentOp::Delete { key, compare_cas } => {
+            w.u8(3).bytes(key).opt_u64(*compare_cas);
+        }
+        AgentOp::Touch { key, exptime } => {
+            w.u8(4).bytes(key).i64(*exptime);
+        }
+        AgentOp::Arith { incr, key, delta } => {
+            w.u8(5).u8(u8::from(*incr)).bytes(key).u64(*delta);
+        }
+        AgentOp::Flip { key, position, bit } => {
+            w.u8(6).bytes(key).u8(*position).u64(*bit);
+        }
+        AgentOp::Keys { stripe } => {
+            w.u8(7).u32(*stripe);
+        }
+        AgentOp::Handover { stripe, to } => {
+            w.u8(9).u32(*stripe).u32(*to);
+        }
+        AgentOp::Repair {
+            key,
+            version,
+            position,
+        } => {
+            w.u8(8).bytes(key).u64(*version).u8(*position);
+        }
+    }
+}
+
+fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
+    Ok(match r.u8()? {
+        1 => {
+            let key = r.bytes()?;
+            let touch = r.opt_u64()?.map(|t| t as i64);
+            let d = r.u8()?;
+            AgentOp::Get {
+                key,
+                touch,
+                degrade: (d != 255).then_some(d),
+            }
+        }
+        2 => AgentOp::Store {
+            mode: r.u8()?,
+            key: r.bytes()?,
+            flags: r.u32()?,
+            exptime: r.i64()?,
+            compare_cas: r.opt_u64()?,
+            value: r.bytes()?,
+        },
+        3 => AgentOp::Delete {
+            key: r.bytes()?,
+            compare_cas: r.opt_u64()?,
+        },
+        4 => AgentOp::Touch {
+            key: r.bytes()?,
+            exptime: r.i64()?,
+        },
+        5 => AgentOp::Arith {
+            incr: r.u8()? != 0,
+            key: r.bytes()?,
+            delta: r.u64()?,
+        },
+        6 => AgentOp::Flip {
+            key: r.bytes()?,
+            position: r.u8()?,
+            bit: r.u64()?,
+        },
+        7 => AgentOp::Keys { stripe: r.u32()? },
+        9 => AgentOp::Handover {
+            stripe: r.u32()?,
+            to: r.u32()?,
+        },
+        8 => AgentOp::Repair {
+            key: r.bytes()?,
+            version: r.u64()?,
+            position: r.u8()?,
+        },
+        _ => return Err(Short),
+    })
+}
+
+fn encode_result(w: &mut W, res: &AgentResult) {
+    match res {
+        AgentResult::Value {
+            flags,
+            cas,
+            exptime,
+            value,
+        } => {
+            w.u8(1).u32(*flags).u64(*cas).i64(*exptime).bytes(value);
+        }
+        AgentResult::Miss => {
+            w.u8(2);
+        }
+        AgentResult::Stored { cas } => {
+            w.u8(3).u64(*cas);
+        }
+        AgentResult::NotStored => {
+            w.u8(4);
+        }
+        AgentResult::Exists => {
+            w.u8(5);
+        }
+        AgentResult::NotFound => {
+            w.u8(6);
+        }
+        AgentResult::Deleted => {
+            w.u8(7);
+        }
+        AgentResult::Touched => {
+            w.u8(8);
+        }
+        AgentResult::Number { number, cas } => {
+            w.u8(9).u64(*number).u64(*cas);
+        }
+        AgentResult::NonNumeric => {
+            w.u8(10);
+        }
+        AgentResult::Ok => {
+            w.u8(11);
+        }
+        AgentResult::Error(s) => {
+            w.u8(12).bytes(s.as_bytes());
+        }
+        AgentResult::NotAgent => {
+            w.u8(13);
+        }
+        AgentResult::Keys(keys) => {
+            w.u8(14).u32(keys.len() as u32);
+            for (k, v) in keys {
+                w.bytes(k).u64(*v);
+            }
+        }
+        AgentResult::Record(r) => {
+            w.u8(15).bytes(r);
+        }
+    }
+}
+
+fn decode_result(r: &mut R) -> Result<AgentResult, Short> {
+    Ok(match r.u8()? {
+        1 => AgentResult::Value {
+            flags: r.u32()?,
+            cas: r.u64()?,
+            exptime: r.i64()?,
+            value: r.bytes()?,
+        },
+        2 => AgentResult::Miss,
+        3 => AgentResult::Stored { cas: r.u64()? },
+        4 => AgentResult::NotStored,
+        5 => AgentResult::Exists,
+        6 => AgentResult::NotFound,
+        7 => AgentResult::Deleted,
+        8 => AgentResult::Touched,
+        9 => AgentResult::Number {
+            number: r.u64()?,
+            cas: r.u64()?,
+        },
+        10 => AgentResult::NonNumeric,
+        11 => AgentResult::Ok,
+        12 => AgentResult::Error(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+        13 => AgentResult::NotAgent,
+        14 => {
+            let n = r.u32()? as usize;
+            let mut keys = Vec::with_capacity(n.min(1 << 16));
+            for _ in 0..n {
+                keys.push((r.bytes()?, r.u64()?));
+            }
+            AgentResult::Keys(keys)
+        }
+        15 => AgentResult::Record(r.bytes()?),
+        _ => return Err(Short),
+    })
+}
+
+/// The body of a request message.
+pub fn encode_request(req: &Request) -> Vec<u8> {
+    let mut w = W(Vec::new());
+    match req {
+        Request::Heartbeat => {
+            w.u8(1);
+        }
+        Request::Put {
+            stripe,
+            watermark,
+            record,
+        } => {
+            w.u8(2).u32(*stripe).u64(*watermark).bytes(record);
+        }
+        Request::Get {
+            stripe,
+            position,
+            key,
+            version,
+        } => {
+            w.u8(3).u32(*stripe).u8(*position).bytes(key).u64(*version);
+        }
+        Request::Delete {
+            stripe,
+            key,
+            version,
+        } => {
+            w.u8(4).u32(*stripe).bytes(key).u64(*version);
+        }
+        Request::Touch {
+            stripe,
+            key,
+            version,
+            exptime,
+        } => {
+            w.u8(5).u32(*stripe).bytes(key).u64(*version).i64(*exptime);
+        }
+        Request::List { stripe } => {
+            w.u8(6).u32(*stripe);
+        }
+        Request::Flip {
+            stripe,
+            position,
+            key,
+            bit,
+        } => {
+            w.u8(7).u32(*stripe).u8(*position).bytes(key).u64(*bit);
+        }
+        Request::Flush { oldest_live_us } => {
+            w.u8(8).u64(*oldest_live_us);
+        }
+        Request::Agent(op) => {
+            w.u8(9);
+            encode_op(&mut w, op);
+        }
+    }
+    w.0
+}
+
+/// Parses a request body.
+pub fn decode_request(body: &[u8]) -> Option<Request> {
+    let mut r = R(body);
+    let req = (|| -> Result<Request, Short> {
+        Ok(match r.u8()? {
+            1 => Request::Heartbeat,
+            2 => Request::Put {
+                stripe: r.u32()?,
+                watermark: r.u64()?,
+                record: r.bytes()?,
+            },
+            3 => Request::Get {
+                stripe: r.u32()?,
+                position: r.u8()?,
+                key: r.bytes()?,
+                version: r.u64()?,
+            },
+            4 => Request::Delete {
+                stripe: r.u32()?,
+                key: r.bytes()?,
+                version: r.u64()?,
+            },
+            5 => Request::Touch {
+                stripe: r.u32()?,
+                key: r.bytes()?,
+                version: r.u64()?,
+                exptime: r.i64()?,
+            },
+            6 => Request::List { stripe: r.u32()? },
+            7 => Request::Flip {
+                stripe: r.u32()?,
+                position: r.u8()?,
+                key: r.bytes()?,
+                bit: r.u64()?,
+            },
+            8 => Request::Flush {
+                oldest_live_us: r.u64()?,
+            },
+            9 => Request::Agent(decode_op(&mut r)?),
+            _ => return Err(Short),
+        })
+    })()
+    .ok()?;
+    r.0.is_empty().then_some(req)
+}
+
+/// The body of a response message.
+pub fn encode_response(res: &Response) -> Vec<u8> {
+    let mut w = W(Vec::new());
+    match res {
+        Response::Ack => {
+            w.u8(1);
+        }
+        Response::Nack(s) => {
+            w.u8(2).bytes(s.as_bytes());
+        }
+        Response::Heartbeat { incarnation, ready } => {
+            w.u8(3).u64(*incarnation).u8(u8::from(*ready));
+        }
+        Response::Record(r) => {
+            match r {
+                Some(r) => w.u8(4).u8(1).bytes(r),
+                None => w.u8(4).u8(0),
+            };
+        }
+        Response::Headers(hs) => {
+            w.u8(5).u32(hs.len() as u32);
+            for h in hs {
+                w.bytes(h);
+            }
+        }
+        Response::Agent(res) => {
+            w.u8(6);
+            encode_result(&mut w, res);
+        }
+    }
+    w.0
+}
+
+/// Parses a response body.
+pub fn decode_response(body: &[u8]) -> Option<Response> {
+    let mut r = R(body);
+    let res = (|| -> Result<Response, Short> {
+        Ok(match r.u8()? {
+            1 => Response::Ack,
+            2 => Response::Nack(String::from_utf8_lossy(&r.bytes()?).into_owned()),
+            3 => Response::Heartbeat {
+                incarnation: r.u64()?,
+                ready: r.u8()? != 0,
+            },
+            4 => Response::Record(match r.u8()? {
+                0 => None,
+                _ => Some(r.bytes()?),
+            }),
+            5 => {
+                let n = r.u32()? as usize;
+                let mut hs = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    hs.push(r.bytes()?);
+                }
+                Response::Headers(hs)
+            }
+            6 => Response::Agent(decode_result(&mut r)?),
+            _ => return Err(Short),
+        })
+    })()
+    .ok()?;
+    r.0.is_empty().then_some(res)
+}
+
+/// Writes one framed message.
+pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
+    w.write_all(&(body.len() as u32).to_le_bytes())?;
+    w.write_all(body)
+}
+
+/// Reads one framed message (errors on a length over [`MESSAGE_MAX_BYTES`]).
+pub fn read_frame(r: &mut impl Read) -> io::Result<Vec<u8>> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MESSAGE_MAX_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("peer message of {len} bytes is over the limit of {MESSAGE_MAX_BYTES}"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    Ok(body)
+}
+
+/// Peer messages over TCP.
+#[derive(Debug)]
+pub struct TcpTransport {
+    addrs: Vec<SocketAddr>,
+    idle: Vec<Mutex<Vec<TcpStream>>>,
+    timeout: Duration,
+    sent: AtomicU64,
+    received: AtomicU64,
+}
+
+impl TcpTransport {
+    /// `addrs[i]` is node i's peer address; `timeout` bounds connect, each read and each write.
+    pub fn new(addrs: Vec<SocketAddr>, timeout: Duration) -> TcpTransport {
+        let idle = addrs.iter().map(|_| Mutex::new(Vec::new())).collect();
+        TcpTransport {
+            addrs,
+            idle,
+            timeout,
+            sent: AtomicU64::new(0),
+            received: AtomicU64::new(0),
+        }
+    }
+
+    fn connect(&self, node: usize) -> Result<TcpStream, PeerError> {
+        let addr = self
+            .addrs
+            .get(node)
+            .ok_or(PeerError::UnknownNode { node })?;
+        let io = |source| PeerError::Io { node, source };
+        let s = TcpStream::connect_timeout(addr, self.timeout).map_err(io)?;
+        s.set_nodelay(true).map_err(io)?;
+        s.set_read_timeout(Some(self.timeout)).map_err(io)?;
+        s.set_write_timeout(Some(self.timeout)).map_err(io)?;
+        Ok(s)
+    }
+
+    fn take(&self, node: usize) -> Result<TcpStream, PeerError> {
+        let pooled = self
+            .idle
+            .get(node)
+            .ok_or(PeerError::UnknownNode { node })?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop();
+        match pooled {
+            Some(s) => Ok(s),
+            None => self.connect(node),
+        }
+    }
+
+    fn give_back(&self, node: usize, s: TcpStream) {
+        let mut idle = self.idle[node].lock().unwrap_or_else(|p| p.into_inner());
+        if idle.len() < 64 {
+            idle.push(s);
+        }
+    }
+
+    /// Drops every idle connection to a node (after it failed: the next call reconnects).
+    pub fn forget(&self, node: usize) {
+        if let Some(idle) = self.idle.get(node) {
+            idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        }
+    }
+}
+
+impl PeerTransport for TcpTransport {
+    fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>> {
+        // Send every request first (a pooled connection may have died idle: retry once on a
+        // fresh one), then read the replies.
+        let mut streams: Vec<Result<(usize, TcpStream, bool), PeerError>> = Vec::new();
+        for (node, req) in &calls {
+            let body = encode_request(req);
+            let data = req.is_data();
+            let attempt = || -> Result<TcpStream, PeerError> {
+                let mut s = self.take(*node)?;
+                if write_frame(&mut s, &body).is_ok() {
+                    return Ok(s);
+                }
+                let mut s = self.connect(*node)?;
+                write_frame(&mut s, &body).map_err(|source| PeerError::Io {
+                    node: *node,
+                    source,
+                })?;
+                Ok(s)
+            };
+            let r = attempt();
+            if r.is_ok() && data {
+                self.sent.fetch_add(1, Ordering::Relaxed);
+            }
+            if r.is_err() {
+                self.forget(*node);
+            }
+            streams.push(r.map(|s| (*node, s, data)));
+        }
+        streams
+            .into_iter()
+            .map(|s| {
+                let (node, mut s, data) = s?;
+                let body = read_frame(&mut s).map_err(|source| {
+                    self.forget(node);
+                    PeerError::Io { node, source }
+                })?;
+                if data {
+                    self.received.fetch_add(1, Ordering::Relaxed);
+                }
+                let res = decode_response(&body).ok_or_else(|| PeerError::Malformed {
+                    node,
+                    reason: "undecodable response".into(),
+                })?;
+                self.give_back(node, s);
+                Ok(res)
+            })
+            .collect()
+    }
+
+    fn data_messages(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// Counts for one node's peer server: data messages received and replies sent.
+#[derive(Debug, Default)]
+pub struct ServerCounts {
+    pub received: AtomicU64,
+    pub sent: AtomicU64,
+}
+
+/// A map from node id to something, for small per-node tables.
+pub type PerNode<T> = HashMap<usize, T>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_and_responses_round_trip() {
+        let reqs = vec![
+            Request::Heartbeat,
+            Request::Put {
+                stripe: 3,
+                watermark: 9,
+                record: vec![1, 2, 3],
+            },
+            Request::Get {
+                stripe: 1,
+                position: 4,
+                key: b"k".to_vec(),
+                version: 77,
+            },
+            Request::Delete {
+                stripe: 0,
+                key: b"x".to_vec(),
+                version: 5,
+            },
+            Request::Touch {
+                stripe: 0,
+                key: b"x".to_vec(),
+                version: 5,
+                exptime: -3,
+            },
+            Request::List { stripe: 8 },
+            Request::Flip {
+                stripe: 2,
+                position: 1,
+                key: b"y".to_vec(),
+                bit: 13,
+            },
+            Request::Flush { oldest_live_us: 42 },
+            Request::Agent(AgentOp::Get {
+                key: b"k".to_vec(),
+                touch: Some(-1),
+                degrade: Some(2),
+            }),
+            Request::Agent(AgentOp::Get {
+                key: b"k".to_vec(),
+                touch: None,
+                degrade: None,
+            }),
+            Request::Agent(AgentOp::Store {
+                mode: 5,
+                key: b"k".to_vec(),
+                flags: 7,
+                exptime: 100,
+                compare_cas: Some(12),
+                value: vec![0; 10],
+            }),
+            Request::Agent(AgentOp::Delete {
+                key: b"k".to_vec(),
+                compare_cas: None,
+            }),
+            Request::Agent(AgentOp::Touch {
+                key: b"k".to_vec(),
+                exptime: 1,
+            }),
+            Request::Agent(AgentOp::Arith {
+                incr: true,
+                key: b"n".to_vec(),
+                delta: u64::MAX,
+            }),
+            Request::Agent(AgentOp::Flip {
+                key: b"k".to_vec(),
+                position: 3,
+                bit: 1,
+            }),
+            Request::Agent(AgentOp::Keys { stripe: 4 }),
+            Request::Agent(AgentOp::Handover { stripe: 4, to: 2 }),
+            Request::Agent(AgentOp::Repair {
+                key: b"k".to_vec(),
+                version: 3,
+                position: 8,
+            }),
+        ];
+        for r in reqs {
+            assert_eq!(decode_request(&encode_request(&r)), Some(r.clone()));
+            let mut body = encode_request(&r);
+            body.push(0);
+            assert_eq!(decode_request(&body), None, "trailing byte");
+            body.truncate(body.len() - 2);
+            assert_ne!(decode_request(&body), Some(r));
+        }
+        let results = vec![
+            AgentResult::Value {
+                flags: 1,
+                cas: 2,
+                exptime: 3,
+                value: b"v".to_vec(),
+            },
+            AgentResult::Miss,
+            AgentResult::Stored { cas: 5 },
+            AgentResult::NotStored,
+            AgentResult::Exists,
+            AgentResult::NotFound,
+            AgentResult::Deleted,
+            AgentResult::Touched,
+            AgentResult::Number { number: 9, cas: 1 },
+            AgentResult::NonNumeric,
+            AgentResult::Ok,
+            AgentResult::Error("x".into()),
+            AgentResult::NotAgent,
+            AgentResult::Keys(vec![(b"a".to_vec(), 1)]),
+            AgentResult::Record(vec![9]),
+        ];
+        let mut responses: Vec<Response> = results.into_iter().map(Response::Agent).collect();
+        responses.extend([
+            Response::Ack,
+            Response::Nack("bad".into()),
+            Response::Heartbeat {
+                incarnation: 5,
+                ready: true,
+            },
+            Response::Record(None),
+            Response::Record(Some(vec![1])),
+            Response::Headers(vec![vec![1], vec![]]),
+        ]);
+        for r in responses {
+            assert_eq!(decode_response(&encode_response(&r)), Some(r));
+        }
+    }
+
+    #[test]
+    fn frames_refuse_oversized_lengths() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, b"abc").unwrap();
+        assert_eq!(read_frame(&mut &buf[..]).unwrap(), b"abc");
+        let huge = ((MESSAGE_MAX_BYTES + 1) as u32).to_le_bytes();
+        assert!(read_frame(&mut &huge[..]).is_err());
+    }
+}

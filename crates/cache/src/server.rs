@@ -1,0 +1,853 @@
+//! The node process: a mio event loop for memcached clients, worker threads that run
+//! requests (which may wait on peers), and the peer listener.
+//!
+//! Each client connection has bounded buffers: the input holds at most one request
+//! (`Limits::request_max_bytes`), and while more than [`OUTPUT_MAX_BYTES`] of replies wait to be
+//! written no further request is read. Requests of one connection run one at a time, in order.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use mio::net::TcpStream;
+use mio::{Events, Interest, Poll, Token, Waker};
+use proto::{compose, Command, Limits, MetaReturn, MetaStatus, Parse, Parser, Reply, StoreMode};
+
+use crate::node::{store_mode_index, Node, RecoveryState};
+use crate::peer::{self, AgentOp, AgentResult};
+use crate::time;
+
+/// Replies waiting to be written beyond which a connection's requests are not read.
+pub const OUTPUT_MAX_BYTES: usize = 4 << 20;
+/// Largest reply of one multi-key get (memcached: `SERVER_ERROR out of memory writing get
+/// response` past its limit).
+pub const GET_REPLY_MAX_BYTES: usize = 64 << 20;
+/// The opaque token prefix of `mg` that forces a degraded read of a chunk position:
+/// `mg <key> v Oinec-degrade-<position>`.
+pub const DEGRADE_OPAQUE_PREFIX: &[u8] = b"inec-degrade-";
+/// The test-only command (with `--debug-commands`): `inec_flip <key> <position> <bit>`.
+pub const FLIP_COMMAND: &[u8] = b"inec_flip ";
+
+/// Server settings besides the node's.
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub limits: Limits,
+    pub max_connections: usize,
+    pub workers: usize,
+}
+
+#[derive(Debug, Default)]
+struct ConnCounts {
+    curr: AtomicU64,
+    total: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+/// Serves peers on `peer` (a thread per connection).
+pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
+    std::thread::Builder::new()
+        .name("peer-accept".into())
+        .spawn(move || {
+            for stream in peer.incoming() {
+                let Ok(mut s) = stream else { continue };
+                let node = Arc::clone(&node);
+                let _ = s.set_nodelay(true);
+                let _ = std::thread::Builder::new()
+                    .name("peer".into())
+                    .spawn(move || {
+                        while let Ok(body) = peer::read_frame(&mut s) {
+                            let Some(req) = peer::decode_request(&body) else {
+                                break;
+                            };
+                            let res = node.handle_peer(req);
+                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
+                                break;
+                            }
+                        }
+                    });
+            }
+        })
+        .expect("spawn peer listener");
+}
+
+struct Conn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    parser: Parser,
+    busy: bool,
+    closing: bool,
+    eof: bool,
+}
+
+struct Job {
+    token: Token,
+    request: Vec<u8>,
+}
+
+/// Runs the client event loop forever.
+pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) -> io::Result<()> {
+    listener.set_nonblocking(true)?;
+    let mut listener = mio::net::TcpListener::from_std(listener);
+    let mut poll = Poll::new()?;
+    const LISTENER: Token = Token(0);
+    const WAKER: Token = Token(1);
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)?;
+    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let counts = Arc::new(ConnCounts::default());
+    let (job_tx, job_rx) = mpsc::channel::<Job>();
+    let job_rx = Arc::new(Mutex::new(job_rx));
+    let (done_tx, done_rx) = mpsc::channel::<(Token, Vec<u8>, bool)>();
+    for i in 0..cfg.workers.max(1) {
+        let (node, rx, tx, waker, counts, limits) = (
+            Arc::clone(&node),
+            Arc::clone(&job_rx),
+            done_tx.clone(),
+            Arc::clone(&waker),
+            Arc::clone(&counts),
+            cfg.limits,
+        );
+        std::thread::Builder::new()
+            .name(format!("worker-{i}"))
+            .spawn(move || loop {
+                let job = {
+                    let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                    rx.recv()
+                };
+                let Ok(job) = job else { return };
+                let mut out = Vec::new();
+                let close = execute(&node, &counts, &limits, &job.request, &mut out);
+                if tx.send((job.token, out, close)).is_err() {
+                    return;
+                }
+                let _ = waker.wake();
+            })
+            .expect("spawn worker");
+    }
+    let mut conns: HashMap<Token, Conn> = HashMap::new();
+    let mut next_token = 2usize;
+    let mut events = Events::with_capacity(1024);
+    loop {
+        poll.poll(&mut events, None)?;
+        let mut touched: Vec<Token> = Vec::new();
+        for ev in events.iter() {
+            match ev.token() {
+                LISTENER => loop {
+                    match listener.accept() {
+                        Ok((mut stream, _)) => {
+                            if conns.len() >= cfg.max_connections {
+                                let _ = stream.write(b"ERROR Too many open connections\r\n");
+                                continue;
+                            }
+                            let _ = stream.set_nodelay(true);
+                            let token = Token(next_token);
+                            next_token += 1;
+                            poll.registry().register(
+                                &mut stream,
+                                token,
+                                Interest::READABLE | Interest::WRITABLE,
+                            )?;
+                            counts.curr.fetch_add(1, Ordering::Relaxed);
+                            counts.total.fetch_add(1, Ordering::Relaxed);
+                            conns.insert(
+                                token,
+                                Conn {
+                                    stream,
+                                    inbuf: Vec::new(),
+                                    out: Vec::new(),
+                                    out_pos: 0,
+                                    parser: Parser::new(cfg.limits),
+                                    busy: false,
+                                    closing: false,
+                                    eof: false,
+                                },
+                            );
+                            touched.push(token);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                        Err(_) => break,
+                    }
+                },
+                WAKER => {
+                    while let Ok((token, out, close)) = done_rx.try_recv() {
+                        if let Some(c) = conns.get_mut(&token) {
+                            c.out.extend_from_slice(&out);
+                            c.busy = false;
+                            c.closing |= close;
+                            touched.push(token);
+                        }
+                    }
+                }
+                t => touched.push(t),
+            }
+        }
+        touched.sort_unstable();
+        touched.dedup();
+        for token in touched {
+            let Some(c) = conns.get_mut(&token) else {
+                continue;
+            };
+            let keep = service(c, token, &node, &counts, &job_tx);
+            if !keep {
+                if let Some(mut c) = conns.remove(&token) {
+                    let _ = poll.registry().deregister(&mut c.stream);
+                    counts.curr.fetch_sub(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+/// Reads, runs and writes what it can; false when the connection is done.
+fn service(
+    c: &mut Conn,
+    token: Token,
+    node: &Arc<Node>,
+    counts: &ConnCounts,
+    jobs: &mpsc::Sender<Job>,
+) -> bool {
+    let cap = c.parser.limits().request_max_bytes() + 2;
+    loop {
+        let mut progressed = false;
+        // Read while there is room.
+        while !c.eof && c.inbuf.len() < cap {
+            let mut buf = [0u8; 64 * 1024];
+            let room = (cap - c.inbuf.len()).min(buf.len());
+            match c.stream.read(&mut buf[..room]) {
+                Ok(0) => c.eof = true,
+                Ok(n) => {
+                    counts.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
+                    c.inbuf.extend_from_slice(&buf[..n]);
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        // Run requests while not waiting on one and replies are not piling up.
+        while !c.busy && !c.closing && c.out.len() - c.out_pos < OUTPUT_MAX_BYTES {
+            if node.cfg.debug_commands && c.inbuf.starts_with(FLIP_COMMAND) {
+                if let Some(nl) = c.inbuf.iter().position(|&b| b == b'\n') {
+                    let req: Vec<u8> = c.inbuf.drain(..=nl).collect();
+                    c.busy = true;
+                    let _ = jobs.send(Job {
+                        token,
+                        request: req,
+                    });
+                    progressed = true;
+                    continue;
+                }
+            }
+            match c.parser.parse(&c.inbuf) {
+                Parse::Incomplete => break,
+                Parse::Swallowed { consumed } => {
+                    c.inbuf.drain(..consumed);
+                }
+                Parse::Error {
+                    error,
+                    consumed,
+                    noreply,
+                } => {
+                    if !noreply {
+                        c.out.extend_from_slice(error.reply());
+                    }
+                    c.inbuf.drain(..consumed);
+                    if error.closes_connection() {
+                        c.closing = true;
+                    }
+                }
+                Parse::Command { command, consumed } => {
+                    let inline = match &command {
+                        Command::Version => {
+                            compose::version(&mut c.out, version());
+                            true
+                        }
+                        Command::Verbosity { noreply, .. } => {
+                            if !noreply {
+                                compose::reply(&mut c.out, Reply::Ok);
+                            }
+                            true
+                        }
+                        Command::MetaNoop => {
+                            compose::meta_noop(&mut c.out);
+                            true
+                        }
+                        Command::Quit => {
+                            c.closing = true;
+                            true
+                        }
+                        _ => false,
+                    };
+                    if !inline {
+                        let request = c.inbuf[..consumed].to_vec();
+                        c.busy = true;
+                        let _ = jobs.send(Job { token, request });
+                    }
+                    c.inbuf.drain(..consumed);
+                }
+            }
+            progressed = true;
+        }
+        // Write.
+        while c.out_pos < c.out.len() {
+            match c.stream.write(&c.out[c.out_pos..]) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    counts.bytes_written.fetch_add(n as u64, Ordering::Relaxed);
+                    c.out_pos += n;
+                    progressed = true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => return false,
+            }
+        }
+        if c.out_pos == c.out.len() {
+            c.out.clear();
+            c.out_pos = 0;
+        } else if c.out_pos > (1 << 20) {
+            c.out.drain(..c.out_pos);
+            c.out_pos = 0;
+        }
+        let drained = c.out.is_empty();
+        if c.closing && drained && !c.busy {
+            return false;
+        }
+        if c.eof && !c.busy && drained && matches!(c.parser.parse(&c.inbuf), Parse::Incomplete) {
+            return false;
+        }
+        if !progressed {
+            return true;
+        }
+    }
+}
+
+/// The `version` reply: memcached's version line with inec's own.
+pub fn version() -> &'static str {
+    concat!("1.6.0-inec-", env!("CARGO_PKG_VERSION"))
+}
+
+fn server_error(out: &mut Vec<u8>, reason: &str) {
+    // A reply line must not contain line breaks.
+    let clean: String = reason
+        .chars()
+        .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
+        .collect();
+    compose::server_error(out, &clean);
+}
+
+fn meta_store_mode(m: Option<proto::MetaMode>) -> StoreMode {
+    match m {
+        None | Some(proto::MetaMode::Set) => StoreMode::Set,
+        Some(proto::MetaMode::Add) => StoreMode::Add,
+        Some(proto::MetaMode::Append) => StoreMode::Append,
+        Some(proto::MetaMode::Prepend) => StoreMode::Prepend,
+        Some(proto::MetaMode::Replace) => StoreMode::Replace,
+    }
+}
+
+fn degrade_of(opaque: Option<&[u8]>) -> Option<u8> {
+    let rest = opaque?.strip_prefix(DEGRADE_OPAQUE_PREFIX)?;
+    std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+/// Runs one request and appends its reply; true when the connection must close.
+fn execute(
+    node: &Node,
+    counts: &ConnCounts,
+    limits: &Limits,
+    request: &[u8],
+    out: &mut Vec<u8>,
+) -> bool {
+    if request.starts_with(FLIP_COMMAND) {
+        let line = String::from_utf8_lossy(request);
+        let t: Vec<&str> = line.split_whitespace().collect();
+        let parsed = (t.len() == 4)
+            .then(|| {
+                Some((
+                    t[1].as_bytes().to_vec(),
+                    t[2].parse::<u8>().ok()?,
+                    t[3].parse::<u64>().ok()?,
+                ))
+            })
+            .flatten();
+        match parsed {
+            None => compose::client_error(out, "usage: inec_flip <key> <position> <bit>"),
+            Some((key, position, bit)) => match node.route_key(
+                AgentOp::Flip {
+                    key: key.clone(),
+                    position,
+                    bit,
+                },
+                &key,
+            ) {
+                AgentResult::Ok => compose::reply(out, Reply::Ok),
+                AgentResult::NotFound => compose::reply(out, Reply::NotFound),
+                AgentResult::Error(r) => server_error(out, &r),
+                other => server_error(out, &format!("unexpected {other:?}")),
+            },
+        }
+        return false;
+    }
+    let mut parser = Parser::new(*limits);
+    let Parse::Command { command, .. } = parser.parse(request) else {
+        compose::reply(out, Reply::Error);
+        return false;
+    };
+    let c = &node.counters;
+    let inc = |a: &AtomicU64| {
+        a.fetch_add(1, Ordering::Relaxed);
+    };
+    match command {
+        Command::Store(s) => {
+            inc(&c.cmd_set);
+            let op = AgentOp::Store {
+                mode: store_mode_index(s.mode),
+                key: s.key.to_vec(),
+                flags: s.flags,
+                exptime: s.exptime,
+                compare_cas: (s.mode == StoreMode::Cas).then_some(s.cas_unique),
+                value: s.data.to_vec(),
+            };
+            let r = node.route_key(op, s.key);
+            if s.mode == StoreMode::Cas {
+                match r {
+                    AgentResult::Stored { .. } => inc(&c.cas_hits),
+                    AgentResult::Exists => inc(&c.cas_badval),
+                    AgentResult::NotFound => inc(&c.cas_misses),
+                    _ => {}
+                }
+            }
+            let mut reply = Vec::new();
+            match r {
+                AgentResult::Stored { .. } => compose::reply(&mut reply, Reply::Stored),
+                AgentResult::NotStored => compose::reply(&mut reply, Reply::NotStored),
+                AgentResult::Exists => compose::reply(&mut reply, Reply::Exists),
+                AgentResult::NotFound => compose::reply(&mut reply, Reply::NotFound),
+                AgentResult::Error(r) => server_error(&mut reply, &r),
+                other => server_error(&mut reply, &format!("unexpected {other:?}")),
+            }
+            if !s.noreply {
+                out.extend_from_slice(&reply);
+            }
+        }
+        Command::Get(g) => {
+            let start = out.len();
+            for key in &g.keys {
+                inc(&c.cmd_get);
+                if g.exptime.is_some() {
+                    inc(&c.cmd_touch);
+                }
+                let op = AgentOp::Get {
+                    key: key.to_vec(),
+                    touch: g.exptime,
+                    degrade: None,
+                };
+                match node.route_key(op, key) {
+                    AgentResult::Value {
+                        flags, cas, value, ..
+                    } => {
+                        inc(&c.get_hits);
+                        if g.exptime.is_some() {
+                            inc(&c.touch_hits);
+                        }
+                        compose::value(out, key, flags, &value, g.kind.with_cas().then_some(cas));
+                        if out.len() - start > GET_REPLY_MAX_BYTES {
+                            out.truncate(start);
+                            server_error(out, "out of memory writing get response");
+                            return false;
+                        }
+                    }
+                    AgentResult::Miss => {
+                        inc(&c.get_misses);
+                        if g.exptime.is_some() {
+                            inc(&c.touch_misses);
+                        }
+                    }
+                    AgentResult::Error(r) => {
+                        out.truncate(start);
+                        server_error(out, &r);
+                        return false;
+                    }
+                    other => {
+                        out.truncate(start);
+                        server_error(out, &format!("unexpected {other:?}"));
+                        return false;
+                    }
+                }
+            }
+            compose::reply(out, Reply::End);
+        }
+        Command::Touch {
+            key,
+            exptime,
+            noreply,
+        } => {
+            inc(&c.cmd_touch);
+            let mut reply = Vec::new();
+            match node.route_key(
+                AgentOp::Touch {
+                    key: key.to_vec(),
+                    exptime,
+                },
+                key,
+            ) {
+                AgentResult::Touched => {
+                    inc(&c.touch_hits);
+                    compose::reply(&mut reply, Reply::Touched)
+                }
+                AgentResult::NotFound => {
+                    inc(&c.touch_misses);
+                    compose::reply(&mut reply, Reply::NotFound)
+                }
+                AgentResult::Error(r) => server_error(&mut reply, &r),
+                other => server_error(&mut reply, &format!("unexpected {other:?}")),
+            }
+            if !noreply {
+                out.extend_from_slice(&reply);
+            }
+        }
+        Command::Delete { key, noreply } => {
+            let mut reply = Vec::new();
+            match node.route_key(
+                AgentOp::Delete {
+                    key: key.to_vec(),
+                    compare_cas: None,
+                },
+                key,
+            ) {
+                AgentResult::Deleted => {
+                    inc(&c.delete_hits);
+                    compose::reply(&mut reply, Reply::Deleted)
+                }
+                AgentResult::NotFound => {
+                    inc(&c.delete_misses);
+                    compose::reply(&mut reply, Reply::NotFound)
+                }
+                AgentResult::Error(r) => server_error(&mut reply, &r),
+                other => server_error(&mut reply, &format!("unexpected {other:?}")),
+            }
+            if !noreply {
+                out.extend_from_slice(&reply);
+            }
+        }
+        Command::Arith {
+            op,
+            key,
+            delta,
+            noreply,
+        } => {
+            let incr = op == proto::ArithOp::Incr;
+            let (hits, misses) = if incr {
+                (&c.incr_hits, &c.incr_misses)
+            } else {
+                (&c.decr_hits, &c.decr_misses)
+            };
+            let mut reply = Vec::new();
+            match node.route_key(
+                AgentOp::Arith {
+                    incr,
+                    key: key.to_vec(),
+                    delta,
+                },
+                key,
+            ) {
+                AgentResult::Number { number, .. } => {
+                    inc(hits);
+                    compose::number(&mut reply, number)
+                }
+                AgentResult::NotFound => {
+                    inc(misses);
+                    compose::reply(&mut reply, Reply::NotFound)
+                }
+                AgentResult::NonNumeric => reply.extend_from_slice(proto::NonNumeric.reply()),
+                AgentResult::Error(r) => server_error(&mut reply, &r),
+                other => server_error(&mut reply, &format!("unexpected {other:?}")),
+            }
+            if !noreply {
+                out.extend_from_slice(&reply);
+            }
+        }
+        Command::FlushAll { delay, noreply } => {
+            node.flush_all(delay.unwrap_or(0));
+            if !noreply {
+                compose::reply(out, Reply::Ok);
+            }
+        }
+        Command::Stats { group, .. } => match group {
+            None => general_stats(node, counts, out),
+            Some(b"inec") => inec_stats(node, out),
+            Some(b"settings") => {
+                compose::stat(out, "maxbytes", node.cfg.memory_bytes);
+                compose::stat(out, "item_size_max", limits.item_size_max_bytes);
+                compose::stat(out, "tcpport", 0);
+                compose::stat(out, "udpport", 0);
+                compose::reply(out, Reply::End);
+            }
+            Some(b"reset") => compose::reply(out, Reply::Reset),
+            Some(_) => compose::reply(out, Reply::Error),
+        },
+        Command::MetaGet(m) => {
+            let key = m.key_bytes().into_owned();
+            inc(&c.cmd_get);
+            let degrade = degrade_of(m.flags.opaque);
+            let op = AgentOp::Get {
+                key: key.clone(),
+                touch: m.flags.ttl,
+                degrade,
+            };
+            match node.route_key(op, &key) {
+                AgentResult::Value {
+                    flags,
+                    cas,
+                    exptime,
+                    value,
+                } => {
+                    inc(&c.get_hits);
+                    let ret = MetaReturn {
+                        size: Some(value.len() as u64),
+                        client_flags: Some(flags),
+                        ttl: Some(time::ttl(exptime, time::now_secs())),
+                        cas: Some(cas),
+                    };
+                    let status = if m.flags.return_value {
+                        MetaStatus::Va
+                    } else {
+                        MetaStatus::Hd
+                    };
+                    compose::meta(out, status, &m, &ret, &value);
+                }
+                AgentResult::Miss => {
+                    inc(&c.get_misses);
+                    if !MetaStatus::En.is_quiet_for(proto::MetaKind::Get) || !m.flags.quiet {
+                        compose::meta(out, MetaStatus::En, &m, &MetaReturn::default(), &[]);
+                    }
+                }
+                AgentResult::Error(r) => server_error(out, &r),
+                other => server_error(out, &format!("unexpected {other:?}")),
+            }
+        }
+        Command::MetaSet(ms) => {
+            inc(&c.cmd_set);
+            let key = ms.meta.key_bytes().into_owned();
+            let f = &ms.meta.flags;
+            let op = AgentOp::Store {
+                mode: store_mode_index(meta_store_mode(f.mode)),
+                key: key.clone(),
+                flags: f.client_flags.unwrap_or(0),
+                exptime: f.ttl.unwrap_or(0),
+                compare_cas: f.compare_cas,
+                value: ms.data.to_vec(),
+            };
+            let (status, cas) = match node.route_key(op, &key) {
+                AgentResult::Stored { cas } => (MetaStatus::Hd, Some(cas)),
+                AgentResult::NotStored => (MetaStatus::Ns, None),
+                AgentResult::Exists => (MetaStatus::Ex, None),
+                AgentResult::NotFound => (MetaStatus::Nf, None),
+                AgentResult::Error(r) => {
+                    server_error(out, &r);
+                    return false;
+                }
+                other => {
+                    server_error(out, &format!("unexpected {other:?}"));
+                    return false;
+                }
+            };
+            if !(f.quiet && status.is_quiet_for(proto::MetaKind::Set)) {
+                let ret = MetaReturn {
+                    cas,
+                    ..MetaReturn::default()
+                };
+                compose::meta(out, status, &ms.meta, &ret, &[]);
+            }
+        }
+        Command::MetaDelete(m) => {
+            let key = m.key_bytes().into_owned();
+            let status = match node.route_key(
+                AgentOp::Delete {
+                    key: key.clone(),
+                    compare_cas: m.flags.compare_cas,
+                },
+                &key,
+            ) {
+                AgentResult::Deleted => {
+                    inc(&c.delete_hits);
+                    MetaStatus::Hd
+                }
+                AgentResult::NotFound => {
+                    inc(&c.delete_misses);
+                    MetaStatus::Nf
+                }
+                AgentResult::Exists => MetaStatus::Ex,
+                AgentResult::Error(r) => {
+                    server_error(out, &r);
+                    return false;
+                }
+                other => {
+                    server_error(out, &format!("unexpected {other:?}"));
+                    return false;
+                }
+            };
+            if !(m.flags.quiet && status.is_quiet_for(proto::MetaKind::Delete)) {
+                compose::meta(out, status, &m, &MetaReturn::default(), &[]);
+            }
+        }
+        Command::Version => compose::version(out, version()),
+        Command::Verbosity { noreply, .. } => {
+            if !noreply {
+                compose::reply(out, Reply::Ok)
+            }
+        }
+        Command::MetaNoop => compose::meta_noop(out),
+        Command::Quit => return true,
+    }
+    false
+}
+
+fn cpu_seconds() -> (f64, f64) {
+    // utime and stime are fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz).
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return (0.0, 0.0);
+    };
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0) / 100.0;
+    (tick(11), tick(12))
+}
+
+fn general_stats(node: &Node, counts: &ConnCounts, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (items, bytes, evictions, _) = node.agent_totals();
+    let (user, sys) = cpu_seconds();
+    compose::stat(out, "pid", std::process::id());
+    compose::stat(out, "uptime", node.started.elapsed().as_secs());
+    compose::stat(out, "time", time::now_secs());
+    compose::stat(out, "version", version());
+    compose::stat(out, "pointer_size", usize::BITS);
+    compose::stat(out, "rusage_user", format!("{user:.6}"));
+    compose::stat(out, "rusage_system", format!("{sys:.6}"));
+    compose::stat(out, "curr_connections", g(&counts.curr));
+    compose::stat(out, "total_connections", g(&counts.total));
+    compose::stat(out, "cmd_get", g(&c.cmd_get));
+    compose::stat(out, "cmd_set", g(&c.cmd_set));
+    compose::stat(out, "cmd_flush", g(&c.cmd_flush));
+    compose::stat(out, "cmd_touch", g(&c.cmd_touch));
+    compose::stat(out, "get_hits", g(&c.get_hits));
+    compose::stat(out, "get_misses", g(&c.get_misses));
+    compose::stat(out, "get_expired", g(&c.get_expired));
+    compose::stat(out, "get_flushed", g(&c.get_flushed));
+    compose::stat(out, "delete_misses", g(&c.delete_misses));
+    compose::stat(out, "delete_hits", g(&c.delete_hits));
+    compose::stat(out, "incr_misses", g(&c.incr_misses));
+    compose::stat(out, "incr_hits", g(&c.incr_hits));
+    compose::stat(out, "decr_misses", g(&c.decr_misses));
+    compose::stat(out, "decr_hits", g(&c.decr_hits));
+    compose::stat(out, "cas_misses", g(&c.cas_misses));
+    compose::stat(out, "cas_hits", g(&c.cas_hits));
+    compose::stat(out, "cas_badval", g(&c.cas_badval));
+    compose::stat(out, "touch_hits", g(&c.touch_hits));
+    compose::stat(out, "touch_misses", g(&c.touch_misses));
+    compose::stat(out, "bytes_read", g(&counts.bytes_read));
+    compose::stat(out, "bytes_written", g(&counts.bytes_written));
+    compose::stat(out, "limit_maxbytes", node.cfg.memory_bytes);
+    compose::stat(out, "threads", 1);
+    compose::stat(out, "bytes", bytes);
+    compose::stat(out, "curr_items", items);
+    compose::stat(out, "total_items", g(&c.total_items));
+    compose::stat(out, "expired_unfetched", g(&c.expired_unfetched));
+    compose::stat(out, "evictions", evictions);
+    compose::reply(out, Reply::End);
+}
+
+fn ratio(a: u64, b: u64) -> String {
+    if b == 0 {
+        "0".into()
+    } else {
+        format!("{:.3}", a as f64 / b as f64)
+    }
+}
+
+fn inec_stats(node: &Node, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+    let (_, _, _, fp) = node.agent_totals();
+    let view = node.view();
+    let (sent, received) = node.data_messages();
+    compose::stat(out, "node_id", node.cfg.id);
+    compose::stat(out, "node_count", node.cfg.node_count);
+    compose::stat(out, "code", node.cfg.code);
+    compose::stat(out, "scheme", node.cfg.scheme.name());
+    compose::stat(out, "mode", node.cfg.mode.name());
+    compose::stat(out, "incarnation", node.incarnation);
+    compose::stat(out, "ready", u8::from(node.is_ready()));
+    compose::stat(
+        out,
+        "recovery",
+        match node.recovery_state() {
+            RecoveryState::None => "none",
+            RecoveryState::Running => "running",
+            RecoveryState::Done => "done",
+        },
+    );
+    compose::stat(out, "recovery_keys_done", g(&c.recovery_keys_done));
+    compose::stat(out, "recovery_keys_total", g(&c.recovery_keys_total));
+    compose::stat(out, "recovery_bytes", g(&c.recovery_bytes));
+    compose::stat(out, "stripes", node.cfg.node_count);
+    compose::stat(out, "members_down", view.iter().filter(|v| !v.0).count());
+    for (i, (up, ready)) in view.iter().enumerate() {
+        let h = match (up, ready) {
+            (false, _) => "down",
+            (true, false) => "recovering",
+            (true, true) => "up",
+        };
+        compose::stat(out, &format!("node_{i}"), h);
+    }
+    for s in 0..node.cfg.node_count {
+        let agent = node
+            .agent_of(s)
+            .map_or("none".to_string(), |a| a.to_string());
+        compose::stat(
+            out,
+            &format!("stripe_{s}"),
+            format!("{},agent={agent}", node.stripe_state(s)),
+        );
+    }
+    compose::stat(out, "degraded_reads", g(&c.degraded_reads));
+    compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));
+    compose::stat(out, "chunks_repaired", g(&c.chunks_repaired));
+    compose::stat(out, "chunks_written_back", g(&c.chunks_written_back));
+    compose::stat(out, "crc_errors", g(&c.crc_errors));
+    compose::stat(out, "version_mismatches", g(&c.version_mismatches));
+    compose::stat(out, "forwarded", g(&c.forwarded));
+    compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
+    compose::stat(out, "server_errors", g(&c.server_errors));
+    compose::stat(out, "peer_messages_sent", sent);
+    compose::stat(out, "peer_messages_received", received);
+    compose::stat(out, "record_bytes", node.stored_bytes());
+    compose::stat(out, "share_bytes", node.share_bytes());
+    compose::stat(out, "replicate_below_bytes", node.cfg.replicate_below_bytes);
+    compose::stat(out, "value_bytes_coded", fp[0]);
+    compose::stat(out, "value_bytes_replicated", fp[1]);
+    compose::stat(out, "record_bytes_coded", fp[2]);
+    compose::stat(out, "record_bytes_replicated", fp[3]);
+    compose::stat(out, "bytes_per_value_byte_coded", ratio(fp[2], fp[0]));
+    compose::stat(out, "bytes_per_value_byte_replicated", ratio(fp[3], fp[1]));
+    compose::reply(out, Reply::End);
+}
+
+/// Binds a listener, for the binary's use.
+pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
+    TcpListener::bind(addr)
+}
+
+/// How long a peer call may take before the peer counts as unreachable.
+pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);

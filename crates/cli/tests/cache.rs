@@ -1,0 +1,758 @@
+//! Real `inec serve` processes started by `inec cache up`, on loopback: values of 0 B..1 MiB
+//! written through every node read back identical through every other, for every scheme;
+//! SIGKILL of up to m nodes (an agent among them) under a writer and readers never returns
+//! wrong bytes, and restart + recovery brings every stripe back whole; m+1 down gives
+//! SERVER_ERROR; a flipped bit is detected, repaired and never returned; the peer messages of
+//! a write and of a normal read are counted. Every spawned process is killed on drop.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use rand::rngs::SmallRng;
+use rand::{Rng, RngCore, SeedableRng};
+
+const INEC: &str = env!("CARGO_BIN_EXE_inec");
+
+/// One cluster at a time: the tests share two cores with everything else, and free ports are
+/// chosen by `cache up` (two clusters starting at once could pick the same one).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+struct Cluster {
+    _turn: std::sync::MutexGuard<'static, ()>,
+    dir: tempfile::TempDir,
+    clients: Vec<SocketAddr>,
+    chunks: usize,
+}
+
+fn state(dir: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("cache.json")).unwrap()).unwrap()
+}
+
+fn pid_alive(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        !s.rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z')
+    })
+}
+
+impl Cluster {
+    fn up(code: &str, scheme: &str, chunks: usize) -> Cluster {
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new(INEC)
+            .args(["cache", "up", "--dir"])
+            .arg(dir.path())
+            .args([
+                "--code",
+                code,
+                "--scheme",
+                scheme,
+                "--debug-commands",
+                "-t",
+                "4",
+            ])
+            .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "cache up failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let st = state(dir.path());
+        let clients = st["members"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["client"].as_str().unwrap().parse().unwrap())
+            .collect();
+        Cluster {
+            _turn: turn,
+            dir,
+            clients,
+            chunks,
+        }
+    }
+
+    fn path(&self) -> PathBuf {
+        self.dir.path().to_path_buf()
+    }
+
+    fn pids(&self) -> Vec<u64> {
+        state(self.dir.path())["pids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p.as_u64().unwrap())
+            .collect()
+    }
+
+    fn kill(&self, node: usize) {
+        let pid = self.pids()[node];
+        Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pid_alive(pid) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert!(!pid_alive(pid), "node {node} (pid {pid}) survived SIGKILL");
+    }
+
+    fn restart(&self, node: usize) {
+        let out = Command::new(INEC)
+            .args(["cache", "restart", "--dir"])
+            .arg(self.path())
+            .arg(node.to_string())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "restart: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    fn client(&self, node: usize) -> Client {
+        Client::connect(self.clients[node])
+    }
+
+    /// Waits until every node is ready and sees every other node up.
+    fn wait_whole(&self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let whole = (0..self.clients.len()).all(|i| {
+                let Ok(mut c) = Client::try_connect(self.clients[i]) else {
+                    return false;
+                };
+                let s = c.stats("inec");
+                s["ready"] == "1"
+                    && s["members_down"] == "0"
+                    && (0..self.clients.len()).all(|j| s[&format!("node_{j}")] == "up")
+            });
+            if whole {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster not whole in time");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn status(&self) -> String {
+        let out = Command::new(INEC)
+            .args(["cache", "status", "--dir"])
+            .arg(self.path())
+            .output()
+            .unwrap();
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    fn sum_stat(&self, name: &str) -> u64 {
+        (0..self.clients.len())
+            .map(|i| self.client(i).stats("inec")[name].parse::<u64>().unwrap())
+            .sum()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = Command::new(INEC)
+            .args(["cache", "down", "--dir"])
+            .arg(self.dir.path())
+            .output();
+        for pid in std::fs::read_to_string(self.dir.path().join("cache.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["pids"].as_array().cloned())
+            .unwrap_or_default()
+        {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+/// A minimal memcached text-protocol client.
+struct Client {
+    r: BufReader<TcpStream>,
+    w: TcpStream,
+}
+
+#[derive(Debug, PartialEq)]
+enum Got {
+    Hit(Vec<u8>),
+    Miss,
+    Error(String),
+}
+
+impl Client {
+    fn try_connect(addr: SocketAddr) -> std::io::Result<Client> {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+        s.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Client {
+            r: BufReader::new(s.try_clone()?),
+            w: s,
+        })
+    }
+
+    fn connect(addr: SocketAddr) -> Client {
+        Client::try_connect(addr).unwrap()
+    }
+
+    fn line(&mut self) -> String {
+        let mut l = String::new();
+        self.r.read_line(&mut l).unwrap();
+        l
+    }
+
+    fn send(&mut self, b: &[u8]) -> String {
+        self.w.write_all(b).unwrap();
+        self.line()
+    }
+
+    fn set(&mut self, key: &str, value: &[u8]) -> String {
+        let mut b = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+        b.extend_from_slice(value);
+        b.extend_from_slice(b"\r\n");
+        self.send(&b)
+    }
+
+    fn read_value(&mut self, first: &str) -> Got {
+        if first == "END\r\n" || first == "EN\r\n" {
+            return Got::Miss;
+        }
+        let len: usize = if let Some(rest) = first.strip_prefix("VALUE ") {
+            rest.split_whitespace().nth(2).unwrap().parse().unwrap()
+        } else if let Some(rest) = first.strip_prefix("VA ") {
+            rest.split_whitespace().next().unwrap().parse().unwrap()
+        } else {
+            return Got::Error(first.to_string());
+        };
+        let mut v = vec![0u8; len + 2];
+        self.r.read_exact(&mut v).unwrap();
+        v.truncate(len);
+        if first.starts_with("VALUE ") {
+            assert_eq!(self.line(), "END\r\n");
+        }
+        Got::Hit(v)
+    }
+
+    fn get(&mut self, key: &str) -> Got {
+        let first = self.send(format!("get {key}\r\n").as_bytes());
+        self.read_value(&first)
+    }
+
+    fn mg_degraded(&mut self, key: &str, position: usize) -> Got {
+        let first = self.send(format!("mg {key} v Oinec-degrade-{position}\r\n").as_bytes());
+        self.read_value(&first)
+    }
+
+    fn stats(&mut self, group: &str) -> HashMap<String, String> {
+        self.w
+            .write_all(format!("stats {group}\r\n").as_bytes())
+            .unwrap();
+        let mut m = HashMap::new();
+        loop {
+            let l = self.line();
+            if l == "END\r\n" {
+                return m;
+            }
+            let mut t = l.trim_end().splitn(3, ' ');
+            assert_eq!(t.next(), Some("STAT"), "{l:?}");
+            m.insert(
+                t.next().unwrap().to_string(),
+                t.next().unwrap_or("").to_string(),
+            );
+        }
+    }
+}
+
+fn random_value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    rng.fill_bytes(&mut v);
+    v
+}
+
+/// Values of 0 B..1 MiB through every node, read back through every other node.
+fn round_trip(code: &str, scheme: &str, chunks: usize, seed: u64) {
+    let c = Cluster::up(code, scheme, chunks);
+    let n = c.clients.len();
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut sizes = vec![0usize, 1, 1023, 1024, 1025, 6 * 1024 + 5, 1 << 20];
+    while sizes.len() < 18 {
+        sizes.push(rng.gen_range(0..=(1 << 20)));
+    }
+    let mut clients: Vec<Client> = (0..n).map(|i| c.client(i)).collect();
+    let mut values = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("{scheme}:{i}");
+        let v = random_value(&mut rng, len);
+        assert_eq!(
+            clients[i % n].set(&key, &v),
+            "STORED\r\n",
+            "{key} ({len} bytes)"
+        );
+        values.push((key, v));
+    }
+    for (i, (key, v)) in values.iter().enumerate() {
+        for (j, cl) in clients.iter_mut().enumerate() {
+            if j == i % n {
+                continue;
+            }
+            assert!(cl.get(key) == Got::Hit(v.clone()), "{key} through node {j}");
+        }
+        // A forced degraded read of a data chunk returns the same bytes.
+        let got = clients[(i + 1) % n].mg_degraded(key, i % (c.chunks - 3).max(1));
+        assert!(got == Got::Hit(v.clone()), "degraded read of {key}");
+    }
+    let degraded = c.sum_stat("forced_degraded_reads");
+    assert_eq!(degraded, values.len() as u64);
+}
+
+#[test]
+fn round_trip_rs() {
+    round_trip("rs:6,3", "rs", 9, 1);
+}
+
+#[test]
+fn round_trip_lrc() {
+    round_trip("lrc:6,2,2", "lrc", 10, 2);
+}
+
+#[test]
+fn round_trip_ppr() {
+    round_trip("rs:6,3", "ppr", 9, 3);
+}
+
+#[test]
+fn round_trip_ecpipe() {
+    round_trip("rs:6,3", "ecpipe", 9, 4);
+}
+
+#[test]
+fn round_trip_triec() {
+    round_trip("rs:6,3", "triec", 9, 5);
+}
+
+/// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,
+/// so a reader can tell exactly which write it got and that every byte is right.
+fn versioned_value(key: usize, idx: u64) -> Vec<u8> {
+    let mut rng = SmallRng::seed_from_u64(key as u64 * 1_000_003 + idx);
+    let len = if rng.gen_bool(0.5) {
+        rng.gen_range(0..800)
+    } else {
+        rng.gen_range(1024..40_000)
+    };
+    let mut v = format!("K{key:04}W{idx:010}").into_bytes();
+    v.extend(random_value(&mut rng, len));
+    v
+}
+
+fn decode_idx(v: &[u8]) -> Option<(usize, u64)> {
+    let s = std::str::from_utf8(v.get(..16)?).ok()?;
+    Some((s[1..5].parse().ok()?, s[6..16].parse().ok()?))
+}
+
+/// Per key: the last acknowledged write and the write in flight.
+type Writes = (Option<u64>, u64);
+
+#[test]
+fn sigkill_up_to_m_nodes_under_load_then_recover() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    const KEYS: usize = 24;
+    // (last acknowledged write, write in flight) per key.
+    let writes: Arc<Mutex<Vec<Writes>>> = Arc::new(Mutex::new(vec![(None, 0); KEYS]));
+    let stop = Arc::new(AtomicBool::new(false));
+    let wrong = Arc::new(AtomicU64::new(0));
+    let reads_ok = Arc::new(AtomicU64::new(0));
+    let read_errors = Arc::new(AtomicU64::new(0));
+    // Clients talk to nodes 0, 5..8; nodes 1, 2, 3 (agents of stripes 1, 2, 3) are killed.
+    let fronts = [0usize, 5, 6, 7, 8];
+    let writer = {
+        let (writes, stop, addr) = (writes.clone(), stop.clone(), c.clients[0]);
+        std::thread::spawn(move || {
+            let mut cl = Client::connect(addr);
+            let mut idx = 1u64;
+            let mut failed = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                for key in 0..KEYS {
+                    writes.lock().unwrap()[key].1 = idx;
+                    let reply = cl.set(&format!("w{key}"), &versioned_value(key, idx));
+                    if reply == "STORED\r\n" {
+                        writes.lock().unwrap()[key].0 = Some(idx);
+                    } else {
+                        assert!(reply.starts_with("SERVER_ERROR "), "{reply:?}");
+                        failed += 1;
+                    }
+                    idx += 1;
+                }
+            }
+            failed
+        })
+    };
+    let readers: Vec<_> = fronts
+        .iter()
+        .enumerate()
+        .map(|(r, &front)| {
+            let (writes, stop, wrong, ok, errs, addr) = (
+                writes.clone(),
+                stop.clone(),
+                wrong.clone(),
+                reads_ok.clone(),
+                read_errors.clone(),
+                c.clients[front],
+            );
+            std::thread::spawn(move || {
+                let mut cl = Client::connect(addr);
+                let mut rng = SmallRng::seed_from_u64(100 + r as u64);
+                while !stop.load(Ordering::Relaxed) {
+                    let key = rng.gen_range(0..KEYS);
+                    let lo = writes.lock().unwrap()[key].0;
+                    let got = cl.get(&format!("w{key}"));
+                    let hi = writes.lock().unwrap()[key].1;
+                    match got {
+                        Got::Hit(v) => {
+                            let good = decode_idx(&v).is_some_and(|(k, idx)| {
+                                k == key
+                                    && lo.is_none_or(|lo| idx >= lo)
+                                    && idx <= hi
+                                    && v == versioned_value(key, idx)
+                            });
+                            if good {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            } else {
+                                wrong.fetch_add(1, Ordering::Relaxed);
+                                eprintln!(
+                                    "wrong value for w{key}: lo {lo:?} hi {hi} got {:?}",
+                                    decode_idx(&v)
+                                );
+                            }
+                        }
+                        Got::Miss if lo.is_none() => {}
+                        Got::Miss => {
+                            wrong.fetch_add(1, Ordering::Relaxed);
+                            eprintln!("w{key} missing after write {lo:?} was acknowledged");
+                        }
+                        Got::Error(e) => {
+                            assert!(e.starts_with("SERVER_ERROR "), "{e:?}");
+                            errs.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    for victim in [3usize, 1, 2] {
+        c.kill(victim);
+        std::thread::sleep(Duration::from_millis(700));
+    }
+    std::thread::sleep(Duration::from_millis(1000));
+    let status = c.status();
+    assert!(status.contains("degraded"), "{status}");
+    for victim in [1usize, 2, 3] {
+        c.restart(victim);
+    }
+    c.wait_whole();
+    std::thread::sleep(Duration::from_millis(300));
+    stop.store(true, Ordering::Relaxed);
+    let failed_writes = writer.join().unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+    assert_eq!(
+        wrong.load(Ordering::Relaxed),
+        0,
+        "wrong values were returned"
+    );
+    assert!(
+        reads_ok.load(Ordering::Relaxed) > 50,
+        "too few reads succeeded"
+    );
+    eprintln!(
+        "reads ok {}, read errors {}, failed writes {failed_writes}",
+        reads_ok.load(Ordering::Relaxed),
+        read_errors.load(Ordering::Relaxed)
+    );
+    let status = c.status();
+    assert_eq!(status.matches(" whole ").count(), 9, "{status}");
+    assert!(status.contains("done"), "{status}");
+    // Full read-back through every node: the last acknowledged write (or the one in flight).
+    let w = writes.lock().unwrap().clone();
+    for node in 0..9 {
+        let mut cl = c.client(node);
+        for (key, &(acked, inflight)) in w.iter().enumerate() {
+            let Got::Hit(v) = cl.get(&format!("w{key}")) else {
+                panic!("w{key} not readable through node {node}");
+            };
+            let (k, idx) = decode_idx(&v).unwrap();
+            assert_eq!(k, key);
+            assert!(acked.is_none_or(|a| idx >= a) && idx <= inflight);
+            assert_eq!(v, versioned_value(key, idx));
+        }
+    }
+    // Recovery rebuilt the records of the restarted nodes: reads that need them are not
+    // degraded (each restarted node holds a data chunk of every stripe).
+    let before = c.sum_stat("degraded_reads");
+    for node in [0usize, 4] {
+        let mut cl = c.client(node);
+        for key in 0..KEYS {
+            assert!(matches!(cl.get(&format!("w{key}")), Got::Hit(_)));
+        }
+    }
+    assert_eq!(
+        c.sum_stat("degraded_reads"),
+        before,
+        "recovered records are used"
+    );
+}
+
+#[test]
+fn more_than_m_down_is_a_server_error() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let mut rng = SmallRng::seed_from_u64(7);
+    let mut cl = c.client(0);
+    let mut values = Vec::new();
+    for i in 0..12 {
+        let len = if i % 2 == 0 { 100 } else { 20_000 };
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(&format!("x{i}"), &v), "STORED\r\n");
+        values.push(v);
+    }
+    for victim in [1usize, 2, 3, 4] {
+        c.kill(victim);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    // Every stripe has 4 of its 9 positions down: every read is refused with the reason.
+    for i in 0..values.len() {
+        match cl.get(&format!("x{i}")) {
+            Got::Error(e) => {
+                assert!(
+                    e.starts_with("SERVER_ERROR ") && e.contains("down"),
+                    "{e:?}"
+                );
+            }
+            other => panic!("x{i}: {other:?}"),
+        }
+    }
+    let reply = cl.set("new", &[1u8; 5000]);
+    assert!(
+        reply.starts_with("SERVER_ERROR ") && reply.contains("tolerates 3"),
+        "{reply:?}"
+    );
+}
+
+#[test]
+fn flipped_bit_is_detected_repaired_and_never_returned() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let mut rng = SmallRng::seed_from_u64(9);
+    let mut cl = c.client(4);
+    for (key, len) in [("coded", 50_000usize), ("small", 300)] {
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(key, &v), "STORED\r\n");
+        for position in [0usize, 2] {
+            let r = cl
+                .send(format!("inec_flip {key} {position} {}\r\n", 8 * (len / 12) + 5).as_bytes());
+            assert_eq!(r, "OK\r\n");
+            assert_eq!(
+                cl.get(key),
+                Got::Hit(v.clone()),
+                "{key} after flipping chunk {position}"
+            );
+            // The repaired chunk was written back: the next read is not degraded.
+            let before = c.sum_stat("degraded_reads");
+            assert_eq!(cl.get(key), Got::Hit(v.clone()));
+            assert_eq!(c.sum_stat("degraded_reads"), before);
+        }
+    }
+    // Detected: both chunks of the coded value; the small value's first replica (the agent
+    // reads its own, position 0, first; position 2's flip is never read).
+    assert!(c.sum_stat("crc_errors") >= 3);
+    assert!(c.sum_stat("chunks_written_back") >= 3);
+}
+
+/// Peer messages of one operation at the key's agent, over all nodes (heartbeats excluded).
+fn messages_per_operation(code: &str, n: usize, k: usize) {
+    let c = Cluster::up(code, if code.starts_with("lrc") { "lrc" } else { "rs" }, n);
+    let placement = cache::placement::Placement::new(n, n);
+    let key = "counted";
+    let agent = placement.stripe_of(key.as_bytes());
+    let mut cl = c.client(agent);
+    // Warm up: the agent builds its index of the stripe on first use.
+    assert_eq!(cl.set(key, &[1u8; 8192]), "STORED\r\n");
+    let count = || {
+        (
+            c.sum_stat("peer_messages_sent"),
+            c.sum_stat("peer_messages_received"),
+        )
+    };
+    let (s0, r0) = count();
+    assert_eq!(cl.set(key, &[2u8; 8192]), "STORED\r\n");
+    let (s1, r1) = count();
+    // One chunk to and one ack from each member but the agent itself.
+    assert_eq!(
+        (s1 - s0, r1 - r0),
+        ((n - 1) as u64, (n - 1) as u64),
+        "write"
+    );
+    assert_eq!(cl.get(key), Got::Hit(vec![2u8; 8192]));
+    let (s2, r2) = count();
+    // One request to and one chunk from each data member but the agent (position 0).
+    assert_eq!(
+        (s2 - s1, r2 - r1),
+        ((k - 1) as u64, (k - 1) as u64),
+        "normal read"
+    );
+    // Through another node: one forward and its reply more.
+    let mut other = c.client((agent + 1) % n);
+    assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
+    let (s3, r3) = count();
+    assert_eq!((s3 - s2, r3 - r2), (k as u64, k as u64), "forwarded read");
+}
+
+#[test]
+fn messages_per_operation_rs() {
+    messages_per_operation("rs:6,3", 9, 6);
+}
+
+#[test]
+fn messages_per_operation_lrc() {
+    messages_per_operation("lrc:6,2,2", 10, 6);
+}
+
+fn rss_kib(pid: u64) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+#[test]
+fn client_buffers_are_bounded() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let pid = c.pids()[0];
+    let mut cl = c.client(0);
+    assert_eq!(cl.set("big", &vec![7u8; 1 << 20]), "STORED\r\n");
+    let before = rss_kib(pid);
+    // An endless line: refused and the connection closed; the node keeps serving.
+    let mut endless = TcpStream::connect(c.clients[0]).unwrap();
+    endless
+        .set_write_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let chunk = vec![b'a'; 64 * 1024];
+    let mut sent = 0usize;
+    while sent < 64 << 20 && endless.write_all(&chunk).is_ok() {
+        sent += chunk.len();
+    }
+    assert!(sent < 64 << 20, "the node kept reading an endless line");
+    // A client that asks for 1 MiB values and never reads the replies.
+    let mut greedy = TcpStream::connect(c.clients[0]).unwrap();
+    greedy
+        .set_write_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let mut asked = 0;
+    while asked < 2000 && greedy.write_all(b"get big\r\n").is_ok() {
+        asked += 1;
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let grown_kib = rss_kib(pid).saturating_sub(before);
+    assert!(grown_kib < 64 * 1024, "node grew by {grown_kib} KiB");
+    assert_eq!(cl.get("big"), Got::Hit(vec![7u8; 1 << 20]));
+    drop((endless, greedy));
+}
+
+#[test]
+fn expiry_touch_and_flush_follow_memcached() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let mut a = c.client(1);
+    let mut b = c.client(2);
+    let big = vec![3u8; 5000];
+    // Negative exptime: stored and gone at once.
+    assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
+    assert_eq!(b.get("gone"), Got::Miss);
+    // Relative exptime of 1 s (coded and replicated values), then touch extends one of them.
+    let mut req = b"set short 0 1 5000\r\n".to_vec();
+    req.extend_from_slice(&big);
+    req.extend_from_slice(b"\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(a.send(b"set small 0 1 2\r\nhi\r\n"), "STORED\r\n");
+    assert_eq!(b.send(b"touch small 100\r\n"), "TOUCHED\r\n");
+    assert_eq!(b.send(b"touch nothing 100\r\n"), "NOT_FOUND\r\n");
+    assert_eq!(b.get("short"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(b.get("short"), Got::Miss);
+    assert_eq!(a.get("small"), Got::Hit(b"hi".to_vec()));
+    // gat sets a new exptime and returns the value.
+    let first = a.send(b"gat 1 small\r\n");
+    assert_eq!(a.read_value(&first), Got::Hit(b"hi".to_vec()));
+    // An absolute exptime in the past: expired.
+    let past = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        - 10;
+    let mut req = format!("set old 0 {past} 1\r\n").into_bytes();
+    req.extend_from_slice(b"x\r\n");
+    assert_eq!(a.send(&req), "STORED\r\n");
+    assert_eq!(b.get("old"), Got::Miss);
+    // flush_all with a delay: values stay until the delay has passed, on every node.
+    assert_eq!(a.set("f1", &big), "STORED\r\n");
+    assert_eq!(a.send(b"flush_all 1\r\n"), "OK\r\n");
+    assert_eq!(b.get("f1"), Got::Hit(big.clone()));
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(b.get("f1"), Got::Miss);
+    assert_eq!(a.set("f2", &big), "STORED\r\n");
+    assert_eq!(b.get("f2"), Got::Hit(big));
+    assert_eq!(a.send(b"flush_all\r\n"), "OK\r\n");
+    assert_eq!(c.client(5).get("f2"), Got::Miss);
+}
+
+#[test]
+fn lrc_node_restarted_empty_is_rebuilt() {
+    let c = Cluster::up("lrc:6,2,2", "lrc", 10);
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut cl = c.client(0);
+    let mut values = Vec::new();
+    for i in 0..30 {
+        let len = if i % 3 == 0 {
+            rng.gen_range(0..1024)
+        } else {
+            rng.gen_range(1024..100_000)
+        };
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(&format!("l{i}"), &v), "STORED\r\n");
+        values.push(v);
+    }
+    c.kill(4);
+    c.restart(4);
+    c.wait_whole();
+    let status = c.status();
+    assert_eq!(status.matches(" whole ").count(), 10, "{status}");
+    // Node 4 holds a position of every coded value and some replicas: all rebuilt.
+    assert!(c.sum_stat("chunks_repaired") >= 20);
+    let before = c.sum_stat("degraded_reads");
+    for node in 0..10 {
+        let mut cl = c.client(node);
+        for (i, v) in values.iter().enumerate() {
+            assert!(
+                cl.get(&format!("l{i}")) == Got::Hit(v.clone()),
+                "l{i} via node {node}"
+            );
+        }
+    }
+    assert_eq!(
+        c.sum_stat("degraded_reads"),
+        before,
+        "reads after recovery are not degraded"
+    );
+}
