@@ -3,6 +3,8 @@
 // it for its FFI calls only, each behind a safe wrapper.
 #![deny(unsafe_code)]
 
+pub mod cache;
+pub mod clients;
 pub mod codec;
 mod error;
 pub use error::{BenchError, Result};

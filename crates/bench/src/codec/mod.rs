@@ -22,6 +22,10 @@
 //!   `round_ms`; then `rounds` rounds, each running every library once, in an order rotated
 //!   every round. Reported: the median round, in GB/s of data: k·chunk_bytes per call, for
 //!   decodes too.
+//! - Instruction-set level: inec's kernel is `--kernel` (or `INEC_KERNEL`, or the best);
+//!   `--peer-isa` forces ISA-L (its per-level `ec_encode_data_*` entry points) and klauspost
+//!   (its `With*` switches) to one level, so that kernels of one level compare on a CPU that
+//!   has more. The table header and each row's `kernel` name what ran.
 //! - Decode patterns: `decode1` loses data chunk 0, `decodem` data chunks 0..m (LRC: l+r data
 //!   chunks spread over the groups, the largest such set that is recoverable). The chunks read
 //!   are inec's repair set (klauspost and reed-solomon-* read the first k available, the same
