@@ -6,6 +6,8 @@
 pub mod cache;
 pub mod clients;
 pub mod codec;
+mod error;
+pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;

@@ -17,8 +17,9 @@ pub enum BenchCommand {
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Codec(a) => bench::codec::run(a),
-        BenchCommand::Primitives(a) => bench::primitives::run(a),
-        BenchCommand::Cache(a) => bench::cache::run(a),
+        BenchCommand::Codec(a) => bench::codec::run(a)?,
+        BenchCommand::Primitives(a) => bench::primitives::run(a)?,
+        BenchCommand::Cache(a) => bench::cache::run(a)?,
     }
+    Ok(())
 }
