@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 fn tiny_run_writes_json_lines_with_the_required_fields() {
     let args = CodecArgs {
         codes: vec!["rs:3,2".parse().unwrap(), "lrc:4,2,1".parse().unwrap()],
-        chunk_sizes: vec![4096],
+        chunk_bytes: vec![4096],
         threads: vec![1, 2],
         rounds: Some(1),
         round_ms: Some(1),

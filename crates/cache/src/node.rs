@@ -24,8 +24,9 @@ use crate::semantics::{self, Decision};
 use crate::stripe;
 use crate::time;
 
-/// Execution mode of the data path (see DESIGN.md §6). Recorded and reported; the TCP peer
-/// transport runs both alike (see docs/cache.md).
+/// Execution mode of the data path (see DESIGN.md §6). On the cache's own peer messages:
+/// coherent posts the messages of every member of an operation before waiting for any reply;
+/// incoherent sends one, waits for its reply, then sends the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecMode {
     Coherent,
@@ -396,11 +397,16 @@ impl Node {
         }
         if !remote.is_empty() {
             let nodes: Vec<usize> = remote.iter().map(|(n, _)| *n).collect();
-            for ((i, node), r) in remote_at
-                .into_iter()
-                .zip(nodes)
-                .zip(self.transport.call_many(remote))
-            {
+            // Coherent: every message is posted before any reply is awaited. Incoherent (the
+            // baseline): one message, wait for its reply, then the next.
+            let replies = match self.cfg.mode {
+                ExecMode::Coherent => self.transport.call_many(remote),
+                ExecMode::Incoherent => remote
+                    .into_iter()
+                    .flat_map(|call| self.transport.call_many(vec![call]))
+                    .collect(),
+            };
+            for ((i, node), r) in remote_at.into_iter().zip(nodes).zip(replies) {
                 if matches!(r, Err(PeerError::Io { .. })) {
                     self.mark_down(node);
                 }

@@ -6,7 +6,6 @@
 //! a little-endian u32 length and the body; requests to different nodes of one call go out
 //! before any reply is read, so a write's chunks travel in parallel.
 
-use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -775,16 +774,6 @@ impl PeerTransport for TcpTransport {
         )
     }
 }
-
-/// Counts for one node's peer server: data messages received and replies sent.
-#[derive(Debug, Default)]
-pub struct ServerCounts {
-    pub received: AtomicU64,
-    pub sent: AtomicU64,
-}
-
-/// A map from node id to something, for small per-node tables.
-pub type PerNode<T> = HashMap<usize, T>;
 
 #[cfg(test)]
 mod tests {

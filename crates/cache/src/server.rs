@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener};
+use std::net::TcpListener;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
@@ -842,11 +842,6 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "bytes_per_value_byte_coded", ratio(fp[2], fp[0]));
     compose::stat(out, "bytes_per_value_byte_replicated", ratio(fp[3], fp[1]));
     compose::reply(out, Reply::End);
-}
-
-/// Binds a listener, for the binary's use.
-pub fn bind(addr: SocketAddr) -> io::Result<TcpListener> {
-    TcpListener::bind(addr)
 }
 
 /// How long a peer call may take before the peer counts as unreachable.

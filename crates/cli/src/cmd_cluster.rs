@@ -53,8 +53,9 @@ pub fn node(a: NodeArgs) -> Result<()> {
 pub enum ClusterCommand {
     /// Start N nodes on this machine and connect them to each other.
     Up(UpArgs),
-    /// Shut the cluster's nodes down and remove its state.
-    Down(DirArgs),
+    /// Shut the cluster's nodes down and remove its state file and node logs (and the
+    /// directory, when nothing else is left in it).
+    Down(DownArgs),
     /// Show whether each node is alive and answering.
     Status(DirArgs),
 }
@@ -64,6 +65,15 @@ pub struct DirArgs {
     /// Directory holding the cluster's state (node addresses, pids, logs).
     #[arg(long, default_value = ".inec-cluster")]
     pub dir: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct DownArgs {
+    #[command(flatten)]
+    pub dir: DirArgs,
+    /// Keep the node logs (node-N.log) in the directory.
+    #[arg(long)]
+    pub keep_logs: bool,
 }
 
 #[derive(Args, Debug)]
@@ -430,7 +440,8 @@ fn start_nodes(a: &UpArgs, exe: &Path, children: &mut Vec<Child>) -> Result<Clus
     Ok(state)
 }
 
-fn down(a: DirArgs) -> Result<()> {
+fn down(args: DownArgs) -> Result<()> {
+    let a = &args.dir;
     let state = ClusterState::load(&a.dir)?;
     let live: Vec<(NodeId, String)> = state
         .nodes
@@ -465,7 +476,22 @@ fn down(a: DirArgs) -> Result<()> {
         teardown_netns(&state);
     }
     fs::remove_file(a.dir.join(STATE_FILE))?;
-    println!("cluster down: {} nodes stopped", state.nodes.len());
+    let mut kept = String::new();
+    if args.keep_logs {
+        kept = format!("; node logs kept in {}", a.dir.display());
+    } else {
+        for n in &state.nodes {
+            let log = a.dir.join(format!("node-{}.log", n.id));
+            if let Err(e) = fs::remove_file(&log) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    eprintln!("warning: cannot remove {}: {e}", log.display());
+                }
+            }
+        }
+        // Only if empty: anything else in it is not ours to remove.
+        let _ = fs::remove_dir(&a.dir);
+    }
+    println!("cluster down: {} nodes stopped{kept}", state.nodes.len());
     Ok(())
 }
 

@@ -118,6 +118,7 @@ impl CalibrationArgs {
 }
 
 #[derive(Args, Debug)]
+#[command(group = clap::ArgGroup::new("what").args(["encode", "lost"]).required(true))]
 pub struct PlanArgs {
     /// rs, lrc, ppr, ecpipe or triec.
     #[arg(long)]
@@ -125,11 +126,12 @@ pub struct PlanArgs {
     /// The code: rs:6,3, lrc:12,2,2, ...
     #[arg(long)]
     code: Code,
-    /// Plan the write of one stripe.
+    /// Plan the write of one stripe (or give --lost).
     #[arg(long, conflicts_with = "lost")]
     encode: bool,
-    /// Plan the repair of these chunks (comma-separated chunk indices).
-    #[arg(long, value_delimiter = ',', required_unless_present = "encode")]
+    /// Plan the repair of this lost chunk index (repeat the flag for several: `--lost 0
+    /// --lost 3`; or give --encode).
+    #[arg(long, value_name = "INDEX", value_delimiter = ',')]
     lost: Vec<usize>,
     /// Rebuild the lost chunks on this node (default: the agent, node 0).
     #[arg(long, conflicts_with_all = ["in_place", "encode"])]
@@ -137,11 +139,11 @@ pub struct PlanArgs {
     /// Rebuild each lost chunk on the node that held it.
     #[arg(long, conflicts_with = "encode")]
     in_place: bool,
-    /// Chunk size in bytes.
-    #[arg(long)]
+    /// Chunk size, e.g. 4096 or 4MiB.
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::size)]
     chunk_bytes: usize,
-    /// Slice size in bytes (default: unsliced; ECPipe repair: 8 slices).
-    #[arg(long)]
+    /// Slice size, e.g. 32KiB (default: unsliced; ECPipe repair: 8 slices).
+    #[arg(long, value_name = "SIZE", value_parser = crate::args::size)]
     slice_bytes: Option<usize>,
     /// TriEC repair only: number of layer-2 aggregation vertices (default
     /// round(sqrt(helpers))).
@@ -210,13 +212,20 @@ pub fn plan(a: PlanArgs) -> Result<()> {
 
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// Chunk sizes in bytes (comma-separated; default 128 B to 16 MiB, with --nodes 1 MiB).
-    #[arg(long, value_delimiter = ',')]
+    /// A chunk size (repeat the flag for several), e.g. 4KiB; default 128 B to 16 MiB (the
+    /// summary shows 1 KiB, 64 KiB, 1 MiB and 16 MiB), with --nodes 1 MiB.
+    #[arg(long, value_name = "SIZE", value_delimiter = ',', value_parser = crate::args::size)]
     chunk_bytes: Vec<usize>,
-    /// Codes (space-separated, e.g. `--codes rs:6,3 lrc:12,2,2`; default the papers' RS(3,2),
-    /// (6,3), (12,4), LRC(4,2,2), (6,2,2), (12,2,2)).
-    #[arg(long, num_args = 1..)]
+    /// A code, rs:K,M or lrc:K,L,R (repeat the flag for several: `--code rs:6,3 --code
+    /// lrc:12,2,2`); default the papers' rs:3,2, rs:6,3, rs:12,4, lrc:4,2,2, lrc:6,2,2,
+    /// lrc:12,2,2.
+    // `--codes rs:6,3 lrc:12,2,2`: the old spelling.
+    #[arg(long = "code", alias = "codes", value_name = "CODE", num_args = 1..)]
     codes: Vec<Code>,
+    /// Print every code × scheme × operation × chunk size (the full grid) instead of the
+    /// summary.
+    #[arg(long)]
+    grid: bool,
     /// Simulate a cluster of this many nodes: the repairs of --stripes stripes at once,
     /// placed with rotated placement, sharing every NIC.
     #[arg(long)]
@@ -224,11 +233,12 @@ pub struct ModelArgs {
     /// With --nodes: the stripes repaired at once (default: as many as nodes).
     #[arg(long, requires = "nodes")]
     stripes: Option<usize>,
-    /// With --nodes: the numbers of distinct requesters to compare (comma-separated; default
-    /// 1 and the number of stripes).
+    /// With --nodes: a number of distinct requesters to compare (repeat the flag for several;
+    /// default 1 and the number of stripes).
     #[arg(long, value_delimiter = ',', requires = "nodes")]
     requesters: Vec<usize>,
-    /// With --nodes: the chunks lost in every stripe (default 0).
+    /// With --nodes: a chunk index lost in every stripe (repeat the flag for several; default
+    /// 0).
     #[arg(long, value_delimiter = ',', requires = "nodes")]
     lost: Vec<usize>,
     /// Print JSON rows instead of a table.
@@ -249,6 +259,10 @@ const MODEL_CHUNK_BYTES: [usize; 8] = [
     4 << 20,
     16 << 20,
 ];
+
+/// One row of `inec model`'s summary: code, scheme, operation, and (chunk size, model time,
+/// simulated time) per chunk size.
+type SummaryRow = (String, String, &'static str, Vec<(usize, f64, f64)>);
 
 pub fn model(a: ModelArgs) -> Result<()> {
     let loaded = a.calibration.load()?;
@@ -273,19 +287,7 @@ pub fn model(a: ModelArgs) -> Result<()> {
         return cluster(&a, &loaded, &net, nodes, &sizes, &codes);
     }
     let mut rows = Vec::new();
-    if !a.json {
-        println!("{}", loaded.line);
-        println!(
-            "# encode: one stripe from the agent; repair: chunk 0 lost, rebuilt at node 0. \
-             Times in microseconds. model: the critical path of the primitives' alpha-beta \
-             terms; sim: the discrete-event simulator (without bytes here; the tests run every \
-             plan on real bytes)."
-        );
-        println!(
-            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>9}",
-            "code", "scheme", "op", "chunk_B", "steps", "fan_in", "model_us", "sim_us", "model/sim"
-        );
-    }
+    let mut cells: Vec<SummaryRow> = Vec::new();
     for &code in &codes {
         for scheme in schemes_for(code) {
             for (op, request) in [
@@ -298,40 +300,100 @@ pub fn model(a: ModelArgs) -> Result<()> {
                     },
                 ),
             ] {
+                let mut times = Vec::new();
                 for &c in &sizes {
                     let spec = PlanSpec::new(scheme, code, request.clone(), c);
                     let plan = build(&spec).with_context(|| format!("{scheme} {code} {op}"))?;
                     let acct = graph::account(&plan);
                     let model = graph::model::predict_plan(&plan, &net).time_s;
                     let sim = graph::sim::simulate_time(&plan, &net);
-                    if a.json {
-                        rows.push(serde_json::json!({
-                            "code": code.to_string(), "scheme": scheme, "op": op,
-                            "chunk_bytes": c, "slice_bytes": plan.slice_bytes,
-                            "steps": acct.steps, "max_fan_in": acct.max_fan_in,
-                            "model_time_s": model, "sim_time_s": sim,
-                        }));
-                    } else {
-                        println!(
-                            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>9.3}",
-                            code.to_string(),
-                            scheme.to_string(),
-                            op,
-                            c,
-                            acct.steps,
-                            acct.max_fan_in,
-                            model * 1e6,
-                            sim * 1e6,
-                            model / sim
-                        );
-                    }
+                    times.push((c, model, sim));
+                    let row = serde_json::json!({
+                        "code": code.to_string(), "scheme": scheme, "op": op,
+                        "chunk_bytes": c, "slice_bytes": plan.slice_bytes,
+                        "steps": acct.steps, "max_fan_in": acct.max_fan_in,
+                        "model_time_s": model, "sim_time_s": sim,
+                    });
+                    rows.push(row);
                 }
+                cells.push((code.to_string(), scheme.to_string(), op, times));
             }
         }
     }
     if a.json {
         println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(());
     }
+    println!("{}", loaded.line);
+    println!(
+        "# encode: one stripe from the agent; repair: chunk 0 lost, rebuilt at node 0. Times in \
+         microseconds. model: the critical path of the primitives' alpha-beta terms; sim: the \
+         discrete-event simulator (without bytes here; the tests run every plan on real bytes)."
+    );
+    if a.grid {
+        println!(
+            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>9}",
+            "code", "scheme", "op", "chunk_B", "steps", "fan_in", "model_us", "sim_us", "model/sim"
+        );
+        for r in &rows {
+            let (model, sim) = (
+                r["model_time_s"].as_f64().unwrap_or(0.0),
+                r["sim_time_s"].as_f64().unwrap_or(0.0),
+            );
+            println!(
+                "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>9.3}",
+                r["code"].as_str().unwrap_or(""),
+                r["scheme"].as_str().unwrap_or(""),
+                r["op"].as_str().unwrap_or(""),
+                r["chunk_bytes"],
+                r["steps"],
+                r["max_fan_in"],
+                model * 1e6,
+                sim * 1e6,
+                model / sim
+            );
+        }
+        return Ok(());
+    }
+    // The summary: the model's time at a few chunk sizes (those given, or 1 KiB, 64 KiB,
+    // 1 MiB, 16 MiB), and how far the model strays from the simulator over every size.
+    let shown: Vec<usize> = if a.chunk_bytes.is_empty() {
+        vec![1 << 10, 64 << 10, 1 << 20, 16 << 20]
+    } else {
+        sizes.clone()
+    };
+    let mut header = format!("{:<11} {:<7} {:<7}", "code", "op", "scheme");
+    for &c in &shown {
+        header.push_str(&format!(
+            " {:>14}",
+            format!("{}_us", codes::size::format_bytes(c as u64))
+        ));
+    }
+    header.push_str(&format!(" {:>16}", "model/sim range"));
+    println!("{header}");
+    let mut order: Vec<usize> = (0..cells.len()).collect();
+    order.sort_by_key(|&i| (cells[i].2 != "encode", i));
+    for i in order {
+        let (code, scheme, op, times) = &cells[i];
+        let mut line = format!("{code:<11} {op:<7} {scheme:<7}");
+        for &c in &shown {
+            match times.iter().find(|t| t.0 == c) {
+                Some(&(_, model, _)) => line.push_str(&format!(" {:>14.1}", model * 1e6)),
+                None => line.push_str(&format!(" {:>14}", "-")),
+            }
+        }
+        let ratios = times.iter().map(|&(_, m, s)| m / s);
+        let lo = ratios.clone().fold(f64::INFINITY, f64::min);
+        let hi = ratios.fold(0.0, f64::max);
+        line.push_str(&format!(" {:>16}", format!("{lo:.2}–{hi:.2}")));
+        println!("{line}");
+    }
+    println!(
+        "# {} rows of {} plans; `inec model --grid` prints every chunk size with steps and fan-in, \
+         --json every row as JSON",
+        cells.len(),
+        rows.len()
+    );
     Ok(())
 }
 

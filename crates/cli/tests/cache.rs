@@ -46,6 +46,10 @@ fn pid_alive(pid: u64) -> bool {
 
 impl Cluster {
     fn up(code: &str, scheme: &str, chunks: usize) -> Cluster {
+        Cluster::up_with(code, scheme, chunks, &[])
+    }
+
+    fn up_with(code: &str, scheme: &str, chunks: usize, extra: &[&str]) -> Cluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(INEC)
@@ -61,6 +65,7 @@ impl Cluster {
                 "4",
             ])
             .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
+            .args(extra)
             .output()
             .unwrap();
         assert!(
@@ -286,7 +291,11 @@ fn random_value(rng: &mut SmallRng, len: usize) -> Vec<u8> {
 
 /// Values of 0 B..1 MiB through every node, read back through every other node.
 fn round_trip(code: &str, scheme: &str, chunks: usize, seed: u64) {
-    let c = Cluster::up(code, scheme, chunks);
+    round_trip_with(code, scheme, chunks, seed, &[]);
+}
+
+fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[&str]) {
+    let c = Cluster::up_with(code, scheme, chunks, extra);
     let n = c.clients.len();
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut sizes = vec![0usize, 1, 1023, 1024, 1025, 6 * 1024 + 5, 1 << 20];
@@ -338,6 +347,11 @@ fn round_trip_ppr() {
 #[test]
 fn round_trip_ecpipe() {
     round_trip("rs:6,3", "ecpipe", 9, 4);
+}
+
+#[test]
+fn round_trip_incoherent() {
+    round_trip_with("rs:6,3", "rs", 9, 6, &["--mode", "incoherent"]);
 }
 
 #[test]

@@ -291,6 +291,7 @@ fn cluster_up_status_down_on_loopback() {
         !again.status.success(),
         "a second cluster in the same directory is refused"
     );
+    assert!(dir.path().join("node-3.log").exists());
     let out = Command::new(INEC)
         .args(["cluster", "down", "--dir", d])
         .output()
@@ -300,9 +301,49 @@ fn cluster_up_status_down_on_loopback() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Its help says it removes the state and the logs, and it does.
+    assert!(
+        !dir.path().exists(),
+        "left behind: {:?}",
+        std::fs::read_dir(dir.path())
+            .map(|r| r.map(|e| e.unwrap().file_name()).collect::<Vec<_>>())
+    );
+    let help = Command::new(INEC)
+        .args(["cluster", "down", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("node logs") && help.contains("--keep-logs"),
+        "{help}"
+    );
     let out = Command::new(INEC)
         .args(["cluster", "status", "--dir", d])
         .output()
         .unwrap();
     assert!(!out.status.success(), "no cluster after down");
+
+    // With --keep-logs the logs stay.
+    std::fs::create_dir(dir.path()).unwrap();
+    let out = Command::new(INEC)
+        .args(["cluster", "up", "--nodes", "2", "--dir", d])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = Command::new(INEC)
+        .args(["cluster", "down", "--dir", d, "--keep-logs"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("node logs kept"));
+    assert!(dir.path().join("node-0.log").exists() && dir.path().join("node-1.log").exists());
+    assert!(!dir.path().join("cluster.json").exists());
 }

@@ -374,7 +374,7 @@ fn plan_text_dot_and_errors() {
 
 #[test]
 fn model_prints_every_scheme_and_code() {
-    let out = inec(&["model", "--chunk-bytes", "4096"]);
+    let out = inec(&["model", "--chunk-bytes", "4096", "--grid"]);
     assert!(
         out.status.success(),
         "{}",

@@ -427,7 +427,7 @@ fn placed(rng: &mut SmallRng, shift: usize, len: usize) -> (Vec<u8>, usize) {
 #[test]
 fn dot_prod_outputs_over_a_mebibyte_aligned_alike() {
     // Outputs of ≥ 1 MiB that share their offset in a cache line take the non-temporal store
-    // paths (GFNI-512 and AVX-512 always, AVX2 on Intel for blocks of up to four outputs,
+    // paths (GFNI-512, GFNI-256 and AVX-512 always, AVX2 on Intel for blocks of up to four outputs,
     // XOR rows included); check them against the reference, with a tail after the last whole
     // step.
     let mut rng = SmallRng::seed_from_u64(11);

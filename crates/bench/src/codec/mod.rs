@@ -56,13 +56,17 @@ pub struct CodecArgs {
     /// library, every op and pattern, short rounds.
     #[arg(long)]
     pub quick: bool,
-    /// Codes, e.g. `rs:6,3 lrc:12,2,2` (space- or ';'-separated) [default: rs:3,2 rs:6,3
-    /// rs:10,4 rs:12,4 lrc:6,2,2 lrc:12,2,2].
-    #[arg(long, num_args = 1.., value_delimiter = ';')]
+    /// A code to run, rs:K,M or lrc:K,L,R (repeat the flag for several: `--code rs:6,3
+    /// --code lrc:12,2,2`) [default: rs:3,2 rs:6,3 rs:10,4 rs:12,4 lrc:6,2,2 lrc:12,2,2].
+    // `--codes "rs:6,3;lrc:12,2,2"` and `--codes rs:6,3 lrc:12,2,2`: the old spellings.
+    #[arg(long = "code", alias = "codes", value_name = "CODE", num_args = 1..,
+          value_delimiter = ';')]
     pub codes: Vec<Code>,
-    /// Chunk sizes in bytes, suffixes K/KiB/M/MiB allowed [default: 1KiB·2^x, x = 0..14].
-    #[arg(long, value_delimiter = ',', value_parser = parse_size)]
-    pub chunk_sizes: Vec<usize>,
+    /// A chunk size (repeat the flag for several), e.g. 4KiB [default: 1KiB·2^x, x = 0..14].
+    // `--chunk-sizes 4K,1M`: the old spelling.
+    #[arg(long = "chunk-bytes", alias = "chunk-sizes", value_name = "SIZE",
+          value_delimiter = ',', value_parser = parse_size)]
+    pub chunk_bytes: Vec<usize>,
     /// Operations [default: all].
     #[arg(long, value_delimiter = ',')]
     pub ops: Vec<Op>,
@@ -94,7 +98,7 @@ pub struct CodecArgs {
     #[arg(long)]
     pub round_ms: Option<u64>,
     /// Bytes of buffer sets for `cold` [default: max(64 MiB, 2 × last-level cache)].
-    #[arg(long, value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub cold_bytes: Option<usize>,
     /// Print one JSON object per line on stdout (the table then goes to stderr).
     #[arg(long)]
@@ -277,32 +281,17 @@ impl LibraryName {
     }
 }
 
-/// Parses `4096`, `4K`, `4KiB`, `1M`, `1MiB`.
+/// A size as every `inec` flag takes it (`codes::size`), at least one byte.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult = match unit.to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" | "kb" => 1 << 10,
-        "m" | "mib" | "mb" => 1 << 20,
-        "g" | "gib" | "gb" => 1 << 30,
-        _ => return Err(format!("bad size unit in {s:?} (use K/KiB, M/MiB)")),
-    };
-    n.checked_mul(mult)
+    let bytes = codes::size::parse_bytes(s).map_err(|e| e.to_string())?;
+    usize::try_from(bytes)
+        .ok()
         .filter(|&b| b > 0)
-        .ok_or_else(|| format!("bad size {s:?}"))
+        .ok_or_else(|| format!("size {s} out of range (at least 1 byte)"))
 }
 
 fn size_label(bytes: usize) -> String {
-    if bytes.is_multiple_of(1 << 20) {
-        format!("{}MiB", bytes >> 20)
-    } else if bytes.is_multiple_of(1 << 10) {
-        format!("{}KiB", bytes >> 10)
-    } else {
-        format!("{bytes}B")
-    }
+    codes::size::format_bytes(bytes as u64)
 }
 
 /// One benchmark cell, as every library runs it.
@@ -386,8 +375,8 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
              Azure LRC (lrc:K,L,R); the Vandermonde matrix is not benchmarked"
         );
     }
-    let sizes = match (a.chunk_sizes.is_empty(), a.quick) {
-        (false, _) => a.chunk_sizes.clone(),
+    let sizes = match (a.chunk_bytes.is_empty(), a.quick) {
+        (false, _) => a.chunk_bytes.clone(),
         (true, true) => vec![4 << 10, 128 << 10],
         (true, false) => (0..15).map(|x| 1024 << x).collect(),
     };
@@ -526,6 +515,8 @@ pub struct Row {
 struct Output<'w> {
     json: Option<&'w mut dyn Write>,
     table: &'w mut dyn Write,
+    /// Cells done, on standard error when it is a terminal.
+    bar: indicatif::ProgressBar,
     columns: Vec<LibraryName>,
     rows: Vec<Row>,
     errors: Vec<String>,
@@ -546,6 +537,18 @@ impl Output<'_> {
     }
 
     fn cell(&mut self, cell: &Cell, rows: Vec<Row>, failed: &BTreeMap<&str, String>) -> Result<()> {
+        let bar = self.bar.clone();
+        bar.suspend(|| self.write_cell(cell, rows, failed))?;
+        bar.inc(1);
+        Ok(())
+    }
+
+    fn write_cell(
+        &mut self,
+        cell: &Cell,
+        rows: Vec<Row>,
+        failed: &BTreeMap<&str, String>,
+    ) -> Result<()> {
         write!(
             self.table,
             "{:<12} {:>7} {:<8} {:<7} {:<5} {:>3}",
@@ -682,9 +685,15 @@ pub fn execute<'w>(
         settings.peer_isa.isal().kernel_name()
     )?;
     writeln!(table, "# peers' ISA level: {}", settings.peer_isa.name())?;
+    let cells = settings.codes.len()
+        * settings.sizes.len()
+        * settings.caches.len()
+        * settings.threads.len()
+        * settings.ops.len();
     let mut out = Output {
         json,
         table,
+        bar: crate::progress_bar(cells as u64, "bench codec: cells"),
         columns: libraries.clone(),
         rows: Vec::new(),
         errors: Vec::new(),
@@ -693,6 +702,7 @@ pub fn execute<'w>(
     for &code in &settings.codes {
         run_code(&settings, &libraries, code, peer.as_mut(), &cpu, &mut out)?;
     }
+    out.bar.finish_and_clear();
     if !out.errors.is_empty() {
         for e in &out.errors {
             writeln!(out.table, "verification failed: {e}")?;

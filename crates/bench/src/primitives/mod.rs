@@ -46,11 +46,15 @@ pub struct PrimitivesArgs {
     /// A small subset: RS(3,2), RS(6,3), LRC(6,2,2); 128 B, 4, 16, 64 KiB and 1 MiB; 5 reps.
     #[arg(long)]
     pub quick: bool,
-    /// A code to run (repeatable, e.g. `--code rs:6,3 --code lrc:6,2,2`); default the paper's six.
-    #[arg(long = "code")]
+    /// A code to run, rs:K,M or lrc:K,L,R (repeat the flag for several: `--code rs:6,3 --code
+    /// lrc:6,2,2`); default the paper's six. A code needing more nodes (n + 1) than `--dir`'s
+    /// cluster has is skipped, and the run says so.
+    #[arg(long = "code", value_name = "CODE")]
     pub codes: Vec<String>,
-    /// Chunk sizes in bytes (repeatable); default 128 B to 16 MiB, powers of two.
-    #[arg(long = "chunk-bytes")]
+    /// A chunk size (repeat the flag for several), e.g. 4KiB; default 128 B to 16 MiB, powers
+    /// of two.
+    #[arg(long = "chunk-bytes", value_name = "SIZE", value_delimiter = ',',
+          value_parser = crate::codec::parse_size)]
     pub chunk_bytes: Vec<usize>,
     /// Latency repetitions per mode.
     #[arg(long)]
@@ -59,11 +63,11 @@ pub struct PrimitivesArgs {
     #[arg(long, default_value_t = 8)]
     pub window: usize,
     /// ECPipe slice size (the paper fixes 32 KiB).
-    #[arg(long, default_value_t = 32 << 10)]
+    #[arg(long, value_name = "SIZE", default_value = "32KiB", value_parser = crate::codec::parse_size)]
     pub ecpipe_slice_bytes: usize,
     /// Slice size for every other scheme (default: the whole chunk, one slice per edge, as
     /// the schemes are defined). Both modes always use the same slices.
-    #[arg(long)]
+    #[arg(long, value_name = "SIZE", value_parser = crate::codec::parse_size)]
     pub slice_bytes: Option<usize>,
     /// Print JSON lines instead of the table.
     #[arg(long)]
@@ -813,10 +817,32 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     } else {
         ALL_CODES.iter().map(|s| s.to_string()).collect()
     };
-    let codes: Vec<Code> = code_names
+    let mut codes: Vec<Code> = code_names
         .iter()
         .map(|s| s.parse().map_err(|e| anyhow!("bad code {s:?}: {e}")))
         .collect::<Result<_>>()?;
+    // On a given cluster, run the codes that fit (an agent + n chunk nodes) and say which
+    // were skipped.
+    if let Some(cluster) = &args.cluster {
+        let have = cluster.nodes.len();
+        let (fit, skipped): (Vec<Code>, Vec<Code>) = codes.into_iter().partition(|c| c.n() < have);
+        for c in &skipped {
+            eprintln!(
+                "note: skipped {c}: it needs {} nodes (an agent + {} chunks), the cluster has {have}; \
+                 `inec cluster up --nodes {}` runs it",
+                c.n() + 1,
+                c.n(),
+                c.n() + 1
+            );
+        }
+        if fit.is_empty() {
+            bail!(
+                "no code fits the cluster's {have} nodes (each needs an agent + n chunk nodes); \
+                 start more with `inec cluster up --nodes N`"
+            );
+        }
+        codes = fit;
+    }
     let sizes: Vec<usize> = if !args.chunk_bytes.is_empty() {
         args.chunk_bytes.clone()
     } else if args.quick {

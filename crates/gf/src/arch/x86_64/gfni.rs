@@ -359,6 +359,10 @@ unsafe fn dot_gfni256<const B: usize, const ADD: bool>(
     //     for each source s: for each output i: acc[i] ^= affine(s[p..], M[i][s])
     //     dst[i][p..p+64] (^)= acc[i]
     let mut p = 0;
+    // Outputs set (not added to), of a mebibyte or more, 64-byte aligned: non-temporal
+    // stores, a whole line per output and step (see `STREAM_MIN_BYTES`).
+    let stream =
+        !ADD && len >= STREAM_MIN_BYTES && dsts.iter().all(|&d| (d as usize).is_multiple_of(64));
     while p + 64 <= len {
         let mut acc_a = [_mm256_setzero_si256(); B];
         let mut acc_b = [_mm256_setzero_si256(); B];
@@ -379,11 +383,21 @@ unsafe fn dot_gfni256<const B: usize, const ADD: bool>(
                     acc_a[i] = _mm256_xor_si256(acc_a[i], avx2::load(d.add(p)));
                     acc_b[i] = _mm256_xor_si256(acc_b[i], avx2::load(d.add(p + 32)));
                 }
-                avx2::store(d.add(p), acc_a[i]);
-                avx2::store(d.add(p + 32), acc_b[i]);
+                if stream {
+                    // `d + p` is 64-byte aligned: `d` is, and `p` a multiple of 64.
+                    _mm256_stream_si256(d.add(p).cast(), acc_a[i]);
+                    _mm256_stream_si256(d.add(p + 32).cast(), acc_b[i]);
+                } else {
+                    avx2::store(d.add(p), acc_a[i]);
+                    avx2::store(d.add(p + 32), acc_b[i]);
+                }
             }
         }
         p += 64;
+    }
+    if stream {
+        // Order the stream stores before anything the caller does next.
+        _mm_sfence();
     }
     // One more full vector if 32 or more bytes are left, then the last r < 32 bytes through
     // the vector at len - 32, changing only its last r bytes.
