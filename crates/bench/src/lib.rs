@@ -3,7 +3,11 @@
 // it for its FFI calls only, each behind a safe wrapper.
 #![deny(unsafe_code)]
 
+pub mod cache;
+pub mod clients;
 pub mod codec;
+mod error;
+pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;

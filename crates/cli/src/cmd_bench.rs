@@ -10,11 +10,16 @@ pub enum BenchCommand {
     /// The INEC primitive suite: encode/decode latency and bandwidth per scheme, coherent vs
     /// incoherent, on a cluster.
     Primitives(bench::primitives::PrimitivesArgs),
+    /// memcached-protocol servers under set/get load (memcached 1.6 as the baseline), every
+    /// read checked; p50/p99/p99.9 per operation and throughput.
+    Cache(bench::cache::CacheArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
-        BenchCommand::Codec(a) => bench::codec::run(a),
-        BenchCommand::Primitives(a) => bench::primitives::run(a),
+        BenchCommand::Codec(a) => bench::codec::run(a)?,
+        BenchCommand::Primitives(a) => bench::primitives::run(a)?,
+        BenchCommand::Cache(a) => bench::cache::run(a)?,
     }
+    Ok(())
 }

@@ -2,7 +2,9 @@
 //! built with `go build` and answers JSON requests on stdin/stdout, so that its rounds
 //! alternate with the in-process libraries' in the same run.
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Result};
+
+const PEER: &str = "klauspost peer";
 use serde::Deserialize;
 use serde_json::json;
 use std::io::{BufRead, BufReader, Write};
@@ -35,9 +37,14 @@ pub fn build(go: &str) -> Result<PathBuf> {
         .current_dir(source_dir())
         .stdout(Stdio::null())
         .status()
-        .with_context(|| format!("running {go:?} to build the klauspost/reedsolomon peer"))?;
+        .map_err(BenchError::io(format!(
+            "running {go:?} to build the klauspost/reedsolomon peer"
+        )))?;
     if !status.success() {
-        bail!("go build of {} failed: {status}", source_dir().display());
+        return Err(BenchError::library(
+            PEER,
+            format!("go build of {} failed: {status}", source_dir().display()),
+        ));
     }
     Ok(out)
 }
@@ -82,7 +89,7 @@ impl Peer {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .with_context(|| format!("starting {}", binary.display()))?;
+            .map_err(BenchError::io(format!("starting {}", binary.display())))?;
         let stdin = child.stdin.take().expect("piped stdin");
         let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         Ok(Peer {
@@ -101,16 +108,21 @@ impl Peer {
     }
 
     fn request(&mut self, req: serde_json::Value) -> Result<Reply> {
-        writeln!(self.stdin, "{req}").context("writing to the klauspost peer")?;
-        self.stdin.flush()?;
+        writeln!(self.stdin, "{req}")
+            .and_then(|()| self.stdin.flush())
+            .map_err(BenchError::io("writing to the klauspost peer"))?;
         let mut line = String::new();
-        if self.stdout.read_line(&mut line)? == 0 {
-            bail!("the klauspost peer exited");
+        let got = self
+            .stdout
+            .read_line(&mut line)
+            .map_err(BenchError::io("reading from the klauspost peer"))?;
+        if got == 0 {
+            return Err(BenchError::library(PEER, "it exited"));
         }
         let reply: Reply = serde_json::from_str(&line)
-            .with_context(|| format!("bad reply from the klauspost peer: {line:?}"))?;
+            .map_err(|e| BenchError::library(PEER, format!("bad reply {line:?}: {e}")))?;
         if let Some(e) = reply.error {
-            bail!("klauspost peer: {e}");
+            return Err(BenchError::library(PEER, e));
         }
         Ok(reply)
     }
@@ -119,7 +131,7 @@ impl Peer {
     pub fn version(&mut self) -> Result<String> {
         self.request(json!({"cmd": "info"}))?
             .version
-            .ok_or_else(|| anyhow!("klauspost peer: no version"))
+            .ok_or_else(|| BenchError::library(PEER, "no version"))
     }
 
     /// Full Cauchy parity of one stripe. `fill`: "random" (the seeded stream of set 0) or
@@ -138,7 +150,7 @@ impl Peer {
             .iter()
             .map(|h| decode_hex(h))
             .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| anyhow!("klauspost peer: bad hex parity"))
+            .ok_or_else(|| BenchError::library(PEER, "bad hex parity"))
     }
 
     /// Prepares a benchmark; the program verifies one call of it and reports the CRC32C of
@@ -161,7 +173,7 @@ impl Peer {
             "chunk_bytes": chunk_bytes, "sets": sets, "seed": seed, "op": op,
             "pattern": pattern, "threads": threads, "isa": self.isa}))?;
         if !r.verified {
-            bail!("klauspost peer did not verify its output");
+            return Err(BenchError::library(PEER, "it did not verify its output"));
         }
         Ok((id, r))
     }

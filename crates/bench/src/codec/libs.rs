@@ -4,7 +4,13 @@
 
 use super::timing::Part;
 use super::{Cell, Op, Pattern};
-use anyhow::{anyhow, bail, Result};
+use crate::{BenchError, Result};
+
+impl From<reed_solomon_simd::Error> for BenchError {
+    fn from(e: reed_solomon_simd::Error) -> BenchError {
+        BenchError::library("reed-solomon-simd", e.to_string())
+    }
+}
 use codes::Code;
 use gf::{field, Kernel, Matrix};
 
@@ -208,8 +214,9 @@ impl Isal {
         if inputs.len() == k {
             // Invert the survivors' rows; wanted row w is then G[w] · inverse.
             let sub = rows_of(g, k, inputs);
-            let inv = crate::isal::invert_matrix(&sub, k)
-                .ok_or_else(|| anyhow!("isal: survivors {inputs:?} are singular"))?;
+            let inv = crate::isal::invert_matrix(&sub, k).ok_or_else(|| {
+                BenchError::library("isal", format!("survivors {inputs:?} are singular"))
+            })?;
             let mut d = Vec::with_capacity(outputs.len() * k);
             for &w in outputs {
                 for c in 0..k {
@@ -221,7 +228,10 @@ impl Isal {
         // A local repair: one lost data chunk from the rest of its group and the group's
         // local parity p: d_w = (p + Σ_{j≠w} g[p][j]·d_j) / g[p][w].
         let (&[w], Some(&p)) = (outputs, inputs.iter().find(|&&i| i >= k)) else {
-            bail!("isal: no decode for inputs {inputs:?} outputs {outputs:?}");
+            return Err(BenchError::library(
+                "isal",
+                format!("no decode for inputs {inputs:?} outputs {outputs:?}"),
+            ));
         };
         let cw = g[p * k + w];
         Ok(inputs
@@ -301,11 +311,11 @@ impl std::fmt::Debug for Erasure {
 impl Erasure {
     pub fn new(code: Code) -> Result<Erasure> {
         let Code::Rs { k, m, .. } = code else {
-            bail!("reed-solomon-erasure: RS codes only");
+            return Err(BenchError::library("reed-solomon-erasure", "RS codes only"));
         };
         Ok(Erasure {
             rs: reed_solomon_erasure::galois_8::ReedSolomon::new(k, m)
-                .map_err(|e| anyhow!("reed-solomon-erasure: {e:?}"))?,
+                .map_err(|e| BenchError::library("reed-solomon-erasure", format!("{e:?}")))?,
         })
     }
 
@@ -315,7 +325,7 @@ impl Erasure {
         let parity = &mut parity[..self.rs.parity_shard_count()];
         self.rs
             .encode_sep(data, parity)
-            .map_err(|e| anyhow!("reed-solomon-erasure encode: {e:?}"))
+            .map_err(|e| BenchError::library("reed-solomon-erasure", format!("encode: {e:?}")))
     }
 
     /// Rebuilds the data chunks in `lost` of one stripe from the others.
@@ -328,7 +338,7 @@ impl Erasure {
             .collect();
         self.rs
             .reconstruct_data(&mut shards)
-            .map_err(|e| anyhow!("reed-solomon-erasure reconstruct: {e:?}"))
+            .map_err(|e| BenchError::library("reed-solomon-erasure", format!("reconstruct: {e:?}")))
     }
 }
 
@@ -396,7 +406,7 @@ pub struct Simd {
 impl Simd {
     pub fn new(code: Code) -> Result<Simd> {
         let Code::Rs { k, m, .. } = code else {
-            bail!("reed-solomon-simd: RS codes only");
+            return Err(BenchError::library("reed-solomon-simd", "RS codes only"));
         };
         Ok(Simd { k, m })
     }

@@ -22,6 +22,10 @@
 //!   `round_ms`; then `rounds` rounds, each running every library once, in an order rotated
 //!   every round. Reported: the median round, in GB/s of data: k·chunk_bytes per call, for
 //!   decodes too.
+//! - Instruction-set level: inec's kernel is `--kernel` (or `INEC_KERNEL`, or the best);
+//!   `--peer-isa` forces ISA-L (its per-level `ec_encode_data_*` entry points) and klauspost
+//!   (its `With*` switches) to one level, so that kernels of one level compare on a CPU that
+//!   has more. The table header and each row's `kernel` name what ran.
 //! - Decode patterns: `decode1` loses data chunk 0, `decodem` data chunks 0..m (LRC: l+r data
 //!   chunks spread over the groups, the largest such set that is recoverable). The chunks read
 //!   are inec's repair set (klauspost and reed-solomon-* read the first k available, the same
@@ -38,7 +42,7 @@ pub mod klauspost;
 pub mod libs;
 pub mod timing;
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Result};
 use clap::{Args, ValueEnum};
 use codes::{Code, MatrixKind};
 use data::Stripes;
@@ -335,7 +339,10 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         None => gf::try_kernel()?,
     };
     if let Some(f) = a.peer_isa.missing_feature() {
-        bail!("--peer-isa {}: this CPU lacks {f}", a.peer_isa.name());
+        return Err(BenchError::Settings(format!(
+            "--peer-isa {}: this CPU lacks {f}",
+            a.peer_isa.name()
+        )));
     }
     let or = |v: &[Code], d: &[&str]| -> Vec<Code> {
         if v.is_empty() {
@@ -370,10 +377,10 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
             }
         )
     }) {
-        bail!(
+        return Err(BenchError::Settings(format!(
             "{c}: the codec benchmark compares RS with ISA-L's Cauchy matrix (rs:K,M) and \
              Azure LRC (lrc:K,L,R); the Vandermonde matrix is not benchmarked"
-        );
+        )));
     }
     let sizes = match (a.chunk_bytes.is_empty(), a.quick) {
         (false, _) => a.chunk_bytes.clone(),
@@ -411,7 +418,9 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         (true, false) => (1..=cores).collect(),
     };
     if threads.iter().any(|&t| t == 0 || t > 64) {
-        bail!("--threads: each count must be in 1..=64");
+        return Err(BenchError::Settings(
+            "--threads: each count must be in 1..=64".into(),
+        ));
     }
     let explicit_libraries = !a.libraries.is_empty();
     let mut libraries = if explicit_libraries {
@@ -423,7 +432,9 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
     libraries.dedup();
     if !cfg!(feature = "isal") && libraries.contains(&LibraryName::Isal) {
         if explicit_libraries {
-            bail!("isal: this binary was built without the `isal` feature");
+            return Err(BenchError::Settings(
+                "isal: this binary was built without the `isal` feature".into(),
+            ));
         }
         libraries.retain(|&l| l != LibraryName::Isal);
     }
@@ -609,7 +620,8 @@ pub fn run(a: CodecArgs) -> Result<()> {
     let stderr = std::io::stderr();
     let mut file = match &a.json_out {
         Some(p) => Some(std::io::BufWriter::new(
-            std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?,
+            std::fs::File::create(p)
+                .map_err(BenchError::io(format!("creating {}", p.display())))?,
         )),
         None => None,
     };
@@ -707,7 +719,9 @@ pub fn execute<'w>(
         for e in &out.errors {
             writeln!(out.table, "verification failed: {e}")?;
         }
-        bail!("{} verification failure(s)", out.errors.len());
+        return Err(BenchError::Verification {
+            count: out.errors.len(),
+        });
     }
     Ok(out.rows)
 }
@@ -824,7 +838,9 @@ fn own_stripes(
     }
     reconstruct(&mut copy, &lost)?;
     if copy[..k] != st.sets[0][..k] {
-        bail!("its decode round trip did not give the data back");
+        return Err(BenchError::Check(
+            "its decode round trip did not give the data back".into(),
+        ));
     }
     st.snapshot();
     Ok(st)
@@ -900,7 +916,7 @@ fn run_code(
                         |s| x.encode(s),
                         |s, l| x.reconstruct(s, l),
                     ),
-                    _ => Err(anyhow!("no buffer sets for {fam:?}")),
+                    _ => Err(BenchError::Check(format!("no buffer sets for {fam:?}"))),
                 };
                 match made {
                     Ok(st) => {
@@ -977,7 +993,7 @@ fn verify(lib: &dyn Library, cell: &Cell, st: &mut Stripes) -> Result<()> {
             timing::run(&mut parts, 1, 1);
             Ok(())
         }))
-        .map_err(|_| anyhow!("it panicked"))
+        .map_err(|_| BenchError::Check("it panicked".into()))
         .and_then(|r| r)
     };
     let checked = ran.and_then(|()| {
@@ -994,7 +1010,9 @@ fn verify(lib: &dyn Library, cell: &Cell, st: &mut Stripes) -> Result<()> {
                 st.expected[o].to_vec()
             };
             if st.sets[0][o][..] != want[..] {
-                bail!("chunk {o} differs from the expected bytes");
+                return Err(BenchError::Check(format!(
+                    "chunk {o} differs from the expected bytes"
+                )));
             }
         }
         Ok(())

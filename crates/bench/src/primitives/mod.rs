@@ -24,7 +24,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::stats::median;
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Result};
 use codes::{Code, Codec};
 use engine::{
     runner_id, BufferPool, ChunkRef, InEdge, LocalNode, Mode, NodeId, OutEdge, OutputSpec,
@@ -194,7 +194,7 @@ fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeI
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
-            .context("starting inec node")?;
+            .map_err(BenchError::io("starting inec node"))?;
         let stdout = child.stdout.take().expect("piped");
         procs.0.push(child);
         let mut line = String::new();
@@ -203,7 +203,7 @@ fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeI
             .split(" ready on ")
             .nth(1)
             .and_then(|r| r.split_whitespace().next())
-            .ok_or_else(|| anyhow!("node {i}: bad readiness line {line:?}"))?;
+            .ok_or_else(|| BenchError::Cluster(format!("node {i}: bad readiness line {line:?}")))?;
         addrs.push((i as NodeId, addr.to_string()));
     }
     Ok((procs, addrs))
@@ -212,16 +212,16 @@ fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeI
 fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
     if let Some(dir) = &args.dir {
         let state = args.cluster.as_ref().ok_or_else(|| {
-            anyhow!(
+            BenchError::Cluster(format!(
                 "--dir {}: the cluster's nodes are read by the inec binary",
                 dir.display()
-            )
+            ))
         })?;
         if state.nodes.len() < need {
-            bail!(
+            return Err(BenchError::Cluster(format!(
                 "the cluster has {} nodes; this suite needs {need} (an agent + n chunks)",
                 state.nodes.len()
-            );
+            )));
         }
         let addrs = state.nodes.clone();
         let coord = PlanRunner::tcp(runner_id(), &addrs)?;
@@ -443,7 +443,7 @@ fn measure_case(
     } else if let Some(s) = args.slice_bytes {
         spec.slice_bytes = Some(s.min(chunk_bytes));
     }
-    let plan = build(&spec).map_err(|e| anyhow!("{scheme} {code}: {e}"))?;
+    let plan = build(&spec)?;
     let out_stripe = stripe + 1;
     let mut parts = plan.parts(stripe)?;
     for p in &mut parts {
@@ -458,7 +458,9 @@ fn measure_case(
     let nodes = plan.nodes();
     let stores = plan_stores(&plan);
     if stores.is_empty() {
-        bail!("{scheme} {code}: the plan stores nothing");
+        return Err(BenchError::Cluster(format!(
+            "{scheme} {code}: the plan stores nothing"
+        )));
     }
     let out_refs: Vec<(NodeId, ChunkRef)> = stores
         .iter()
@@ -489,10 +491,10 @@ fn measure_case(
             for (&(node, index), r) in stores.iter().zip(&out_refs) {
                 let got = c.coord.fetch(node, r.1)?;
                 if got != chunks[index] {
-                    bail!(
+                    return Err(BenchError::Check(format!(
                         "{scheme} {code} {} {chunk_bytes} B {mode:?}: chunk {index} on node {node} is wrong",
                         if encode { "encode" } else { "decode" }
-                    );
+                    )));
                 }
             }
         }
@@ -526,10 +528,10 @@ fn measure_case(
             for (&(node, index), r) in stores.iter().zip(&out_refs) {
                 let got = c.coord.fetch(node, r.1)?;
                 if got != chunks[index] {
-                    bail!(
+                    return Err(BenchError::Check(format!(
                         "{scheme} {code} {} {chunk_bytes} B {mode:?} bandwidth run: chunk {index} on node {node} is wrong",
                         if encode { "encode" } else { "decode" }
-                    );
+                    )));
                 }
             }
         }
@@ -583,7 +585,9 @@ fn raw_cluster(args: &PrimitivesArgs) -> Result<(Cluster, NodeId, NodeId)> {
         return Ok((connect(args, 3)?, 1, 2));
     }
     let exe = inec_exe().ok_or_else(|| {
-        anyhow!("--raw needs node processes: run it as `inec bench primitives` or give --dir")
+        BenchError::Settings(
+            "--raw needs node processes: run it as `inec bench primitives` or give --dir".into(),
+        )
     })?;
     let (procs, addrs) = spawn_nodes(&exe, 2)?;
     let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
@@ -670,7 +674,9 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
-        .context("starting iperf3 (install it: apt-get install iperf3)")?;
+        .map_err(BenchError::io(
+            "starting iperf3 (install it: apt-get install iperf3)",
+        ))?;
     // Readiness: the server's "Server listening" line (one client only: it is one-off).
     let ready = {
         use std::io::{BufRead, BufReader};
@@ -702,15 +708,20 @@ fn iperf3_gbps(seconds: u32) -> Result<f64> {
     };
     let _ = server.kill();
     let _ = server.wait();
-    let out = out.context("running the iperf3 client")?;
+    let out = out.map_err(BenchError::io("running the iperf3 client"))?;
     if !out.status.success() {
-        bail!("iperf3 failed: {}", String::from_utf8_lossy(&out.stdout));
+        return Err(BenchError::Iperf(format!(
+            "failed: {}",
+            String::from_utf8_lossy(&out.stdout)
+        )));
     }
     let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
     v["end"]["sum_received"]["bits_per_second"]
         .as_f64()
         .map(|b| b / 1e9)
-        .ok_or_else(|| anyhow!("iperf3 output has no end.sum_received.bits_per_second"))
+        .ok_or_else(|| {
+            BenchError::Iperf("its output has no end.sum_received.bits_per_second".into())
+        })
 }
 
 #[derive(Serialize)]
@@ -819,7 +830,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     };
     let mut codes: Vec<Code> = code_names
         .iter()
-        .map(|s| s.parse().map_err(|e| anyhow!("bad code {s:?}: {e}")))
+        .map(|s| s.parse().map_err(BenchError::Code))
         .collect::<Result<_>>()?;
     // On a given cluster, run the codes that fit (an agent + n chunk nodes) and say which
     // were skipped.
@@ -836,10 +847,10 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             );
         }
         if fit.is_empty() {
-            bail!(
+            return Err(BenchError::Cluster(format!(
                 "no code fits the cluster's {have} nodes (each needs an agent + n chunk nodes); \
                  start more with `inec cluster up --nodes N`"
-            );
+            )));
         }
         codes = fit;
     }

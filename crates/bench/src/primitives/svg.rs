@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
 
-use anyhow::Result;
+use crate::Result;
 
 use super::Row;
 

@@ -1,0 +1,71 @@
+//! Why a benchmark could not run or could not finish.
+
+use std::io;
+
+/// An error of the benchmarks. The binary reports it; nothing here is retried.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A file, a process or a pipe failed; `what` says which.
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Code(#[from] codes::CodeError),
+    #[error(transparent)]
+    Kernel(#[from] gf::KernelError),
+    #[error(transparent)]
+    Engine(#[from] engine::EngineError),
+    #[error(transparent)]
+    Plan(#[from] graph::PlanError),
+    /// The settings (flags) ask for something this run cannot do.
+    #[error("{0}")]
+    Settings(String),
+    /// A library under test, or the Go peer, failed or misbehaved.
+    #[error("{library}: {message}")]
+    Library { library: String, message: String },
+    /// One library's call failed its check (the caller names the library).
+    #[error("{0}")]
+    Check(String),
+    /// Libraries whose output was wrong (each already reported).
+    #[error("{count} verification failure(s)")]
+    Verification { count: usize },
+    /// The cluster the benchmark runs on (its state, its nodes, what a plan left on them).
+    #[error("{0}")]
+    Cluster(String),
+    /// iperf3, the raw-transport baseline.
+    #[error("iperf3: {0}")]
+    Iperf(String),
+}
+
+impl BenchError {
+    /// An I/O error, with what was being done.
+    pub fn io(what: impl Into<String>) -> impl FnOnce(io::Error) -> BenchError {
+        let what = what.into();
+        move |source| BenchError::Io { what, source }
+    }
+
+    /// A failure of `library`.
+    pub fn library(library: impl Into<String>, message: impl Into<String>) -> BenchError {
+        BenchError::Library {
+            library: library.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<io::Error> for BenchError {
+    fn from(source: io::Error) -> BenchError {
+        BenchError::Io {
+            what: "I/O".into(),
+            source,
+        }
+    }
+}
+
+/// `Result` with [`BenchError`].
+pub type Result<T, E = BenchError> = std::result::Result<T, E>;
