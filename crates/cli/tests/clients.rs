@@ -135,3 +135,59 @@ fn memccapable_failures_are_reported_with_reasons() {
         .count();
     assert!(failed >= 20, "{suite:#?}");
 }
+
+/// A local inec cache (RS(6,3) on 9 nodes, `inec cache up` of this build).
+fn inec_cache() -> bench::cache::server::InecCache {
+    bench::cache::server::InecCache::start(&bench::cache::server::InecOptions {
+        exe: env!("CARGO_BIN_EXE_inec").into(),
+        code: "rs:6,3".into(),
+        scheme: "rs".into(),
+        mode: "coherent".into(),
+        memory_mib: 64,
+        nodes: None,
+    })
+    .expect("inec cache up")
+}
+
+#[test]
+fn pymemcache_across_inec_nodes() {
+    if !clients::have("python3") || !clients::have_pymemcache() {
+        eprintln!("SKIPPED: python3 with pymemcache is missing (scripts/test-all installs it)");
+        return;
+    }
+    let c = inec_cache();
+    // Every check writes through one node and reads through the next.
+    let r = clients::pymemcache(c.addrs()).expect("run pymemcache");
+    assert!(
+        r.completed && r.failed.is_empty(),
+        "pymemcache across inec nodes: {:?}\n{}",
+        r.failed,
+        r.output
+    );
+}
+
+#[test]
+fn memccapable_against_an_inec_node() {
+    if !clients::have("memccapable") {
+        eprintln!("SKIPPED: memccapable is missing (Debian package libmemcached-tools)");
+        return;
+    }
+    let c = inec_cache();
+    let results = clients::memccapable(c.addrs()[0], 5).unwrap();
+    let bad: Vec<_> = results
+        .iter()
+        .filter(|r| r.status != CapableStatus::Pass)
+        .collect();
+    assert!(bad.is_empty(), "memccapable against an inec node: {bad:#?}");
+    // Each test alone: the same as memcached (which fails `ascii quit` alone).
+    let alone =
+        clients::memccapable_each(c.addrs()[1], &clients::MEMCCAPABLE_ASCII_TESTS, 5).unwrap();
+    for r in &alone {
+        let expect = if MEMCACHED_FAILS_ALONE.contains(&r.test.as_str()) {
+            CapableStatus::Fail
+        } else {
+            CapableStatus::Pass
+        };
+        assert_eq!(r.status, expect, "{r:?}");
+    }
+}

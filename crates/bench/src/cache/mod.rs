@@ -8,6 +8,7 @@
 pub mod check;
 pub mod load;
 pub mod server;
+pub mod ycsb;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -76,10 +77,29 @@ pub struct CacheArgs {
     /// `--degraded-form`).
     #[arg(long, default_value_t = 0.0)]
     pub degraded_ratio: f64,
-    /// The request line of a forced-degraded get, `{key}` standing for the key, e.g.
-    /// `mg {key} v D0`. A form starting with `mg ` is read as a meta reply.
+    /// The request line of a forced-degraded get, `{key}` standing for the key. A form
+    /// starting with `mg ` is read as a meta reply. Default for the inec caches the benchmark
+    /// starts: `mg {key} v Oinec-degrade-0` (data chunk 0 treated as lost, docs/cache.md);
+    /// systems given by address get degraded reads only with this flag; memcached never.
     #[arg(long)]
     pub degraded_form: Option<String>,
+    /// Also start an inec local cache (`inec cache up`, run from this `inec` binary) in each
+    /// of these modes, e.g. `--inec coherent,incoherent`; keys go straight to their stripe's
+    /// agent (`--route hash` is the cache's own placement hash).
+    #[arg(long = "inec", value_delimiter = ',')]
+    pub inec_modes: Vec<String>,
+    /// The code of the inec caches.
+    #[arg(long, default_value = "rs:6,3")]
+    pub inec_code: String,
+    /// The scheme of the inec caches.
+    #[arg(long, default_value = "rs")]
+    pub inec_scheme: String,
+    /// Nodes of each inec cache (default: the code's chunk count).
+    #[arg(long)]
+    pub inec_nodes: Option<usize>,
+    /// `-m` per inec node, MiB (default: enough for every key's chunks with room to spare).
+    #[arg(long)]
+    pub inec_memory_mib: Option<usize>,
     /// Seconds without a reply before a request counts as a timeout.
     #[arg(long, default_value_t = 5.0)]
     pub timeout_s: f64,
@@ -106,6 +126,8 @@ pub enum SystemKind {
     Memcached(MemcachedOptions),
     /// Servers already running at these addresses.
     External(Vec<SocketAddr>),
+    /// An inec local cache started by the benchmark for every round.
+    Inec(server::InecOptions),
 }
 
 /// Parses `LABEL=ADDR[,ADDR...]`.
@@ -322,15 +344,31 @@ fn run_round(
     degraded: Option<&load::DegradedForm>,
 ) -> Result<(Vec<SocketAddr>, RoundResult)> {
     let mut _server = None;
+    let mut _inec = None;
+    let mut pids = Vec::new();
+    let mut degraded = degraded.cloned();
     let addrs = match &sys.kind {
         SystemKind::Memcached(o) => {
             let m = Memcached::start(o)?;
             let addr = m.addr();
+            pids.push(m.pid());
             _server = Some(m);
+            degraded = None;
             vec![addr]
         }
         SystemKind::External(addrs) => addrs.clone(),
+        SystemKind::Inec(o) => {
+            let c = server::InecCache::start(o)?;
+            let addrs = c.addrs().to_vec();
+            pids.extend_from_slice(c.pids());
+            _inec = Some(c);
+            if degraded.is_none() {
+                degraded = Some(parse_degraded_form(INEC_DEGRADED_FORM)?);
+            }
+            addrs
+        }
     };
+    let degraded = degraded.as_ref();
     // A fresh key prefix per round and system: nothing of an earlier round can be read back.
     let nonce = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -379,9 +417,8 @@ fn run_round(
             degraded_fraction,
         })
     })?;
-    let server_rss_bytes = _server
-        .as_ref()
-        .and_then(|m| server::resident_bytes(m.pid()));
+    let server_rss_bytes =
+        (!pids.is_empty()).then(|| pids.iter().filter_map(|&p| server::resident_bytes(p)).sum());
     let mut errors = loaded.errors.clone();
     for (r, n) in &st.errors {
         *errors.entry(r.clone()).or_default() += n;
@@ -519,6 +556,32 @@ pub fn table(rows: &[Row]) -> String {
     s
 }
 
+/// The per-request forced-degraded read of inec's cache (docs/cache.md): data chunk 0 lost.
+pub const INEC_DEGRADED_FORM: &str = "mg {key} v Oinec-degrade-0";
+
+/// The `inec` executable, if this benchmark runs from it.
+fn inec_exe() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    (exe.file_name()?.to_str()? == "inec").then_some(exe)
+}
+
+/// (k, n) of `rs:K,M` / `rs-vand:K,M` / `lrc:K,L,R`.
+pub fn code_k_n(code: &str) -> Result<(usize, usize)> {
+    let (kind, rest) = code
+        .split_once(':')
+        .ok_or_else(|| anyhow!("--inec-code {code:?}: expected rs:K,M or lrc:K,L,R"))?;
+    let parts: Vec<usize> = rest
+        .split(',')
+        .map(|x| x.trim().parse::<usize>())
+        .collect::<Result<_, _>>()
+        .with_context(|| format!("--inec-code {code:?}"))?;
+    match (kind, parts.as_slice()) {
+        ("rs" | "rs-vand", [k, m]) if *k > 0 => Ok((*k, k + m)),
+        ("lrc", [k, l, r]) if *k > 0 => Ok((*k, k + l + r)),
+        _ => bail!("--inec-code {code:?}: expected rs:K,M or lrc:K,L,R"),
+    }
+}
+
 /// Runs `inec bench cache`.
 pub fn run(a: CacheArgs) -> Result<()> {
     let get_fraction = parse_mix(&a.mix)?;
@@ -544,8 +607,8 @@ pub fn run(a: CacheArgs) -> Result<()> {
         .as_deref()
         .map(parse_degraded_form)
         .transpose()?;
-    if a.degraded_ratio > 0.0 && degraded.is_none() {
-        bail!("--degraded-ratio needs --degraded-form (how the system is asked for one)");
+    if a.degraded_ratio > 0.0 && degraded.is_none() && a.inec_modes.is_empty() {
+        bail!("--degraded-ratio needs --degraded-form (how the system is asked for one) or --inec");
     }
     let mut systems = Vec::new();
     let mut memcached_version = None;
@@ -576,6 +639,33 @@ pub fn run(a: CacheArgs) -> Result<()> {
             bail!("--system {}: label used twice", sys.label);
         }
         systems.push(sys);
+    }
+    if !a.inec_modes.is_empty() {
+        let exe = inec_exe().ok_or_else(|| {
+            anyhow!("--inec needs the benchmark to run from the `inec` binary (it runs `inec cache up`)")
+        })?;
+        let (k, n) = code_k_n(&a.inec_code)?;
+        let nodes = a.inec_nodes.unwrap_or(n);
+        // Each node's -m is split over its n (stripe, position) slots; a slot holds about
+        // keys/nodes values of value/k bytes each (plus record headers).
+        let per_slot = (a.keys as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
+        let need_mib = (per_slot * n).div_ceil(1 << 20);
+        for mode in &a.inec_modes {
+            if mode != "coherent" && mode != "incoherent" {
+                bail!("--inec {mode:?}: expected coherent or incoherent");
+            }
+            systems.push(SystemSpec {
+                label: format!("inec-{mode}"),
+                kind: SystemKind::Inec(server::InecOptions {
+                    exe: exe.clone(),
+                    code: a.inec_code.clone(),
+                    scheme: a.inec_scheme.clone(),
+                    mode: mode.clone(),
+                    memory_mib: a.inec_memory_mib.unwrap_or(need_mib * 2 + 16),
+                    nodes: a.inec_nodes,
+                }),
+            });
+        }
     }
     if systems.is_empty() {
         bail!("nothing to measure: give --system LABEL=ADDR or leave memcached in");

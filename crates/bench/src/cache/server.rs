@@ -184,3 +184,121 @@ pub fn resident_bytes(pid: u32) -> Option<u64> {
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kib * 1024)
 }
+
+/// Settings of an inec local cache the benchmark starts (`inec cache up`).
+#[derive(Clone, Debug)]
+pub struct InecOptions {
+    /// The `inec` executable.
+    pub exe: std::path::PathBuf,
+    pub code: String,
+    pub scheme: String,
+    /// `coherent` or `incoherent`.
+    pub mode: String,
+    /// `-m` per node, MiB.
+    pub memory_mib: usize,
+    /// Nodes (`None`: as many as the code has chunks).
+    pub nodes: Option<usize>,
+}
+
+/// An inec local cache started with `inec cache up` in a temporary directory, stopped with
+/// `inec cache down` (and its directory removed) when dropped.
+#[derive(Debug)]
+pub struct InecCache {
+    exe: std::path::PathBuf,
+    dir: std::path::PathBuf,
+    /// Client addresses in node-id order (node s is the agent of Mem Stripe s).
+    addrs: Vec<SocketAddr>,
+    pids: Vec<u32>,
+}
+
+impl InecCache {
+    pub fn start(o: &InecOptions) -> Result<InecCache, ServerError> {
+        static SEQ: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "inec-bench-cache-{}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let what = format!("inec cache up ({} {} {})", o.code, o.scheme, o.mode);
+        let mut cmd = Command::new(&o.exe);
+        cmd.args(["cache", "up", "--dir"])
+            .arg(&dir)
+            .args(["--code", &o.code, "--scheme", &o.scheme, "--mode", &o.mode])
+            .args(["-m", &o.memory_mib.to_string()]);
+        if let Some(n) = o.nodes {
+            cmd.args(["--nodes", &n.to_string()]);
+        }
+        let out = cmd
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|source| ServerError::Spawn {
+                what: what.clone(),
+                source,
+            })?;
+        // From here on the directory may hold a running cluster: stop it on any error.
+        let mut cache = InecCache {
+            exe: o.exe.clone(),
+            dir: dir.clone(),
+            addrs: Vec::new(),
+            pids: Vec::new(),
+        };
+        if !out.status.success() {
+            return Err(ServerError::Version {
+                what,
+                detail: String::from_utf8_lossy(&out.stderr).trim().to_string(),
+            });
+        }
+        let text = std::fs::read_to_string(dir.join("cluster.txt")).unwrap_or_default();
+        let mut nodes: Vec<(usize, SocketAddr)> = text
+            .lines()
+            .filter_map(|l| {
+                let mut t = l.split_whitespace();
+                (t.next()? == "node").then_some(())?;
+                Some((t.next()?.parse().ok()?, t.next()?.parse().ok()?))
+            })
+            .collect();
+        nodes.sort_unstable();
+        cache.addrs = nodes.into_iter().map(|(_, a)| a).collect();
+        if cache.addrs.is_empty() {
+            return Err(ServerError::Version {
+                what,
+                detail: format!("no node in {}", dir.join("cluster.txt").display()),
+            });
+        }
+        let state = std::fs::read_to_string(dir.join("cache.json")).unwrap_or_default();
+        cache.pids = serde_json::from_str::<serde_json::Value>(&state)
+            .ok()
+            .and_then(|v| {
+                v.get("pids")?
+                    .as_array()?
+                    .iter()
+                    .map(|p| p.as_u64().map(|p| p as u32))
+                    .collect()
+            })
+            .unwrap_or_default();
+        Ok(cache)
+    }
+
+    /// Client addresses in node-id order.
+    pub fn addrs(&self) -> &[SocketAddr] {
+        &self.addrs
+    }
+
+    pub fn pids(&self) -> &[u32] {
+        &self.pids
+    }
+}
+
+impl Drop for InecCache {
+    fn drop(&mut self) {
+        let _ = Command::new(&self.exe)
+            .args(["cache", "down", "--dir"])
+            .arg(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
