@@ -26,6 +26,7 @@ pub mod member;
 pub mod node;
 pub mod peer;
 pub mod placement;
+pub mod plans;
 pub mod record;
 pub mod semantics;
 pub mod server;

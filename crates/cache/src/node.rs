@@ -19,6 +19,7 @@ use crate::index::{self, Entry, Gone, StripeIndex};
 use crate::member::ChunkStore;
 use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 use crate::placement::{fnv1a_64, Placement};
+use crate::plans::PlanExec;
 use crate::record::{self, Header, Kind};
 use crate::semantics::{self, Decision};
 use crate::stripe;
@@ -167,6 +168,9 @@ pub struct Node {
     oldest_live_us: AtomicU64,
     pub counters: Counters,
     local_messages: AtomicU64,
+    /// The engine path of degraded reads (absent: every degraded read is repaired at the
+    /// agent from the peer messages).
+    plans: std::sync::OnceLock<Arc<PlanExec>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -236,8 +240,25 @@ impl Node {
             oldest_live_us: AtomicU64::new(0),
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
+            plans: std::sync::OnceLock::new(),
             cfg,
         }
+    }
+
+    /// Enables degraded reads on engine plans (once, at start-up).
+    pub fn set_plan_exec(&self, x: Arc<PlanExec>) {
+        let _ = self.plans.set(x);
+    }
+
+    pub fn plan_exec(&self) -> Option<&Arc<PlanExec>> {
+        self.plans.get()
+    }
+
+    /// The record this node holds for (stripe, position, key, version).
+    pub fn record(&self, stripe: u32, position: u8, key: &[u8], version: u64) -> Option<Vec<u8>> {
+        lock(&self.store)
+            .get(stripe, position, key, version)
+            .map(|r| r.to_vec())
     }
 
     fn k(&self) -> usize {
@@ -317,6 +338,14 @@ impl Node {
                 let p = &mut peers[i];
                 match r {
                     Ok(Response::Heartbeat { incarnation, ready }) => {
+                        // A peer's engine is connected to on its first answer (its engine
+                        // host listens before its peer port answers), and again when it
+                        // restarted or came back.
+                        if !p.up || p.incarnation != incarnation {
+                            if let Some(x) = self.plans.get() {
+                                x.connect(i);
+                            }
+                        }
                         p.up = true;
                         p.ready = ready;
                         p.incarnation = incarnation;
@@ -1015,8 +1044,20 @@ impl Node {
                     return Ok(stripe::join(&data, e.value_bytes as usize));
                 }
                 bump(&self.counters.degraded_reads);
-                // Degraded read: the scheme's minimal read set among the positions left,
-                // widened each time a helper fails too.
+                if let Some(value) = self.plan_read(
+                    stripe,
+                    key,
+                    e,
+                    degrade,
+                    &failed,
+                    &missing,
+                    &corrupt,
+                    have.clone(),
+                ) {
+                    return Ok(value);
+                }
+                // The agent-side repair: the scheme's minimal read set among the positions
+                // left, widened each time a helper fails too.
                 loop {
                     let available: Vec<usize> =
                         (0..self.n()).filter(|p| !failed.contains(p)).collect();
@@ -1083,6 +1124,77 @@ impl Node {
                 }
             }
         }
+    }
+
+    /// A degraded read through the scheme's repair plan on the engine: `None` (with the reason
+    /// logged) when there is no engine path or the plan cannot run, and the caller repairs at
+    /// the agent.
+    #[allow(clippy::too_many_arguments)]
+    fn plan_read(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        degrade: Option<u8>,
+        failed: &BTreeSet<usize>,
+        missing: &[usize],
+        corrupt: &[usize],
+        mut have: Vec<Option<Vec<u8>>>,
+    ) -> Option<Vec<u8>> {
+        let x = self.plans.get()?;
+        let k = self.k();
+        let chunk_bytes = (e.value_bytes as usize).div_ceil(k);
+        let lost: Vec<usize> = failed.iter().copied().collect();
+        let members: Vec<usize> = (0..self.n())
+            .map(|p| self.placement.node_of(stripe, p))
+            .collect();
+        let outs = match x.repair(
+            self.cfg.code,
+            self.cfg.scheme,
+            self.cfg.mode,
+            &members,
+            self.cfg.id,
+            stripe,
+            &lost,
+            missing,
+            key,
+            e.version,
+            chunk_bytes,
+        ) {
+            Ok(o) => o,
+            Err(reason) => {
+                x.counters
+                    .degraded_plan_fallbacks
+                    .fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "node {}: degraded read of stripe {stripe} repaired at the agent instead of \
+                     on the engine: {reason}",
+                    self.cfg.id
+                );
+                return None;
+            }
+        };
+        x.counters
+            .degraded_plan_runs
+            .fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .chunks_repaired
+            .fetch_add(missing.len() as u64, Ordering::Relaxed);
+        for (p, c) in missing.iter().zip(outs) {
+            // As the agent-side repair: TriEC writes every repaired chunk back, every scheme
+            // rewrites a chunk that failed its CRC.
+            let back = corrupt.contains(p)
+                || (self.cfg.scheme == Scheme::Triec && degrade != Some(*p as u8));
+            if back && self.is_up(self.placement.node_of(stripe, *p)) {
+                self.write_back(stripe, key, e, *p, &c);
+            }
+            have[*p] = Some(c);
+        }
+        let data: Vec<&[u8]> = have[..k]
+            .iter()
+            .map(|c| c.as_deref().expect("have"))
+            .collect();
+        Some(stripe::join(&data, e.value_bytes as usize))
     }
 
     /// Rebuilds the data of one position of a value (recovery) from the code's minimal read

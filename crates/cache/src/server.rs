@@ -823,6 +823,23 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     }
     compose::stat(out, "degraded_reads", g(&c.degraded_reads));
     compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));
+    let plan = |f: fn(&crate::plans::PlanCounters) -> &AtomicU64| {
+        node.plan_exec().map_or(0, |x| g(f(&x.counters)))
+    };
+    compose::stat(out, "engine_plans", u8::from(node.plan_exec().is_some()));
+    compose::stat(out, "degraded_plan_runs", plan(|c| &c.degraded_plan_runs));
+    compose::stat(
+        out,
+        "degraded_plan_fallbacks",
+        plan(|c| &c.degraded_plan_fallbacks),
+    );
+    compose::stat(
+        out,
+        "plan_templates_installed",
+        plan(|c| &c.plan_templates_installed),
+    );
+    compose::stat(out, "plan_starts", plan(|c| &c.plan_starts));
+    compose::stat(out, "plan_inputs", plan(|c| &c.plan_inputs));
     compose::stat(out, "chunks_repaired", g(&c.chunks_repaired));
     compose::stat(out, "chunks_written_back", g(&c.chunks_written_back));
     compose::stat(out, "crc_errors", g(&c.crc_errors));

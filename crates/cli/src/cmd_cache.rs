@@ -12,9 +12,11 @@ use anyhow::{anyhow, bail, Context, Result};
 use cache::node::{ExecMode, Node, NodeConfig, REPLICATE_BELOW_BYTES};
 use cache::peer::TcpTransport;
 use cache::placement::Placement;
+use cache::plans::{CacheApp, PlanExec};
 use cache::server::{self, ServerConfig};
 use clap::{Args, Subcommand};
 use codes::Code;
+use engine::{BufferPool, LocalNode};
 use graph::Scheme;
 use serde::{Deserialize, Serialize};
 
@@ -105,10 +107,13 @@ pub struct Member {
     pub id: usize,
     pub client: SocketAddr,
     pub peer: SocketAddr,
+    /// The node's engine host (degraded reads run their repair plans there); optional.
+    #[serde(default)]
+    pub engine: Option<SocketAddr>,
 }
 
-/// Parses a cluster file: `node <id> <client addr> <peer addr>` per line, ids 0..N in order;
-/// `#` starts a comment.
+/// Parses a cluster file: `node <id> <client addr> <peer addr> [<engine addr>]` per line, ids
+/// 0..N in order; `#` starts a comment.
 pub fn parse_cluster(text: &str) -> Result<Vec<Member>> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -117,8 +122,8 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>> {
             continue;
         }
         let t: Vec<&str> = line.split_whitespace().collect();
-        if t.len() != 4 || t[0] != "node" {
-            bail!("cluster file line {}: expected `node <id> <client addr> <peer addr>`, got {line:?}", i + 1);
+        if !(4..=5).contains(&t.len()) || t[0] != "node" {
+            bail!("cluster file line {}: expected `node <id> <client addr> <peer addr> [<engine addr>]`, got {line:?}", i + 1);
         }
         let id: usize = t[1]
             .parse()
@@ -137,6 +142,13 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>> {
             peer: t[3]
                 .parse()
                 .with_context(|| format!("line {}: bad peer address", i + 1))?,
+            engine: match t.get(4) {
+                Some(a) => Some(
+                    a.parse()
+                        .with_context(|| format!("line {}: bad engine address", i + 1))?,
+                ),
+                None => None,
+            },
         });
     }
     if out.is_empty() {
@@ -146,9 +158,14 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>> {
 }
 
 fn cluster_text(members: &[Member]) -> String {
-    let mut s = String::from("# inec cache cluster: node <id> <client addr> <peer addr>\n");
+    let mut s =
+        String::from("# inec cache cluster: node <id> <client addr> <peer addr> [<engine addr>]\n");
     for m in members {
-        s.push_str(&format!("node {} {} {}\n", m.id, m.client, m.peer));
+        s.push_str(&format!("node {} {} {}", m.id, m.client, m.peer));
+        if let Some(e) = m.engine {
+            s.push_str(&format!(" {e}"));
+        }
+        s.push('\n');
     }
     s
 }
@@ -188,6 +205,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 id: 0,
                 client: SocketAddr::new(ip, a.port),
                 peer: SocketAddr::new(ip, a.peer_port),
+                engine: None,
             }]
         }
     };
@@ -224,6 +242,23 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     let hb_timeout = Duration::from_millis(a.opts.down_after_ms.max(2) / 2);
     let heartbeats = Arc::new(TcpTransport::new(addrs, hb_timeout));
     let node = Arc::new(Node::new(cfg, transport, heartbeats));
+    // Degraded reads run their repair plans on the engine hosts when every node has one.
+    let engines: Option<Vec<SocketAddr>> = members.iter().map(|m| m.engine).collect();
+    let _engine_host = match (engines, me.engine) {
+        (Some(addrs), Some(mine)) => {
+            let exec = Arc::new(PlanExec::new(addrs, node.incarnation));
+            node.set_plan_exec(Arc::clone(&exec));
+            let app = CacheApp {
+                node: Arc::downgrade(&node),
+            };
+            let host = LocalNode::tcp_with(a.id as engine::NodeId, mine, BufferPool::new(), app)
+                .with_context(|| format!("binding engine address {mine}"))?;
+            // Engines connect on the peers' first heartbeat answers.
+            exec.set_engine(host.engine.clone());
+            Some(host)
+        }
+        _ => None,
+    };
     server::serve_peers(Arc::clone(&node), peer);
     node.start_background();
     println!(
@@ -282,7 +317,8 @@ pub struct UpArgs {
     /// Number of nodes (default: the chunks per stripe of the code, e.g. 9 for rs:6,3).
     #[arg(long)]
     pub nodes: Option<usize>,
-    /// First client port; node i uses base+i for clients and base+1000+i for peers
+    /// First client port; node i uses base+i for clients, base+1000+i for peers and
+    /// base+2000+i for engine hosts
     /// (default: free ports chosen by the system).
     #[arg(long)]
     pub base_port: Option<u16>,
@@ -529,14 +565,19 @@ fn up(a: UpArgs) -> Result<()> {
     // Free ports: every listener is held until all are chosen, so no port is picked twice.
     let mut held = Vec::new();
     for id in 0..n {
-        let (cp, pp) = match a.base_port {
-            Some(b) => (b + id as u16, b + 1000 + id as u16),
-            None => (free_port(&mut held)?, free_port(&mut held)?),
+        let (cp, pp, ep) = match a.base_port {
+            Some(b) => (b + id as u16, b + 1000 + id as u16, b + 2000 + id as u16),
+            None => (
+                free_port(&mut held)?,
+                free_port(&mut held)?,
+                free_port(&mut held)?,
+            ),
         };
         members.push(Member {
             id,
             client: SocketAddr::from(([127, 0, 0, 1], cp)),
             peer: SocketAddr::from(([127, 0, 0, 1], pp)),
+            engine: Some(SocketAddr::from(([127, 0, 0, 1], ep))),
         });
     }
     drop(held);

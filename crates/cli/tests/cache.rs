@@ -770,3 +770,109 @@ fn lrc_node_restarted_empty_is_rebuilt() {
         "reads after recovery are not degraded"
     );
 }
+
+/// `stats inec` field `name` of every node.
+fn per_node(c: &Cluster, name: &str) -> Vec<u64> {
+    (0..c.clients.len())
+        .map(|i| c.client(i).stats("inec")[name].parse::<u64>().unwrap())
+        .collect()
+}
+
+/// A forced degraded read runs the scheme's repair plan on the engine hosts: the right bytes,
+/// one more `degraded_plan_runs` at the agent and no fallback, one `Start` (answered by one
+/// `Done`) per participant and none twice, and on the cache's own messages only the normal
+/// read of the data chunks that are left.
+fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: &[&str]) {
+    let c = Cluster::up_with(code, scheme, n, extra);
+    let placement = cache::placement::Placement::new(n, n);
+    let mut rng = SmallRng::seed_from_u64(11);
+    for (round, (key, len)) in [("planned", 10_000usize), ("planned-big", 300_001)]
+        .into_iter()
+        .enumerate()
+    {
+        let agent = placement.stripe_of(key.as_bytes());
+        let mut cl = c.client(agent);
+        let v = random_value(&mut rng, len);
+        assert_eq!(cl.set(key, &v), "STORED\r\n");
+        for position in [1, k - 1] {
+            // The first read of a loss pattern and size class installs the plan.
+            assert!(
+                cl.mg_degraded(key, position) == Got::Hit(v.clone()),
+                "{key} warm-up"
+            );
+            let starts0 = per_node(&c, "plan_starts");
+            let runs0 = per_node(&c, "degraded_plan_runs");
+            let sent0 = c.sum_stat("peer_messages_sent");
+            let installed0 = c.sum_stat("plan_templates_installed");
+            assert!(
+                cl.mg_degraded(key, position) == Got::Hit(v.clone()),
+                "{scheme}: degraded read of {key} position {position}"
+            );
+            let starts1 = per_node(&c, "plan_starts");
+            let runs1 = per_node(&c, "degraded_plan_runs");
+            assert_eq!(
+                runs1[agent] - runs0[agent],
+                1,
+                "{scheme}: plan runs at the agent"
+            );
+            assert_eq!(runs1.iter().sum::<u64>() - runs0.iter().sum::<u64>(), 1);
+            assert_eq!(
+                c.sum_stat("degraded_plan_fallbacks"),
+                0,
+                "{scheme}: fallbacks"
+            );
+            assert_eq!(
+                c.sum_stat("plan_templates_installed"),
+                installed0,
+                "no reinstall"
+            );
+            let deltas: Vec<u64> = starts1.iter().zip(&starts0).map(|(a, b)| a - b).collect();
+            assert!(
+                deltas.iter().all(|&d| d <= 1),
+                "{scheme}: starts per node {deltas:?}"
+            );
+            // The helpers of the plan (at least k, LRC: the local group) and the agent.
+            let participants = deltas.iter().sum::<u64>();
+            let least = if scheme == "lrc" { 3 } else { k as u64 };
+            assert!(
+                participants >= least,
+                "{scheme}: {participants} participants"
+            );
+            // On the cache's own messages: only the normal read of the k-2 other data
+            // members (position 0 is the agent's, `position` is treated as missing).
+            let sent1 = c.sum_stat("peer_messages_sent");
+            assert_eq!(sent1 - sent0, (k - 2) as u64, "{scheme}: peer messages");
+        }
+        assert!(round < 2);
+    }
+}
+
+#[test]
+fn degraded_read_on_engine_rs() {
+    degraded_read_on_engine("rs:6,3", "rs", 9, 6, &[]);
+}
+
+#[test]
+fn degraded_read_on_engine_rs_incoherent() {
+    degraded_read_on_engine("rs:6,3", "rs", 9, 6, &["--mode", "incoherent"]);
+}
+
+#[test]
+fn degraded_read_on_engine_lrc() {
+    degraded_read_on_engine("lrc:6,2,2", "lrc", 10, 6, &[]);
+}
+
+#[test]
+fn degraded_read_on_engine_ppr() {
+    degraded_read_on_engine("rs:6,3", "ppr", 9, 6, &[]);
+}
+
+#[test]
+fn degraded_read_on_engine_ecpipe() {
+    degraded_read_on_engine("rs:6,3", "ecpipe", 9, 6, &[]);
+}
+
+#[test]
+fn degraded_read_on_engine_triec() {
+    degraded_read_on_engine("rs:6,3", "triec", 9, 6, &[]);
+}
