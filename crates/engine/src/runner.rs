@@ -73,9 +73,22 @@ fn check_reply(r: &channel::Reply) -> Result<(), EngineError> {
 /// Reads a host's reply to `Start`: the run's tag when the node's part finished, the node's
 /// error when it failed.
 pub fn done_of(r: &channel::Reply) -> Result<u64, EngineError> {
-    check_reply(r)?;
+    if r.port != Port::Engine {
+        return Err(EngineError::BadMessage {
+            from: Some(r.from),
+            reason: "an application reply to start".into(),
+        });
+    }
     match r.json::<Reply>()?.0 {
         Reply::Done { op, error: None } => Ok(op),
+        Reply::Error { message }
+        | Reply::Done {
+            error: Some(message),
+            ..
+        } => Err(EngineError::Remote {
+            node: r.from,
+            message,
+        }),
         other => Err(EngineError::BadMessage {
             from: Some(r.from),
             reason: format!("unexpected reply {other:?} to start"),
