@@ -71,7 +71,7 @@ pub use graph::Primitive;
 pub use host::{serve, serve_with, Application, HostCtx, LocalNode, Replier, RunInfo};
 pub use part::{Outgoing, PartRun};
 pub use pool::BufferPool;
-pub use runner::{runner_id, PlanRunner, RunSpec, RunStats};
+pub use runner::{done_of, runner_id, PlanRunner, RunSpec, RunStats};
 pub use store::{ChunkStore, StoreReply, StoreRequest};
 pub use transport::{
     MemHub, MemTransport, NodeId, Payload, TcpTransport, Transport, TransportError, RUNNER_BASE,

@@ -366,3 +366,102 @@ impl PartRun {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use graph::part::{InEdge, OutEdge, OutputSpec};
+
+    /// Node 1 computes `2·local + 3·input` (chunk of 10 bytes, slices of 4) and both keeps it
+    /// and sends it to node 2.
+    fn part() -> Arc<VertexPart> {
+        Arc::new(VertexPart {
+            vertex: 4,
+            node: 1,
+            chunk_bytes: 10,
+            slice_bytes: 4,
+            local: vec![ChunkRef {
+                stripe: 0,
+                index: 0,
+            }],
+            inputs: vec![InEdge { edge: 6, from: 0 }],
+            coeffs: vec![2, 3],
+            outputs: vec![OutputSpec {
+                sends: vec![OutEdge { edge: 7, to: 2 }],
+                store: Some(ChunkRef {
+                    stripe: 0,
+                    index: 9,
+                }),
+            }],
+        })
+    }
+
+    fn run(local: &[u8]) -> PartRun {
+        PartRun::new(
+            1,
+            part(),
+            vec![Arc::new(local.to_vec())],
+            gf::kernel(),
+            BufferPool::new(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_part_computes_each_slice_when_its_input_arrives_in_any_order() {
+        let local: Vec<u8> = (0..10).collect();
+        let input: Vec<u8> = (100..110).collect();
+        let want: Vec<u8> = local
+            .iter()
+            .zip(&input)
+            .map(|(&a, &b)| gf::field::mul(2, a) ^ gf::field::mul(3, b))
+            .collect();
+        let mut r = run(&local);
+        let mut sent: Vec<(u32, Vec<u8>)> = Vec::new();
+        r.start(&mut |o| sent.push((o.slice, o.payload.as_slice().to_vec())));
+        assert!(sent.is_empty(), "a vertex with inputs waits for them");
+        for s in [2u32, 0, 1] {
+            let range = (s as usize * 4)..((s as usize + 1) * 4).min(10);
+            r.on_input(6, s, &input[range.clone()], &mut |o| {
+                assert_eq!((o.to, o.edge), (2, 7));
+                sent.push((o.slice, o.payload.as_slice().to_vec()));
+            })
+            .unwrap();
+            // The slice is sent the moment its input is in, before the others arrive.
+            assert_eq!(sent.last().unwrap(), &(s, want[range].to_vec()));
+            assert_eq!(r.is_complete(), s == 1);
+        }
+        let results = r.into_results();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].0.index, 9);
+        assert_eq!(*results[0].1, want);
+    }
+
+    #[test]
+    fn unexpected_slices_are_errors_that_name_the_slice() {
+        let mut r = run(&[0; 10]);
+        let mut out = |_: Outgoing| {};
+        let err = |e: EngineError| e.to_string();
+        assert!(err(r.on_input(5, 0, &[0; 4], &mut out).unwrap_err()).contains("no such incoming"));
+        assert!(err(r.on_input(6, 3, &[0; 4], &mut out).unwrap_err()).contains("only 3 slices"));
+        // The last slice is 2 bytes long.
+        assert!(err(r.on_input(6, 2, &[0; 4], &mut out).unwrap_err()).contains("expected 2"));
+        r.on_input(6, 0, &[0; 4], &mut out).unwrap();
+        assert!(err(r.on_input(6, 0, &[0; 4], &mut out).unwrap_err()).contains("twice"));
+        assert!(!r.is_complete());
+        r.recycle();
+    }
+
+    #[test]
+    fn wrong_local_chunks_are_refused_when_the_run_is_prepared() {
+        let p = part();
+        let k = gf::kernel();
+        let e = PartRun::new(1, p.clone(), vec![], k, BufferPool::new()).unwrap_err();
+        assert!(
+            e.to_string().contains("0 local chunks given, 1 expected"),
+            "{e}"
+        );
+        let e = PartRun::new(1, p, vec![Arc::new(vec![0; 9])], k, BufferPool::new()).unwrap_err();
+        assert!(e.to_string().contains("has 9 bytes, expected 10"), "{e}");
+    }
+}

@@ -70,6 +70,32 @@ fn check_reply(r: &channel::Reply) -> Result<(), EngineError> {
     }
 }
 
+/// Reads a host's reply to `Start`: the run's tag when the node's part finished, the node's
+/// error when it failed.
+pub fn done_of(r: &channel::Reply) -> Result<u64, EngineError> {
+    if r.port != Port::Engine {
+        return Err(EngineError::BadMessage {
+            from: Some(r.from),
+            reason: "an application reply to start".into(),
+        });
+    }
+    match r.json::<Reply>()?.0 {
+        Reply::Done { op, error: None } => Ok(op),
+        Reply::Error { message }
+        | Reply::Done {
+            error: Some(message),
+            ..
+        } => Err(EngineError::Remote {
+            node: r.from,
+            message,
+        }),
+        other => Err(EngineError::BadMessage {
+            from: Some(r.from),
+            reason: format!("unexpected reply {other:?} to start"),
+        }),
+    }
+}
+
 /// Sets up hosts and runs plans on them.
 #[derive(Debug)]
 pub struct PlanRunner {
@@ -241,6 +267,34 @@ impl PlanRunner {
         self.run_spec(&spec, ops, window, on_done)
     }
 
+    /// Starts one run of `spec` without waiting: one `Start` to each node. Returns the run's
+    /// tag (`op`) and the request id of each node's `Start`, in the order of `spec.nodes`;
+    /// each node's `Done` comes back on [`PlanRunner::channel`] as the reply to its request
+    /// ([`done_of`] reads it). For callers that keep several runs in flight among other
+    /// requests (a cache's agent); [`PlanRunner::run_spec`] is the waiting form.
+    pub fn start(&mut self, spec: &RunSpec<'_>) -> Result<(u64, Vec<u64>), EngineError> {
+        let op = self.new_op();
+        let req = Request::Start {
+            template: spec.template,
+            op,
+            mode: spec.mode,
+            timeout_ms: spec.timeout.as_millis() as u64,
+        };
+        let pool = self.engine().pool().clone();
+        let mut reqs = Vec::with_capacity(spec.nodes.len());
+        for &node in spec.nodes {
+            let p = channel::encode_json(Port::Engine, &req, spec.payload, &pool)?;
+            match self.channel.send(node, p) {
+                Ok(r) => reqs.push(r),
+                Err(e) => {
+                    reqs.iter().for_each(|r| self.channel.forget(*r));
+                    return Err(e);
+                }
+            }
+        }
+        Ok((op, reqs))
+    }
+
     /// Runs `spec` `ops` times with up to `window` runs in flight: one `Start` to each node per
     /// run, one `Done` back. Fails on the first error, on the loss of a node of the run, or two
     /// seconds after the nodes' own deadline.
@@ -254,7 +308,6 @@ impl PlanRunner {
         let start = Instant::now();
         // Nodes give up at `timeout` and say why; wait a little longer to hear it.
         let deadline = start + spec.timeout + Duration::from_secs(2);
-        let timeout_ms = spec.timeout.as_millis() as u64;
         let pool = self.engine().pool().clone();
         // Request id → run index; run index → replies outstanding.
         let mut waiting: HashMap<u64, usize> = HashMap::new();
@@ -264,17 +317,9 @@ impl PlanRunner {
         let result = (|| {
             while finished < ops {
                 while issued < ops && issued - finished < window.max(1) {
-                    let op = self.new_op();
                     left.push(spec.nodes.len());
-                    let req = Request::Start {
-                        template: spec.template,
-                        op,
-                        mode: spec.mode,
-                        timeout_ms,
-                    };
-                    for &node in spec.nodes {
-                        let p = channel::encode_json(Port::Engine, &req, spec.payload, &pool)?;
-                        waiting.insert(self.channel.send(node, p)?, issued);
+                    for req in self.start(spec)?.1 {
+                        waiting.insert(req, issued);
                     }
                     issued += 1;
                 }
@@ -288,21 +333,11 @@ impl PlanRunner {
                     r.recycle(&pool);
                     continue;
                 };
-                check_reply(&r)?;
-                match r.json::<Reply>()?.0 {
-                    Reply::Done { error: None, .. } => {
-                        on_done(r.from);
-                        left[i] -= 1;
-                        if left[i] == 0 {
-                            finished += 1;
-                        }
-                    }
-                    other => {
-                        return Err(EngineError::BadMessage {
-                            from: Some(r.from),
-                            reason: format!("unexpected reply {other:?} to start"),
-                        })
-                    }
+                done_of(&r)?;
+                on_done(r.from);
+                left[i] -= 1;
+                if left[i] == 0 {
+                    finished += 1;
                 }
                 r.recycle(&pool);
             }

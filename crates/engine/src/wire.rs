@@ -137,6 +137,46 @@ impl Header {
     }
 }
 
+/// The logic of the fuzz target `wire_header` (also driven by a seeded stable test): parses
+/// the first [`HEADER_BYTES`] of `data` (shorter inputs are not headers) and checks that an
+/// accepted header re-encodes to the same bytes within the limit, and that a refused one is
+/// refused for the reason its bytes give. Panics on a violation; returns the parse result.
+pub fn check_header_bytes(data: &[u8]) -> Option<Result<Header, WireError>> {
+    if data.len() < HEADER_BYTES {
+        return None;
+    }
+    let b = &data[..HEADER_BYTES];
+    let parsed = Header::decode(data);
+    let len = u32::from_le_bytes(b[4..8].try_into().unwrap()) as usize;
+    match &parsed {
+        Ok(h) => {
+            assert_eq!(h.encode(), b, "an accepted header re-encodes to its bytes");
+            assert!(h.payload_bytes as usize <= MAX_PAYLOAD_BYTES);
+            assert_eq!(Header::new(h.kind, h.op, h.edge, h.slice, len), Ok(*h));
+        }
+        Err(WireError::BadMagic { found }) => {
+            assert_ne!(b[0..2], MAGIC);
+            assert_eq!(found, &[b[0], b[1]]);
+        }
+        Err(WireError::BadVersion { found }) => {
+            assert_eq!(b[0..2], MAGIC);
+            assert_eq!(*found, b[2]);
+            assert_ne!(b[2], VERSION);
+        }
+        Err(WireError::BadKind { found }) => {
+            assert_eq!((b[0..2] == MAGIC, b[2]), (true, VERSION));
+            assert_eq!(*found, b[3]);
+            assert!(Kind::from_u8(b[3]).is_none());
+        }
+        Err(WireError::TooLarge { payload_bytes }) => {
+            assert_eq!(*payload_bytes, len);
+            assert!(len > MAX_PAYLOAD_BYTES);
+            assert!(Header::new(Kind::Data, 0, 0, 0, len).is_err());
+        }
+    }
+    Some(parsed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -145,6 +145,39 @@ fn an_installed_plan_runs_many_times_with_the_payload_choosing_the_bytes() {
     assert_eq!(f0.len(), 4);
     assert_eq!(f0[0], (b"a".to_vec(), None));
     assert!(f0[3].1.as_deref().unwrap().contains("no chunk 0"));
+    // Two runs in flight at once, started without waiting, and an application message between
+    // them: every reply is told apart by its request id.
+    let spec = |payload: &'static [u8]| RunSpec {
+        template: 7,
+        nodes: &[0, 1],
+        mode: Mode::Coherent,
+        timeout: Duration::from_secs(10),
+        payload,
+    };
+    let (op_a, reqs_a) = runner.start(&spec(b"a")).unwrap();
+    let msg = runner
+        .channel()
+        .send(1, channel::encode_raw(Port::App, b"xy", &pool).unwrap())
+        .unwrap();
+    let (op_b, reqs_b) = runner.start(&spec(b"b")).unwrap();
+    assert_ne!(op_a, op_b);
+    let mut left: Vec<u64> = reqs_a.iter().chain(&reqs_b).copied().collect();
+    left.push(msg);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left.is_empty() {
+        let r = runner
+            .channel()
+            .next_reply(deadline)
+            .unwrap()
+            .expect("a reply");
+        left.retain(|&q| q != r.req);
+        if r.req == msg {
+            assert_eq!(r.body(), b"yx");
+        } else {
+            let op = engine::done_of(&r).unwrap();
+            assert_eq!(op, if reqs_a.contains(&r.req) { op_a } else { op_b });
+        }
+    }
     // Application messages: opaque bytes both ways.
     let p = channel::encode_raw(Port::App, b"abc", &pool).unwrap();
     let r = runner
