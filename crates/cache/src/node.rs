@@ -1092,24 +1092,9 @@ impl Node {
                                 .reconstruct(&chunks, &missing, &mut refs)
                                 .map_err(|err| format!("repair failed: {err}"))?;
                         }
-                        self.counters
-                            .chunks_repaired
-                            .fetch_add(missing.len() as u64, Ordering::Relaxed);
-                        for (p, c) in missing.iter().zip(outs) {
-                            // TriEC writes every repaired chunk back (in-band recovery); every
-                            // scheme rewrites a chunk that failed its CRC.
-                            let back = corrupt.contains(p)
-                                || (self.cfg.scheme == Scheme::Triec && degrade != Some(*p as u8));
-                            if back && self.is_up(self.placement.node_of(stripe, *p)) {
-                                self.write_back(stripe, key, e, *p, &c);
-                            }
-                            have[*p] = Some(c);
-                        }
-                        let data: Vec<&[u8]> = have[..k]
-                            .iter()
-                            .map(|c| c.as_deref().expect("have"))
-                            .collect();
-                        return Ok(stripe::join(&data, e.value_bytes as usize));
+                        return Ok(self.accept_repaired(
+                            stripe, key, e, degrade, &missing, &corrupt, outs, &mut have,
+                        ));
                     }
                     let (good, bad) = self.fetch(stripe, key, e, &need);
                     for (p, d) in good {
@@ -1177,12 +1162,29 @@ impl Node {
         x.counters
             .degraded_plan_runs
             .fetch_add(1, Ordering::Relaxed);
+        Some(self.accept_repaired(stripe, key, e, degrade, missing, corrupt, outs, &mut have))
+    }
+
+    /// Takes the repaired chunks of a degraded read (from the agent's repair or the engine's
+    /// plan): counts them, writes back those the rules say — TriEC every repaired chunk
+    /// (in-band recovery) but the one a request forced missing, every scheme a chunk that
+    /// failed its CRC — and joins the value from the data chunks.
+    #[allow(clippy::too_many_arguments)]
+    fn accept_repaired(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        degrade: Option<u8>,
+        missing: &[usize],
+        corrupt: &[usize],
+        outs: Vec<Vec<u8>>,
+        have: &mut [Option<Vec<u8>>],
+    ) -> Vec<u8> {
         self.counters
             .chunks_repaired
             .fetch_add(missing.len() as u64, Ordering::Relaxed);
         for (p, c) in missing.iter().zip(outs) {
-            // As the agent-side repair: TriEC writes every repaired chunk back, every scheme
-            // rewrites a chunk that failed its CRC.
             let back = corrupt.contains(p)
                 || (self.cfg.scheme == Scheme::Triec && degrade != Some(*p as u8));
             if back && self.is_up(self.placement.node_of(stripe, *p)) {
@@ -1190,11 +1192,11 @@ impl Node {
             }
             have[*p] = Some(c);
         }
-        let data: Vec<&[u8]> = have[..k]
+        let data: Vec<&[u8]> = have[..self.k()]
             .iter()
             .map(|c| c.as_deref().expect("have"))
             .collect();
-        Some(stripe::join(&data, e.value_bytes as usize))
+        stripe::join(&data, e.value_bytes as usize)
     }
 
     /// Rebuilds the data of one position of a value (recovery) from the code's minimal read
