@@ -384,14 +384,7 @@ fn model_prints_every_scheme_and_code() {
     let rows: Vec<&str> = text.lines().filter(|l| l.contains(" 4096 ")).collect();
     // 6 codes × 4 schemes × (encode, repair).
     assert_eq!(rows.len(), 48, "{text}");
-    for code in [
-        "rs:3,2",
-        "rs:6,3",
-        "rs:12,4",
-        "lrc:4,2,2",
-        "lrc:6,2,2",
-        "lrc:12,2,2",
-    ] {
+    for code in graph::paper::PAPER_CODES {
         for scheme in ["ppr", "ecpipe", "triec"] {
             assert!(
                 rows.iter()

@@ -95,14 +95,6 @@ pub struct ClusterAddrs {
     pub transport: String,
 }
 
-const ALL_CODES: [&str; 6] = [
-    "rs:3,2",
-    "rs:6,3",
-    "rs:12,4",
-    "lrc:4,2,2",
-    "lrc:6,2,2",
-    "lrc:12,2,2",
-];
 const QUICK_CODES: [&str; 3] = ["rs:3,2", "rs:6,3", "lrc:6,2,2"];
 const QUICK_SIZES: [usize; 5] = [128, 4 << 10, 16 << 10, 64 << 10, 1 << 20];
 
@@ -826,7 +818,10 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     } else if args.quick {
         QUICK_CODES.iter().map(|s| s.to_string()).collect()
     } else {
-        ALL_CODES.iter().map(|s| s.to_string()).collect()
+        graph::paper::PAPER_CODES
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
     };
     let mut codes: Vec<Code> = code_names
         .iter()
