@@ -3,7 +3,7 @@
 //! prediction beside every measurement.
 //!
 //! What is measured, per (scheme, operation, code, chunk size, mode):
-//! - **latency**: one operation at a time, from the coordinator's `run` requests to the last
+//! - **latency**: one operation at a time, from the plan runner's `start` requests to the last
 //!   node's `done` (p50 over `--reps`); before each run the output chunks are deleted, after it
 //!   they are fetched and compared with the original stripe (every decoded chunk is checked).
 //! - **bandwidth**, window-based as in the paper: `--window` operations in flight; encode
@@ -12,7 +12,7 @@
 //!   (10^6 bytes per second), as the paper's figures are.
 //! - **model**: the `graph` crate's α-β prediction with constants the benchmark measures first
 //!   on the same cluster (per-hop latency, link bandwidth, kernel rates), plus the measured cost
-//!   of one coordinator round trip (every measured latency includes one).
+//!   of one runner round trip (every measured latency includes one).
 
 mod svg;
 
@@ -330,7 +330,7 @@ fn calibrate(c: &mut Cluster, timeout: Duration) -> Result<Calibration> {
     let k = gf::kernel();
     let xor = kernel_rate(|s, d| k.xor(s, d));
     let mul_add = kernel_rate(|s, d| k.mul_add(0x57, s, d));
-    // The coordinator's round trip: one node computing a 128-byte copy for itself.
+    // The plan runner's round trip: one node computing a 128-byte copy for itself.
     c.coord.store(vec![
         (1, ChunkRef { stripe, index: 0 }, vec![7u8; 128]),
         (
@@ -873,7 +873,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             std::thread::available_parallelism().map_or(0, |n| n.get())
         );
         println!(
-            "# calibration: coordinator round trip {:.0} us, hop {:.0} us, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s",
+            "# calibration: runner round trip {:.0} us, hop {:.0} us, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s",
             cal.control_round_trip_us,
             cal.hop_latency_us,
             cal.link_gbit_s,
@@ -966,7 +966,7 @@ fn write_markdown(args: &PrimitivesArgs, cal: &Calibration, rows: &[Row]) -> Res
     let mut s = String::new();
     s.push_str("# Primitive benchmark\n\n");
     s.push_str(&format!(
-        "Kernel {}; {} CPUs; transport {}; calibration: coordinator round trip {:.0} µs, hop {:.0} µs, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s. Bandwidth counts parity generated (encode) or chunks rebuilt (decode), in MB/s (10^6 bytes per second), window {} (smaller for large chunks). The model's latency has no per-mode term: it is the same for both modes.\n\n",
+        "Kernel {}; {} CPUs; transport {}; calibration: runner round trip {:.0} µs, hop {:.0} µs, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s. Bandwidth counts parity generated (encode) or chunks rebuilt (decode), in MB/s (10^6 bytes per second), window {} (smaller for large chunks). The model's latency has no per-mode term: it is the same for both modes.\n\n",
         gf::kernel_name(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         rows.first().map_or("-", |r| r.transport.as_str()),
