@@ -1684,14 +1684,6 @@ impl Node {
             let v = view[self.placement.node_of(stripe, p)];
             v.0 && !v.1
         });
-        if down > self.parity() {
-            "unavailable"
-        } else if down > 0 {
-            "degraded"
-        } else if recovering {
-            "recovering"
-        } else {
-            "whole"
-        }
+        crate::placement::stripe_state(down, self.parity(), recovering)
     }
 }

@@ -91,9 +91,34 @@ impl Placement {
     }
 }
 
+/// The state of a Mem Stripe from how many of its members are down and whether one is
+/// rebuilding: `unavailable` (more down than the code tolerates), `degraded`, `recovering` or
+/// `whole`. The node's view and `inec cache status` both say it this way.
+pub fn stripe_state(down: usize, tolerated: usize, recovering: bool) -> &'static str {
+    if down > tolerated {
+        "unavailable"
+    } else if down > 0 {
+        "degraded"
+    } else if recovering {
+        "recovering"
+    } else {
+        "whole"
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stripe_state_orders_unavailable_degraded_recovering_whole() {
+        assert_eq!(stripe_state(4, 3, false), "unavailable");
+        assert_eq!(stripe_state(4, 3, true), "unavailable");
+        assert_eq!(stripe_state(3, 3, true), "degraded");
+        assert_eq!(stripe_state(1, 3, false), "degraded");
+        assert_eq!(stripe_state(0, 3, true), "recovering");
+        assert_eq!(stripe_state(0, 3, false), "whole");
+    }
 
     #[test]
     fn fnv1a_matches_published_vectors() {

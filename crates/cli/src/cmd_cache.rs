@@ -755,15 +755,7 @@ fn status(dir: &Path) -> Result<()> {
             .filter(|&&i| health[i] == "down" || health[i] == "unreachable")
             .count();
         let recovering = members.iter().any(|&i| health[i] == "recovering");
-        let state = if down > code.parity_count() {
-            "unavailable"
-        } else if down > 0 {
-            "degraded"
-        } else if recovering {
-            "recovering"
-        } else {
-            "whole"
-        };
+        let state = cache::placement::stripe_state(down, code.parity_count(), recovering);
         let agent = placement
             .agent_of(s, |i| health[i] == "up")
             .map_or("none".to_string(), |a| a.to_string());
