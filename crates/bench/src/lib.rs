@@ -12,6 +12,7 @@ pub use error::{BenchError, Result};
 pub mod isal;
 pub mod primitives;
 pub mod stats;
+pub mod ycsb;
 
 /// A progress bar on standard error when it is a terminal (and `INEC_NO_PROGRESS` is unset),
 /// hidden otherwise, so that piped output carries nothing extra.
