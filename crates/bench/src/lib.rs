@@ -11,6 +11,7 @@ pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;
+pub mod report;
 pub mod stats;
 pub mod ycsb;
 
