@@ -175,6 +175,26 @@ impl Running {
         Ok(())
     }
 
+    /// Whether a restarted node holds its data again: an inec node once its recovery is done
+    /// (`ready` in `stats inec`); a memcached never (it restarts empty and nothing refills it).
+    fn recovered(&self, nodes: &[usize]) -> Vec<usize> {
+        match self {
+            Running::Inec(c) => {
+                let st = c.status();
+                nodes
+                    .iter()
+                    .copied()
+                    .filter(|&n| {
+                        st.nodes
+                            .get(n)
+                            .is_some_and(|x| x.health == server::NodeHealth::Up)
+                    })
+                    .collect()
+            }
+            Running::Memcached(..) => Vec::new(),
+        }
+    }
+
     fn restart(&mut self, node: usize) -> Result<()> {
         match self {
             Running::Inec(c) => c.restart(node)?,
@@ -252,8 +272,10 @@ fn inec_exe() -> Option<PathBuf> {
 }
 
 /// Kills nodes on a Weibull schedule during `duration`, each restarted `down` later, at
-/// most `max_down` down at once; then restarts any still down. Returns the events (times
-/// from `t0`) and the most nodes down at once.
+/// most `max_down` failed at once — a node counts as failed from its kill until it has
+/// recovered its data (inec: recovery done; memcached: never, it comes back empty) — then
+/// restarts any still down. Returns the events (kills, restarts, recoveries), the most nodes
+/// failed at once and any problem met.
 fn inject_failures(
     sys: &mut Running,
     t0: Instant,
@@ -267,9 +289,11 @@ fn inject_failures(
     let nodes = sys.nodes();
     let mut next_kill = t0 + Duration::from_secs_f64(gaps.sample(&mut rng));
     let mut down_nodes: Vec<(usize, Instant)> = Vec::new();
+    let mut recovering: Vec<usize> = Vec::new();
     let mut events = Vec::new();
     let mut problems = Vec::new();
     let mut most = 0;
+    let mut last_poll = t0;
     let end = t0 + duration;
     loop {
         let now = Instant::now();
@@ -277,17 +301,28 @@ fn inject_failures(
         while let Some(p) = down_nodes.iter().position(|&(_, at)| at <= now) {
             let (node, _) = down_nodes.remove(p);
             match sys.restart(node) {
-                Ok(()) => events.push((Instant::now(), node, format!("node {node} restarted"))),
+                Ok(()) => {
+                    events.push((Instant::now(), node, format!("node {node} restarted")));
+                    recovering.push(node);
+                }
                 Err(e) => problems.push(format!("restarting node {node}: {e:#}")),
+            }
+        }
+        if !recovering.is_empty() && now.duration_since(last_poll) >= Duration::from_millis(200) {
+            last_poll = now;
+            for node in sys.recovered(&recovering) {
+                events.push((Instant::now(), node, format!("node {node} recovered")));
+                recovering.retain(|&n| n != node);
             }
         }
         if now >= end {
             break;
         }
         if now >= next_kill {
-            if down_nodes.len() < max_down && down_nodes.len() < nodes {
+            let failed = down_nodes.len() + recovering.len();
+            if failed < max_down && failed < nodes {
                 let live: Vec<usize> = (0..nodes)
-                    .filter(|n| !down_nodes.iter().any(|d| d.0 == *n))
+                    .filter(|n| !down_nodes.iter().any(|d| d.0 == *n) && !recovering.contains(n))
                     .collect();
                 let node = live[rng.gen_range(0..live.len())];
                 match sys.kill(node) {
@@ -295,7 +330,7 @@ fn inject_failures(
                         let at = Instant::now();
                         events.push((at, node, format!("node {node} killed")));
                         down_nodes.push((node, at + down));
-                        most = most.max(down_nodes.len());
+                        most = most.max(failed + 1);
                     }
                     Err(e) => problems.push(format!("killing node {node}: {e:#}")),
                 }
@@ -423,8 +458,14 @@ fn run_system(
     if loaded.total_errors() > 0 {
         bail!("{name}: loading the records failed: {:?}", loaded.errors);
     }
-    let kills = a.kill_mean_s.filter(|_| tolerates > 0);
-    let max_down = a.max_down.unwrap_or(tolerates).min(tolerates.max(1));
+    // A forced-degraded read treats one more chunk as lost: with them, one failure fewer.
+    let budget = if name.starts_with("inec") && a.degraded_ratio > 0.0 {
+        tolerates.saturating_sub(1)
+    } else {
+        tolerates
+    };
+    let kills = a.kill_mean_s.filter(|_| budget > 0);
+    let max_down = a.max_down.unwrap_or(budget).min(budget);
     let t_start = Instant::now();
     let (run, events, most, problems) = match kills {
         None => (y.run()?, Vec::new(), 0, Vec::new()),
