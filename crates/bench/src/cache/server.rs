@@ -701,10 +701,19 @@ pub fn pids_naming(needle: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Stops every node of the local cache in `dir` for certain: `inec cache down`, then SIGKILL
-/// to any process still naming the directory's cluster file, then the directory is removed.
-/// Safe to call from a signal-handling thread and more than once.
+/// Stops every node of the local cache in `dir` for certain: SIGKILL to an `inec cache
+/// up|restart --dir D` still running (so it starts no node after this), `inec cache down`, then
+/// SIGKILL to any process still naming the directory's cluster file; then the directory is
+/// removed. Safe to call from a signal-handling thread and more than once.
 pub fn teardown_dir(exe: &Path, dir: &Path) {
+    for _ in 0..3 {
+        let controllers = pids_naming(dir);
+        if controllers.is_empty() {
+            break;
+        }
+        controllers.iter().for_each(|&p| sigkill(p));
+        std::thread::sleep(Duration::from_millis(20));
+    }
     if dir.join("cache.json").exists() {
         let _ = Command::new(exe)
             .args(["cache", "down", "--dir"])
