@@ -11,7 +11,9 @@ pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;
+pub mod report;
 pub mod stats;
+pub mod ycsb;
 
 /// A progress bar on standard error when it is a terminal (and `INEC_NO_PROGRESS` is unset),
 /// hidden otherwise, so that piped output carries nothing extra.

@@ -129,6 +129,28 @@ pub enum Route {
     Hash,
     /// Connections are spread over the addresses; any key goes on any connection.
     Spread,
+    /// As [`Route::Hash`], but while the key's address is down (its connections fail) the
+    /// request goes to the next address in order, and a request whose connection broke is sent
+    /// again there: for servers where any node accepts any key (inec's cache forwards it to the
+    /// stripe's agent), so a killed node is routed around.
+    HashFailover,
+    /// Client-side replication over `r` addresses: the key's replicas are the addresses
+    /// `h, h+1, …, h+r-1` (mod the count; `h = fnv1a64(key) % addresses`). A write goes to
+    /// every replica and is acknowledged when at least one stored it (a replica's failure is
+    /// counted under `replica: …` in the errors, not as a failed request); a read goes to the
+    /// first replica not known to be down and, on a miss or an error, to the next one.
+    Replicated(usize),
+}
+
+impl Route {
+    /// How many addresses a key may be sent to, in order (first: its own).
+    fn fanout(self, addrs: usize) -> usize {
+        match self {
+            Route::Hash | Route::Spread => 1,
+            Route::HashFailover => addrs,
+            Route::Replicated(r) => r.clamp(1, addrs),
+        }
+    }
 }
 
 /// How a degraded get is asked for: the request line is `<prefix><key><suffix>\r\n`, and
@@ -169,6 +191,18 @@ pub trait Chooser: Send {
     /// The next request, or `None` when this thread's budget of requests is spent. `keys` is
     /// the number of keys this thread has (inserts add to it).
     fn next(&mut self, rng: &mut SmallRng, keys: usize) -> Option<Choice>;
+
+    /// As [`Chooser::next`], also given `readable`: how many of the thread's first keys have
+    /// had their first write completed (acknowledged or failed), in order, as YCSB's
+    /// acknowledged insert counter. The driver calls this one; the default ignores it.
+    fn next_with(&mut self, rng: &mut SmallRng, keys: usize, readable: usize) -> Option<Choice> {
+        let _ = readable;
+        self.next(rng, keys)
+    }
+
+    /// The last choice was drawn but not used (the driver redraws a write of a key whose write
+    /// is in flight): a chooser with a budget of requests takes it back. Default: nothing.
+    fn discard(&mut self) {}
 }
 
 /// Key ids of thread `t` of `threads`: `t, t + threads, t + 2·threads, …`.
@@ -222,6 +256,33 @@ pub struct Phase {
     pub warmup: Duration,
     /// After issuing stops, how long to wait for the requests still out.
     pub drain: Duration,
+}
+
+/// Width of a [`PhaseStats::timeline`] interval.
+pub const TIMELINE_STEP: Duration = Duration::from_secs(1);
+
+/// One interval of a phase's timeline: what completed in it.
+#[derive(Clone, Debug)]
+pub struct Interval {
+    /// Requests that succeeded (recorded or not: the warm-up is in the timeline too).
+    pub ok: u64,
+    /// Of them, forced-degraded reads.
+    pub degraded_ok: u64,
+    /// Requests that failed.
+    pub errors: u64,
+    /// Latency of the successful requests of every kind, ns (2 significant digits).
+    pub hist: Histogram<u64>,
+}
+
+impl Default for Interval {
+    fn default() -> Self {
+        Interval {
+            ok: 0,
+            degraded_ok: 0,
+            errors: 0,
+            hist: Histogram::new_with_bounds(1_000, 600_000_000_000, 2).expect("valid bounds"),
+        }
+    }
 }
 
 /// Latencies and counts of one kind of request.
@@ -306,6 +367,10 @@ pub struct PhaseStats {
     pub recorded_secs: f64,
     /// Connections actually open at the start.
     pub connections: usize,
+    /// Per [`TIMELINE_STEP`] from [`PhaseStats::started`], by completion time.
+    pub timeline: Vec<Interval>,
+    /// When the phase started issuing requests.
+    pub started: Option<Instant>,
 }
 
 impl PhaseStats {
@@ -328,6 +393,20 @@ impl PhaseStats {
         self.reconnects += o.reconnects;
         self.recorded_secs = self.recorded_secs.max(o.recorded_secs);
         self.connections += o.connections;
+        if self.timeline.len() < o.timeline.len() {
+            self.timeline
+                .resize_with(o.timeline.len(), Interval::default);
+        }
+        for (mine, x) in self.timeline.iter_mut().zip(o.timeline) {
+            mine.ok += x.ok;
+            mine.degraded_ok += x.degraded_ok;
+            mine.errors += x.errors;
+            mine.hist.add(&x.hist).expect("same bounds");
+        }
+        self.started = match (self.started, o.started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     /// Recorded successful requests of every kind per second.
@@ -425,6 +504,7 @@ impl Session {
         for r in results {
             total.merge(r?);
         }
+        total.started = Some(start);
         Ok(total)
     }
 }
@@ -443,6 +523,19 @@ struct Req {
     sent: Instant,
     /// Read-modify-write: the read is done, the write is out.
     second: bool,
+    /// Which of the key's addresses in route order it goes to ([`Route::fanout`]).
+    attempt: u8,
+    /// A replica's part of a replicated write: the index of its [`Multi`].
+    multi: Option<u32>,
+}
+
+/// A write sent to several replicas ([`Route::Replicated`]): done when every part is.
+#[derive(Clone, Debug)]
+struct Multi {
+    parent: Req,
+    remaining: usize,
+    stored: usize,
+    error: Option<String>,
 }
 
 struct Conn {
@@ -463,6 +556,8 @@ struct Conn {
 struct Group {
     free: Vec<usize>,
     queue: VecDeque<Req>,
+    /// Its connections failed: avoided by routes with failover until this time, then probed.
+    down_until: Option<Instant>,
 }
 
 struct Worker<'a> {
@@ -483,9 +578,15 @@ struct Worker<'a> {
     issued: u64,
     exhausted: bool,
     line: Vec<u8>,
+    multis: Vec<Option<Multi>>,
+    free_multis: Vec<u32>,
+    /// Keys `0..readable` have had their first write completed.
+    readable: usize,
 }
 
 const READ_CHUNK: usize = 64 << 10;
+/// How long a group whose connections failed is avoided before it is tried again.
+const DOWN_PROBE: Duration = Duration::from_millis(200);
 
 impl<'a> Worker<'a> {
     fn new(
@@ -501,9 +602,15 @@ impl<'a> Worker<'a> {
         let n_addr = target.addrs.len();
         let per_thread = (target.connections / target.threads).max(1);
         let (n_groups, conns_per_group) = match target.route {
-            Route::Hash => (n_addr, (per_thread / n_addr).max(1)),
+            Route::Hash | Route::HashFailover | Route::Replicated(_) => {
+                (n_addr, (per_thread / n_addr).max(1))
+            }
             Route::Spread => (1, per_thread),
         };
+        let readable = keys
+            .iter()
+            .take_while(|k| k.issued > 0 && (k.acked > 0 || !k.writing))
+            .count();
         let mut w = Worker {
             target,
             thread,
@@ -516,6 +623,7 @@ impl<'a> Worker<'a> {
                 .map(|_| Group {
                     free: Vec::new(),
                     queue: VecDeque::new(),
+                    down_until: None,
                 })
                 .collect(),
             rng: SmallRng::seed_from_u64(seed ^ (thread as u64).wrapping_mul(0x2545_F491)),
@@ -527,33 +635,45 @@ impl<'a> Worker<'a> {
             issued: 0,
             exhausted: false,
             line: Vec::new(),
+            multis: Vec::new(),
+            free_multis: Vec::new(),
+            readable,
         };
         for g in 0..n_groups {
             for c in 0..conns_per_group {
                 let addr = match target.route {
-                    Route::Hash => target.addrs[g],
+                    Route::Hash | Route::HashFailover | Route::Replicated(_) => target.addrs[g],
                     // Offset by thread so that one connection per thread still covers them all.
                     Route::Spread => target.addrs[(c + thread) % n_addr],
                 };
                 let i = w.conns.len();
-                let std_stream = std::net::TcpStream::connect(addr)
-                    .and_then(|s| {
-                        s.set_nodelay(true)?;
-                        s.set_nonblocking(true)?;
-                        Ok(s)
-                    })
-                    .map_err(|source| LoadError::Connect { addr, source })?;
-                let mut stream = TcpStream::from_std(std_stream);
-                w.poll
-                    .registry()
-                    .register(
-                        &mut stream,
-                        Token(i),
-                        Interest::READABLE | Interest::WRITABLE,
-                    )
-                    .map_err(LoadError::Poll)?;
+                let connected = std::net::TcpStream::connect(addr).and_then(|s| {
+                    s.set_nodelay(true)?;
+                    s.set_nonblocking(true)?;
+                    Ok(s)
+                });
+                let stream = match connected {
+                    Ok(s) => {
+                        let mut stream = TcpStream::from_std(s);
+                        w.poll
+                            .registry()
+                            .register(
+                                &mut stream,
+                                Token(i),
+                                Interest::READABLE | Interest::WRITABLE,
+                            )
+                            .map_err(LoadError::Poll)?;
+                        Some(stream)
+                    }
+                    // With failover a node may be down when the phase starts: route around it.
+                    Err(_) if target.route.fanout(n_addr) > 1 => {
+                        w.groups[g].down_until = Some(Instant::now() + DOWN_PROBE);
+                        None
+                    }
+                    Err(source) => return Err(LoadError::Connect { addr, source }),
+                };
                 w.conns.push(Conn {
-                    stream: Some(stream),
+                    stream,
                     addr,
                     group: g,
                     out: Vec::with_capacity(target.value_bytes + 512),
@@ -575,15 +695,127 @@ impl<'a> Worker<'a> {
         key_id(local, self.thread, self.target.threads)
     }
 
-    fn group_of(&self, local: usize) -> usize {
+    /// The key's own group (its first address in route order).
+    fn home_group(&self, local: usize) -> usize {
         match self.target.route {
             Route::Spread => 0,
-            Route::Hash => {
+            Route::Hash | Route::HashFailover | Route::Replicated(_) => {
                 let mut name = Vec::with_capacity(32);
                 self.target.keys.append(&mut name, self.key_id(local));
                 (fnv1a64(&name) % self.groups.len() as u64) as usize
             }
         }
+    }
+
+    /// The group of a request: its key's address number `attempt` in route order.
+    fn group_of(&self, req: &Req) -> usize {
+        (self.home_group(req.local) + req.attempt as usize) % self.groups.len()
+    }
+
+    fn is_down(&self, g: usize) -> bool {
+        self.groups[g].down_until.is_some()
+    }
+
+    /// The first attempt at or after `from` whose group is not down (`None`: none left).
+    fn next_live_attempt(&self, local: usize, from: usize) -> Option<u8> {
+        let fan = self.target.route.fanout(self.groups.len());
+        let home = self.home_group(local);
+        (from..fan)
+            .find(|&a| !self.is_down((home + a) % self.groups.len()))
+            .map(|a| a as u8)
+    }
+
+    /// Queues a request (its group from its attempt).
+    fn enqueue(&mut self, req: Req) {
+        let g = self.group_of(&req);
+        self.groups[g].queue.push_back(req);
+    }
+
+    /// Queues a write: one part per replica with [`Route::Replicated`], else the write itself.
+    fn enqueue_write(&mut self, req: Req) {
+        let Route::Replicated(_) = self.target.route else {
+            self.enqueue(req);
+            return;
+        };
+        let fan = self.target.route.fanout(self.groups.len());
+        let m = Multi {
+            parent: req,
+            remaining: fan,
+            stored: 0,
+            error: None,
+        };
+        let idx = match self.free_multis.pop() {
+            Some(i) => {
+                self.multis[i as usize] = Some(m);
+                i
+            }
+            None => {
+                self.multis.push(Some(m));
+                (self.multis.len() - 1) as u32
+            }
+        };
+        for a in 0..fan {
+            self.enqueue(Req {
+                attempt: a as u8,
+                multi: Some(idx),
+                ..req
+            });
+        }
+    }
+
+    /// A replica's part of a replicated write ended.
+    fn part_done(&mut self, req: Req, now: Instant, error: Option<String>) {
+        let idx = req.multi.expect("a part") as usize;
+        let m = self.multis[idx].as_mut().expect("live multi");
+        m.remaining -= 1;
+        match error {
+            None => m.stored += 1,
+            Some(e) => {
+                *self
+                    .stats
+                    .errors
+                    .entry(format!("replica: {e}"))
+                    .or_default() += 1;
+                m.error.get_or_insert(e);
+            }
+        }
+        if m.remaining > 0 {
+            return;
+        }
+        let m = self.multis[idx].take().expect("live multi");
+        self.free_multis.push(idx as u32);
+        let ok = m.stored > 0;
+        self.keys[m.parent.local].end_write(m.parent.counter, ok);
+        let error = (!ok).then(|| m.error.unwrap_or_else(|| "no replica".into()));
+        self.finish(m.parent, now, error);
+    }
+
+    /// Whether a failed or missed request goes to its key's next address instead of ending;
+    /// if so it is queued there.
+    fn retry_elsewhere(&mut self, req: Req, reason: Option<&str>) -> bool {
+        if req.multi.is_some() {
+            return false;
+        }
+        let reading = match req.op {
+            OpKind::Get | OpKind::DegradedGet => true,
+            OpKind::ReadModifyWrite => !req.second,
+            _ => false,
+        };
+        let retry = match self.target.route {
+            // Any error or a miss of a read: the next replica may have it.
+            Route::Replicated(_) => reading,
+            // Only a broken connection (the node is gone): not a timeout, not an error reply.
+            Route::HashFailover => reason.is_some_and(|r| r.starts_with("connection")),
+            Route::Hash | Route::Spread => false,
+        };
+        if !retry {
+            return false;
+        }
+        let Some(a) = self.next_live_attempt(req.local, req.attempt as usize + 1) else {
+            return false;
+        };
+        self.enqueue(Req { attempt: a, ..req });
+        true
     }
 
     fn run(&mut self) -> Result<(), LoadError> {
@@ -665,6 +897,7 @@ impl<'a> Worker<'a> {
             if now.duration_since(last_timeout_scan) >= Duration::from_millis(10) {
                 last_timeout_scan = now;
                 self.scan_timeouts(now)?;
+                self.probe_down(now);
             }
         }
         if let Some(l) = self.last_recorded {
@@ -682,7 +915,18 @@ impl<'a> Worker<'a> {
 
     /// Draws the next request and queues it; false when the chooser is done.
     fn generate(&mut self, due: Instant) -> Result<bool, LoadError> {
-        let Some(mut choice) = self.chooser.next(&mut self.rng, self.keys.len()) else {
+        while self.readable < self.keys.len() {
+            let k = &self.keys[self.readable];
+            if k.issued > 0 && (k.acked > 0 || !k.writing) {
+                self.readable += 1;
+            } else {
+                break;
+            }
+        }
+        let Some(mut choice) =
+            self.chooser
+                .next_with(&mut self.rng, self.keys.len(), self.readable)
+        else {
             self.exhausted = true;
             return Ok(false);
         };
@@ -694,9 +938,14 @@ impl<'a> Worker<'a> {
             // Never two writes of one key in flight: try other keys, else read this one.
             let mut found = false;
             for _ in 0..8 {
-                let Some(c) = self.chooser.next(&mut self.rng, self.keys.len()) else {
+                let Some(c) = self
+                    .chooser
+                    .next_with(&mut self.rng, self.keys.len(), self.readable)
+                else {
                     break;
                 };
+                // Either this draw or the first one is not used.
+                self.chooser.discard();
                 if c.op == choice.op && !self.keys[c.local].writing {
                     choice = c;
                     found = true;
@@ -727,10 +976,16 @@ impl<'a> Worker<'a> {
             floor: 0,
             sent: due,
             second: false,
+            attempt: 0,
+            multi: None,
         };
-        let g = self.group_of(choice.local);
-        self.groups[g].queue.push_back(req);
         self.outstanding += 1;
+        if choice.op.writes() && choice.op != OpKind::ReadModifyWrite {
+            self.enqueue_write(req);
+        } else {
+            let attempt = self.next_live_attempt(req.local, 0).unwrap_or(0);
+            self.enqueue(Req { attempt, ..req });
+        }
         self.issued += 1;
         Ok(true)
     }
@@ -751,6 +1006,7 @@ impl<'a> Worker<'a> {
                         .iter()
                         .all(|&j| self.conns[j].stream.is_none())
                     {
+                        self.group_failed(g);
                         break;
                     }
                     continue;
@@ -760,6 +1016,51 @@ impl<'a> Worker<'a> {
             }
         }
         Ok(())
+    }
+
+    /// Group `g` cannot connect: with failover, it is marked down and what waits for it goes
+    /// to each request's next address.
+    fn group_failed(&mut self, g: usize) {
+        if self.target.route.fanout(self.groups.len()) <= 1 {
+            return;
+        }
+        if self.groups[g].down_until.is_none() {
+            self.groups[g].down_until = Some(Instant::now() + DOWN_PROBE);
+        }
+        let waiting: Vec<Req> = self.groups[g].queue.drain(..).collect();
+        for req in waiting {
+            match self.next_live_attempt(req.local, req.attempt as usize + 1) {
+                Some(a) if req.multi.is_none() => self.enqueue(Req { attempt: a, ..req }),
+                _ if req.multi.is_some() => {
+                    self.part_done(req, Instant::now(), Some("connection: refused".into()))
+                }
+                // Nowhere else to go: keep waiting here.
+                _ => self.groups[g].queue.push_back(req),
+            }
+        }
+    }
+
+    /// Tries again groups marked down whose probe time has come.
+    fn probe_down(&mut self, now: Instant) {
+        for g in 0..self.groups.len() {
+            if self.groups[g].down_until.is_none_or(|t| now < t) {
+                continue;
+            }
+            let candidate = self.groups[g]
+                .free
+                .iter()
+                .position(|&i| self.conns[i].stream.is_none());
+            let up = match candidate {
+                Some(p) => {
+                    let i = self.groups[g].free[p];
+                    self.conns[i].retry_at = None;
+                    self.reconnect(i)
+                }
+                // Every free connection is connected: it is up.
+                None => true,
+            };
+            self.groups[g].down_until = if up { None } else { Some(now + DOWN_PROBE) };
+        }
     }
 
     fn reconnect(&mut self, i: usize) -> bool {
@@ -975,17 +1276,46 @@ impl<'a> Worker<'a> {
             return;
         };
         let now = Instant::now();
+        let g = self.conns[i].group;
         let reading = match req.op {
             OpKind::Get | OpKind::DegradedGet => true,
             OpKind::ReadModifyWrite => !req.second,
             _ => false,
         };
+        if req.multi.is_some() {
+            self.part_done(req, now, result.err());
+            self.groups[g].free.push(i);
+            return;
+        }
+        // A miss or an error of a replicated read: ask the next replica.
+        if reading && (result.is_err() || seen.is_none()) {
+            let reason = result.as_ref().err().map(String::as_str);
+            if self.retry_elsewhere(req, reason) {
+                self.groups[g].free.push(i);
+                return;
+            }
+        }
         if result.is_ok() && reading {
             let id = self.key_id(req.local);
             let o = seen.unwrap_or_else(|| self.keys[req.local].judge(req.floor, id, None));
             self.stats.check.add(o);
         }
         if req.op == OpKind::ReadModifyWrite && !req.second {
+            if result.is_ok() && matches!(self.target.route, Route::Replicated(_)) {
+                // The write half, to every replica.
+                let counter = {
+                    let k = &mut self.keys[req.local];
+                    k.writing = false;
+                    k.begin_write()
+                };
+                self.enqueue_write(Req {
+                    counter,
+                    second: true,
+                    ..req
+                });
+                self.groups[g].free.push(i);
+                return;
+            }
             if result.is_ok() {
                 // The write half, on the same connection.
                 let counter = {
@@ -1010,7 +1340,6 @@ impl<'a> Worker<'a> {
             self.keys[req.local].end_write(req.counter, result.is_ok());
         }
         self.finish(req, now, result.err());
-        let g = self.conns[i].group;
         self.groups[g].free.push(i);
     }
 
@@ -1019,18 +1348,30 @@ impl<'a> Worker<'a> {
         self.outstanding -= 1;
         let recorded = req.due >= self.record_from;
         let open = self.phase.rate.is_some();
-        let s = self.stats.op(req.op);
+        let step = (now.saturating_duration_since(self.start).as_nanos() / TIMELINE_STEP.as_nanos())
+            as usize;
+        if self.stats.timeline.len() <= step {
+            self.stats.timeline.resize_with(step + 1, Interval::default);
+        }
+        let s = self.stats.ops.entry(req.op).or_default();
+        let slot = &mut self.stats.timeline[step];
         match error {
             None => {
+                let from = if open { req.due } else { req.sent };
+                let ns = now.saturating_duration_since(from).as_nanos() as u64;
+                slot.ok += 1;
+                if req.op == OpKind::DegradedGet {
+                    slot.degraded_ok += 1;
+                }
+                slot.hist.saturating_record(ns.max(1_000));
                 if recorded {
-                    let from = if open { req.due } else { req.sent };
-                    let ns = now.saturating_duration_since(from).as_nanos() as u64;
                     s.hist.saturating_record(ns.max(1));
                     s.ok += 1;
                     self.last_recorded = Some(now);
                 }
             }
             Some(reason) => {
+                slot.errors += 1;
                 s.errors += 1;
                 *self.stats.errors.entry(reason).or_default() += 1;
             }
@@ -1049,7 +1390,24 @@ impl<'a> Worker<'a> {
         c.inbuf.clear();
         c.in_start = 0;
         c.seen = None;
+        let g = c.group;
+        let broken = reason.starts_with("connection");
+        if broken
+            && self.target.route.fanout(self.groups.len()) > 1
+            && self.groups[g].down_until.is_none()
+        {
+            self.groups[g].down_until = Some(Instant::now() + DOWN_PROBE);
+        }
         if let Some(req) = c.current.take() {
+            if req.multi.is_some() {
+                self.part_done(req, Instant::now(), Some(reason.to_string()));
+                self.groups[g].free.push(i);
+                return;
+            }
+            if self.retry_elsewhere(req, Some(reason)) {
+                self.groups[g].free.push(i);
+                return;
+            }
             match req.op {
                 OpKind::Set | OpKind::Insert => self.keys[req.local].end_write(req.counter, false),
                 OpKind::ReadModifyWrite if req.second => {
@@ -1059,7 +1417,6 @@ impl<'a> Worker<'a> {
                 _ => {}
             }
             self.finish(req, Instant::now(), Some(reason.to_string()));
-            let g = self.conns[i].group;
             self.groups[g].free.push(i);
         }
     }

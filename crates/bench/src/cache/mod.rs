@@ -8,7 +8,6 @@
 pub mod check;
 pub mod load;
 pub mod server;
-pub mod ycsb;
 
 use std::collections::BTreeMap;
 use std::fs;

@@ -1,0 +1,140 @@
+//! `bench::cache::server::InecCache` controls a real local cache: kill a node (SIGKILL),
+//! read its state through `stats inec`, restart it empty and wait until it has recovered.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use bench::cache::server::{pid_alive, InecCache, InecOptions, NodeHealth};
+
+fn set(addr: SocketAddr, key: &str, value: &[u8]) {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "set {key} 0 0 {}\r\n", value.len()).unwrap();
+    s.write_all(value).unwrap();
+    s.write_all(b"\r\n").unwrap();
+    let mut line = String::new();
+    BufReader::new(s).read_line(&mut line).unwrap();
+    assert_eq!(line, "STORED\r\n", "set {key}");
+}
+
+fn get(addr: SocketAddr, key: &str) -> Option<Vec<u8>> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "get {key}\r\n").unwrap();
+    let mut r = BufReader::new(s);
+    let mut line = String::new();
+    r.read_line(&mut line).unwrap();
+    if line == "END\r\n" {
+        return None;
+    }
+    let len: usize = line
+        .trim_end()
+        .rsplit(' ')
+        .next()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or_else(|| panic!("get {key}: {line:?}"));
+    let mut data = vec![0; len + 2];
+    r.read_exact(&mut data).unwrap();
+    data.truncate(len);
+    Some(data)
+}
+
+fn value(i: usize) -> Vec<u8> {
+    (0..3000).map(|j| (i * 31 + j * 7) as u8).collect()
+}
+
+#[test]
+fn kill_restart_and_recover_a_node() {
+    let exe = env!("CARGO_BIN_EXE_inec");
+    let dir = std::env::temp_dir().join(format!("inec-cache-control-{}", std::process::id()));
+    let mut c = InecCache::start_in(
+        &InecOptions {
+            exe: exe.into(),
+            code: "rs:3,2".into(),
+            scheme: "rs".into(),
+            mode: "coherent".into(),
+            memory_mib: 16,
+            nodes: None,
+        },
+        &dir,
+        &["--down-after-ms".into(), "500".into()],
+    )
+    .expect("inec cache up");
+    assert_eq!(c.dir(), dir);
+    assert_eq!(c.addrs().len(), 5);
+    let st = c.status();
+    assert!(st.recovered(), "{}", st.summary());
+    assert!(st.nodes.iter().all(|n| n.health == NodeHealth::Up));
+    assert_eq!(st.stripe_counts(), vec![("whole".to_string(), 5)]);
+    assert_eq!(
+        st.stripes.iter().map(|s| s.agent).collect::<Vec<_>>(),
+        (0..5).map(Some).collect::<Vec<_>>()
+    );
+
+    let keys = 40;
+    for i in 0..keys {
+        set(c.addrs()[i % 5], &format!("k{i}"), &value(i));
+    }
+
+    // A crash: the node's process is gone, the others see it down and serve degraded.
+    let old = c.pids()[2];
+    c.kill(2).unwrap();
+    assert!(!pid_alive(old));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let st = loop {
+        let st = c.status();
+        if st.stripes.iter().all(|s| s.state == "degraded") || Instant::now() > deadline {
+            break st;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(st.nodes[2].health, NodeHealth::Down, "{}", st.summary());
+    // Node 2 holds a position of every stripe of a 5-node RS(3,2).
+    assert_eq!(st.stripe_counts(), vec![("degraded".to_string(), 5)]);
+    // Stripe 2's agent moved to its next member.
+    assert_eq!(st.stripes[2].agent, Some(3));
+    assert!(!st.recovered());
+    for i in 0..keys {
+        assert_eq!(get(c.addrs()[0], &format!("k{i}")), Some(value(i)), "k{i}");
+    }
+    assert!(c.status().degraded_reads() > 0);
+    // Writes are acknowledged while it is down.
+    set(c.addrs()[1], "written-while-down", &value(99));
+
+    // Restarted empty, it recovers every key it holds a position of.
+    c.restart(2).unwrap();
+    assert_ne!(c.pids()[2], old);
+    assert!(pid_alive(c.pids()[2]));
+    let mut seen = Vec::new();
+    let waited = c
+        .wait_recovered_with(Duration::from_secs(120), Duration::from_millis(50), |s| {
+            seen.push(s.clone())
+        })
+        .expect("recovered");
+    assert!(waited < Duration::from_secs(120));
+    let last = seen.last().unwrap();
+    assert!(last.recovered());
+    let n2 = &last.nodes[2];
+    assert_eq!(n2.health, NodeHealth::Up);
+    assert_eq!(n2.recovery, "done");
+    assert_eq!(n2.recovery_keys_total, keys as u64 + 1);
+    assert_eq!(n2.recovery_keys_done, n2.recovery_keys_total);
+    assert_eq!(last.recovery_progress(), (keys as u64 + 1, keys as u64 + 1));
+    assert!(n2.recovery_bytes > 0);
+    assert_eq!(last.stripe_counts(), vec![("whole".to_string(), 5)]);
+
+    // Its records are whole again: kill two others and every value still reads.
+    c.kill(0).unwrap();
+    c.kill(4).unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    for i in 0..keys {
+        assert_eq!(get(c.addrs()[2], &format!("k{i}")), Some(value(i)), "k{i}");
+    }
+    assert_eq!(get(c.addrs()[2], "written-while-down"), Some(value(99)));
+
+    assert!(c.kill(7).is_err());
+    drop(c);
+    assert!(!dir.exists(), "the drop removes the directory");
+    assert!(bench::cache::server::pids_naming(&dir.join("cluster.txt")).is_empty());
+}
