@@ -243,6 +243,10 @@ pub struct SystemRun {
     /// Bytes of the live values (keys × value bytes).
     pub value_bytes: u64,
     pub rss_per_value_byte: f64,
+    /// Resident memory of the server processes right after they started (before the load).
+    pub rss_idle_bytes: u64,
+    /// (RSS after the run − RSS at the start) ÷ bytes of values: what the values cost.
+    pub rss_added_per_value_byte: f64,
     pub recovery_s: Option<f64>,
 }
 
@@ -463,6 +467,11 @@ pub(crate) fn run_system(
             form: inec_degraded_form(a.degraded_pos),
         });
     }
+    let rss_idle_bytes: u64 = sys
+        .pids()
+        .iter()
+        .filter_map(|&p| server::resident_bytes(p))
+        .sum();
     let mut y = Ycsb::new(cfg)?;
     let loaded = y.load()?;
     if loaded.total_errors() > 0 {
@@ -564,6 +573,9 @@ pub(crate) fn run_system(
             rss_bytes,
             value_bytes,
             rss_per_value_byte: rss_bytes as f64 / value_bytes.max(1) as f64,
+            rss_idle_bytes,
+            rss_added_per_value_byte: rss_bytes.saturating_sub(rss_idle_bytes) as f64
+                / value_bytes.max(1) as f64,
             recovery_s,
         },
         run,
@@ -607,8 +619,8 @@ pub fn table(runs: &[SystemRun]) -> String {
 /// The per-system table: memory, failures survived, what was killed, wrong values.
 pub fn systems_table(runs: &[SystemRun]) -> String {
     let mut s = String::from(
-        "| workload | system | ops/s | RSS MiB | RSS ÷ value bytes | survives failures | killed (most at once) | recovery s | wrong values (run + verify) | verified keys |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| workload | system | ops/s | RSS MiB | RSS ÷ value bytes | (RSS − idle RSS) ÷ value bytes | survives failures | killed (most at once) | recovery s | wrong values (run + verify) | verified keys |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let kills = r
@@ -617,12 +629,13 @@ pub fn systems_table(runs: &[SystemRun]) -> String {
             .filter(|f| f.what.ends_with("killed"))
             .count();
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {} ({}) | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} ({}) | {} | {} | {} |\n",
             r.workload,
             r.system,
             r.run.throughput_ops_s,
             r.rss_bytes as f64 / (1 << 20) as f64,
             r.rss_per_value_byte,
+            r.rss_added_per_value_byte,
             r.tolerates,
             kills,
             r.max_down_observed,
