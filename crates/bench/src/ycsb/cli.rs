@@ -248,6 +248,10 @@ pub struct SystemRun {
     /// (RSS after the run − RSS at the start) ÷ bytes of values: what the values cost.
     pub rss_added_per_value_byte: f64,
     pub recovery_s: Option<f64>,
+    /// inec: degraded reads run as engine plans, summed over the nodes (`stats inec`).
+    pub degraded_plan_runs: Option<u64>,
+    /// inec: degraded reads whose plan failed and were repaired at the agent instead.
+    pub degraded_plan_fallbacks: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -382,12 +386,8 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
                 nodes: a.inec_nodes,
             };
             let c = InecCache::start(&o)?;
-            let route = if a.kill_mean_s.is_some() {
-                Route::HashFailover
-            } else {
-                Route::Hash
-            };
-            Ok((Running::Inec(c), route))
+            // Without failures the same as Route::Hash (each key to its stripe's agent).
+            Ok((Running::Inec(c), Route::HashFailover))
         }
         "memcached" | "memcached-x3" => {
             let (nodes, per_node) = if name == "memcached" {
@@ -540,6 +540,20 @@ pub(crate) fn run_system(
         std::thread::sleep(Duration::from_millis(300));
     }
     let verify = y.verify()?;
+    // Where inec's degraded reads went: plan runs on the engine, or fallbacks at the agent.
+    let plan_counts = match &sys {
+        Running::Inec(c) => {
+            let st = c.status();
+            let sum = |k: &str| -> u64 {
+                st.nodes
+                    .iter()
+                    .filter_map(|n| n.stats.get(k)?.parse::<u64>().ok())
+                    .sum()
+            };
+            Some((sum("degraded_plan_runs"), sum("degraded_plan_fallbacks")))
+        }
+        Running::Memcached(..) => None,
+    };
     let pids = sys.pids();
     let rss_bytes: u64 = pids.iter().filter_map(|&p| server::resident_bytes(p)).sum();
     let value_bytes = y.keys() * a.value_bytes as u64;
@@ -577,6 +591,8 @@ pub(crate) fn run_system(
             rss_added_per_value_byte: rss_bytes.saturating_sub(rss_idle_bytes) as f64
                 / value_bytes.max(1) as f64,
             recovery_s,
+            degraded_plan_runs: plan_counts.map(|p| p.0),
+            degraded_plan_fallbacks: plan_counts.map(|p| p.1),
         },
         run,
         marks,
