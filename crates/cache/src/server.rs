@@ -844,6 +844,11 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         "plan_templates_installed",
         plan(|c| &c.plan_templates_installed),
     );
+    compose::stat(
+        out,
+        "degraded_plan_runs_in_flight_max",
+        plan(|c| &c.degraded_plan_runs_in_flight_max),
+    );
     compose::stat(out, "startup_templates", plan(|c| &c.startup_templates));
     compose::stat(out, "write_plan_runs", plan(|c| &c.write_plan_runs));
     compose::stat(

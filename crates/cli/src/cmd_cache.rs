@@ -248,9 +248,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         (Some(addrs), Some(mine)) => {
             let exec = Arc::new(PlanExec::new(addrs, node.incarnation));
             node.set_plan_exec(Arc::clone(&exec));
-            let app = CacheApp {
-                node: Arc::downgrade(&node),
-            };
+            let app = CacheApp::new(Arc::downgrade(&node), a.opts.debug_commands);
             let host = LocalNode::tcp_with(a.id as engine::NodeId, mine, BufferPool::new(), app)
                 .with_context(|| format!("binding engine address {mine}"))?;
             // Engines connect on the peers' first heartbeat answers.

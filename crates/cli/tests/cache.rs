@@ -50,9 +50,21 @@ impl Cluster {
     }
 
     fn up_with(code: &str, scheme: &str, chunks: usize, extra: &[&str]) -> Cluster {
+        Cluster::up_env(code, scheme, chunks, extra, &[])
+    }
+
+    /// A cluster whose node processes get `env` (test-only settings).
+    fn up_env(
+        code: &str,
+        scheme: &str,
+        chunks: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
         let out = Command::new(INEC)
+            .envs(env.iter().copied())
             .args(["cache", "up", "--dir"])
             .arg(dir.path())
             .args([
@@ -925,4 +937,64 @@ fn degraded_read_on_engine_ecpipe() {
 #[test]
 fn degraded_read_on_engine_triec() {
     degraded_read_on_engine("rs:6,3", "triec", 9, 6, &[]);
+}
+
+/// Two degraded reads at one agent run at once (runs are launched from the agent's host, not
+/// queued behind one runner): each repair helper waits 400 ms before reading its record
+/// (test-only delay), two clients ask the agent together, both get their bytes, and the agent
+/// had both runs in flight at the same time.
+#[test]
+fn concurrent_degraded_reads_at_one_agent() {
+    let c = Cluster::up_env(
+        "rs:6,3",
+        "rs",
+        9,
+        &[],
+        &[(cache::plans::INPUT_DELAY_ENV, "400")],
+    );
+    let placement = cache::placement::Placement::new(9, 9);
+    // Two keys of stripe 0 that do not share a key lock.
+    let mut keys: Vec<String> = Vec::new();
+    for k in (0..).map(|i| format!("concurrent-{i}")) {
+        let lock = cache::node::key_lock_index(k.as_bytes());
+        if placement.stripe_of(k.as_bytes()) == 0
+            && keys
+                .iter()
+                .all(|o| cache::node::key_lock_index(o.as_bytes()) != lock)
+        {
+            keys.push(k);
+            if keys.len() == 2 {
+                break;
+            }
+        }
+    }
+    let mut rng = SmallRng::seed_from_u64(5);
+    let values: Vec<Vec<u8>> = keys
+        .iter()
+        .map(|_| random_value(&mut rng, 20_000))
+        .collect();
+    let mut cl = c.client(0);
+    for (k, v) in keys.iter().zip(&values) {
+        assert_eq!(cl.set(k, v), "STORED\r\n");
+        // Installs the repair template of (stripe 0, position 1 lost, size class) once.
+        assert!(cl.mg_degraded(k, 1) == Got::Hit(v.clone()));
+    }
+    let stat = |name: &str| c.client(0).stats("inec")[name].parse::<u64>().unwrap();
+    assert_eq!(stat("degraded_plan_runs_in_flight_max"), 1);
+    let runs0 = stat("degraded_plan_runs");
+    let barrier = std::sync::Barrier::new(2);
+    std::thread::scope(|s| {
+        for (k, v) in keys.iter().zip(&values) {
+            let (barrier, c) = (&barrier, &c);
+            s.spawn(move || {
+                let mut cl = c.client(0);
+                barrier.wait();
+                assert!(cl.mg_degraded(k, 1) == Got::Hit(v.clone()), "{k}");
+            });
+        }
+    });
+    assert_eq!(stat("degraded_plan_runs") - runs0, 2);
+    assert_eq!(stat("degraded_plan_fallbacks"), 0);
+    assert_eq!(stat("degraded_plan_runs_in_flight_max"), 2);
+    assert_eq!(stat("plan_templates_installed"), 1);
 }
