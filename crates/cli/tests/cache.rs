@@ -998,3 +998,66 @@ fn concurrent_degraded_reads_at_one_agent() {
     assert_eq!(stat("degraded_plan_runs_in_flight_max"), 2);
     assert_eq!(stat("plan_templates_installed"), 1);
 }
+
+/// Why the network-namespace test cannot run here, if it cannot.
+fn netns_unavailable() -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("not root: network namespaces need root".into());
+    }
+    for tool in ["ip", "tc"] {
+        let ok = Command::new(tool)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Some(format!("`{tool}` (iproute2) is not available"));
+        }
+    }
+    if std::path::Path::new("/sys/class/net/inec-br").exists() {
+        return Some("another namespace cluster (bridge inec-br) is up on this machine".into());
+    }
+    None
+}
+
+/// `inec cache up --netns`: every node in its own namespace behind a rate-limited veth link,
+/// the cluster file giving their namespace addresses; values written through one node read
+/// back through another, a write and a read on the start-up plans; `down` removes the
+/// namespaces and the bridge. Skipped (saying why) where namespaces cannot be made.
+#[test]
+fn cache_up_in_network_namespaces() {
+    if let Some(why) = netns_unavailable() {
+        eprintln!("skipped: {why}");
+        return;
+    }
+    let c = Cluster::up_with("rs:6,3", "rs", 9, &["--netns", "--link-rate", "1gbit"]);
+    let st = state(&c.path());
+    for (i, m) in st["members"].as_array().unwrap().iter().enumerate() {
+        let client: std::net::SocketAddr = m["client"].as_str().unwrap().parse().unwrap();
+        assert!(client.ip().to_string().starts_with("10.77."), "{client}");
+        assert_eq!(client.port(), 11211);
+        assert_eq!(st["netns"][i].as_str().unwrap(), format!("inec-ns{i}"));
+        assert!(std::path::Path::new("/run/netns")
+            .join(format!("inec-ns{i}"))
+            .exists());
+    }
+    let text = std::fs::read_to_string(c.path().join("cluster.txt")).unwrap();
+    assert!(text.contains("10.77.0.12:11211"), "{text}");
+    let mut rng = SmallRng::seed_from_u64(3);
+    for i in 0..9 {
+        let key = format!("ns-{i}");
+        let v = random_value(&mut rng, 8192 + i);
+        assert_eq!(c.client(i).set(&key, &v), "STORED\r\n");
+        assert!(c.client((i + 4) % 9).get(&key) == Got::Hit(v), "{key}");
+    }
+    assert!(c.sum_stat("write_plan_runs") >= 9);
+    assert!(c.sum_stat("read_plan_runs") >= 9);
+    assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
+    drop(c);
+    for i in 0..9 {
+        assert!(!std::path::Path::new("/run/netns")
+            .join(format!("inec-ns{i}"))
+            .exists());
+    }
+    assert!(!std::path::Path::new("/sys/class/net/inec-br").exists());
+}
