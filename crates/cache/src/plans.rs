@@ -820,7 +820,9 @@ impl Application for CacheApp {
         }
     }
 
-    fn finished(&mut self, ctx: &HostCtx, run: &RunInfo, _error: Option<&str>) {
+    fn started(&mut self, ctx: &HostCtx, run: &RunInfo) {
+        // Counted when the run starts here, so that the count is whole once the agent has
+        // its result (a quiet participant's part may finish after the agent's).
         if run.runner == ctx.node() {
             return;
         }

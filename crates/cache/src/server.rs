@@ -66,13 +66,15 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                             };
                             let data = req.is_data();
                             let res = node.handle_peer(req);
-                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
-                                break;
-                            }
+                            // Counted before it leaves, so that the count is whole once the
+                            // caller has the reply.
                             if data {
                                 node.counters
                                     .peer_replies_sent
                                     .fetch_add(1, Ordering::Relaxed);
+                            }
+                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
+                                break;
                             }
                         }
                     });
