@@ -105,6 +105,16 @@ pub struct YcsbArgs {
     /// replicas − 1).
     #[arg(long)]
     pub max_down: Option<usize>,
+    /// inec nodes killed after the load phase and down for the whole run phase (repeatable),
+    /// restarted and recovered afterwards: reads lose these chunks besides the forced one
+    /// (e.g. the paper's TriEC(3,2) case with two lost chunks).
+    #[arg(long = "dead-node")]
+    pub dead_nodes: Vec<usize>,
+    /// Run the paper's study instead (docs/ycsb.md): `fig14` (five schemes × workloads A, B,
+    /// C, 8 KiB, all reads degraded, coherent vs incoherent), `cases` (Figures 9–13's
+    /// configurations), `goals` (PPR and ECPipe degraded p99 against normal p99) or `all`.
+    #[arg(long)]
+    pub study: Option<String>,
     /// Seconds without a reply before a request counts as a timeout.
     #[arg(long, default_value_t = 5.0)]
     pub timeout_s: f64,
@@ -417,7 +427,7 @@ fn addrs_of(r: &Running) -> Vec<SocketAddr> {
 }
 
 /// Runs one system on one workload.
-fn run_system(
+pub(crate) fn run_system(
     a: &YcsbArgs,
     name: &str,
     w: Workload,
@@ -464,6 +474,15 @@ fn run_system(
     } else {
         tolerates
     };
+    let mut dead_events = Vec::new();
+    if let Running::Inec(c) = &mut sys {
+        for &node in &a.dead_nodes {
+            c.kill(node)
+                .with_context(|| format!("{name}: killing node {node}"))?;
+            dead_events.push((Instant::now(), node, format!("node {node} killed")));
+        }
+    }
+    let budget = budget.saturating_sub(dead_events.len());
     let kills = a.kill_mean_s.filter(|_| budget > 0);
     let max_down = a.max_down.unwrap_or(budget).min(budget);
     let t_start = Instant::now();
@@ -489,6 +508,16 @@ fn run_system(
     for p in &problems {
         writeln!(log, "# {name}: {p}")?;
     }
+    let mut events = events;
+    if let Running::Inec(c) = &mut sys {
+        for &node in &a.dead_nodes {
+            c.restart(node)
+                .with_context(|| format!("{name}: restarting node {node}"))?;
+            dead_events.push((Instant::now(), node, format!("node {node} restarted")));
+        }
+    }
+    dead_events.append(&mut events);
+    let events = dead_events;
     // Recovery of restarted inec nodes, then every value read back.
     let mut recovery_s = None;
     if let (Running::Inec(c), false) = (&sys, events.is_empty()) {
@@ -720,6 +749,9 @@ pub fn run(a: YcsbArgs) -> Result<()> {
             "{} is missing: install the memcached package, or leave memcached out of --systems",
             server::MEMCACHED
         );
+    }
+    if let Some(which) = &a.study {
+        return super::study::run(&a, which);
     }
     for s in &a.systems {
         tolerated_failures(s, &a.code, a.replicas)?;

@@ -36,6 +36,7 @@
 
 pub mod cli;
 pub mod dist;
+pub mod study;
 
 pub use cli::{run as run_cli, YcsbArgs};
 
