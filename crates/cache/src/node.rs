@@ -19,7 +19,7 @@ use crate::index::{self, Entry, Gone, StripeIndex};
 use crate::member::ChunkStore;
 use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 use crate::placement::{fnv1a_64, Placement};
-use crate::plans::PlanExec;
+use crate::plans::{PlanExec, WriteMeta};
 use crate::record::{self, Header, Kind};
 use crate::semantics::{self, Decision};
 use crate::stripe;
@@ -120,6 +120,8 @@ pub struct Counters {
     pub crc_errors: AtomicU64,
     pub version_mismatches: AtomicU64,
     pub forwarded: AtomicU64,
+    /// Replies this node's peer server sent to data requests (heartbeats excluded).
+    pub peer_replies_sent: AtomicU64,
     pub index_rebuilds: AtomicU64,
     pub server_errors: AtomicU64,
     pub recovery_keys_total: AtomicU64,
@@ -252,6 +254,27 @@ impl Node {
 
     pub fn plan_exec(&self) -> Option<&Arc<PlanExec>> {
         self.plans.get()
+    }
+
+    /// Stores a record that arrived through an engine plan (a write's chunk), as a peer
+    /// `Put` would.
+    pub fn put_record(&self, stripe: u32, record: Vec<u8>, watermark: u64) -> Result<(), String> {
+        lock(&self.store)
+            .put(stripe, record, watermark)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    /// The engine path for a write or normal read of a coded value of `stripe`, when this node
+    /// is the stripe's designated agent and every node `needed` holds is up.
+    fn plan_path(&self, stripe: usize, needed: usize) -> Option<&Arc<PlanExec>> {
+        let x = self.plans.get()?;
+        if self.placement.node_of(stripe, 0) != self.cfg.id {
+            return None;
+        }
+        (0..needed)
+            .all(|p| self.is_up(self.placement.node_of(stripe, p)))
+            .then_some(x)
     }
 
     /// The record this node holds for (stripe, position, key, version).
@@ -1017,8 +1040,48 @@ impl Node {
             Kind::Coded => {
                 let k = self.k();
                 let wanted: Vec<usize> = (0..k).collect();
-                let first: Vec<usize> = wanted.iter().copied().filter(|&p| usable(p)).collect();
-                let (good, bad) = self.fetch(stripe, key, e, &first);
+                let mut first: Vec<usize> = wanted.iter().copied().filter(|&p| usable(p)).collect();
+                // The normal read on the engine: the stripe's read template brings the data
+                // chunks other nodes hold; this node's own are read locally.
+                let mut planned = Vec::new();
+                let plan = match self.plan_path(stripe, k) {
+                    Some(x) if first.len() == k => Some(x),
+                    _ => None,
+                };
+                if let Some(x) = plan {
+                    let chunk_bytes = (e.value_bytes as usize).div_ceil(k);
+                    match x.read(
+                        self.cfg.code,
+                        self.cfg.mode,
+                        &self.placement,
+                        stripe,
+                        key,
+                        e.version,
+                        chunk_bytes,
+                    ) {
+                        Ok(chunks) => {
+                            x.counters.read_plan_runs.fetch_add(1, Ordering::Relaxed);
+                            planned = chunks;
+                            first.retain(|&p| self.placement.node_of(stripe, p) == self.cfg.id);
+                        }
+                        Err(reason) => {
+                            x.counters
+                                .read_plan_fallbacks
+                                .fetch_add(1, Ordering::Relaxed);
+                            eprintln!(
+                                "node {}: read of stripe {stripe} over peer messages instead \
+                                 of its plan: {reason}",
+                                self.cfg.id
+                            );
+                        }
+                    }
+                } else if let (Some(x), None) = (self.plans.get(), degrade) {
+                    x.counters
+                        .read_plan_fallbacks
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                let (mut good, bad) = self.fetch(stripe, key, e, &first);
+                good.extend(planned);
                 let mut have: Vec<Option<Vec<u8>>> = vec![None; self.n()];
                 for (p, d) in good {
                     have[p] = Some(d);
@@ -1375,17 +1438,76 @@ impl Node {
             positions,
             charge,
         );
-        let recs = match self.records_of(key, &entry, value) {
-            Ok(r) => r,
-            Err(err) => {
-                self.with_index(stripe, |ix| {
-                    ix.release(positions, charge);
-                    ix.finish(version);
-                    if let Some(o) = old {
-                        ix.adopt(key, o);
+        // The write on the engine: the stripe's write template, when this node is its
+        // designated agent and every member is up; otherwise (or if the run fails) the
+        // records go out as peer messages.
+        let mut planned = false;
+        if kind == Kind::Coded {
+            // TriEC's encode would need a start for each of its layer-3 members: its writes
+            // stay on peer messages.
+            let path = if self.cfg.scheme == Scheme::Triec {
+                None
+            } else {
+                self.plan_path(stripe, self.n())
+            };
+            match path {
+                Some(x) => {
+                    let meta = WriteMeta {
+                        value_bytes: value.len() as u64,
+                        flags,
+                        exptime: exptime_abs,
+                        watermark,
+                    };
+                    match x.write(
+                        self.cfg.code,
+                        self.cfg.mode,
+                        &self.placement,
+                        stripe,
+                        key,
+                        version,
+                        value,
+                        meta,
+                    ) {
+                        Ok(()) => {
+                            x.counters.write_plan_runs.fetch_add(1, Ordering::Relaxed);
+                            planned = true;
+                        }
+                        Err(reason) => {
+                            x.counters
+                                .write_plan_fallbacks
+                                .fetch_add(1, Ordering::Relaxed);
+                            eprintln!(
+                                "node {}: write of stripe {stripe} over peer messages instead \
+                                 of its plan: {reason}",
+                                self.cfg.id
+                            );
+                        }
                     }
-                });
-                return Err(err);
+                }
+                None => {
+                    if let Some(x) = self.plans.get() {
+                        x.counters
+                            .write_plan_fallbacks
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let recs = if planned {
+            Vec::new()
+        } else {
+            match self.records_of(key, &entry, value) {
+                Ok(r) => r,
+                Err(err) => {
+                    self.with_index(stripe, |ix| {
+                        ix.release(positions, charge);
+                        ix.finish(version);
+                        if let Some(o) = old {
+                            ix.adopt(key, o);
+                        }
+                    });
+                    return Err(err);
+                }
             }
         };
         let calls: Vec<(usize, Request)> = recs

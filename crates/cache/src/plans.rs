@@ -1,15 +1,25 @@
-//! Degraded reads on the engine: every cache node runs an engine host ([`CacheApp`]) next to
-//! its peer port, and the agent of a stripe runs the configured scheme's repair plan
-//! (`graph::build`) on those hosts through a [`engine::PlanRunner`] of its own.
+//! The cache's plans on the engine: every cache node runs an engine host ([`CacheApp`]) next
+//! to its peer port.
 //!
-//! A plan is built and installed once per (stripe, lost positions, chunk size class) and then
-//! started per read with one `Start` per participant carrying the application payload
-//! [`RunPayload`]: the key and version whose chunks the members read from their stores (the
-//! record's CRC, key, version and position are checked there), and the agent's host receives
-//! the rebuilt chunks. Chunk sizes are rounded up to a power of two (at least
-//! [`MIN_CLASS_BYTES`]): chunks are zero-padded to the class on input and the output is cut
-//! back, which is exact because the codes are linear byte by byte (zero columns encode to
-//! zero), so a handful of templates serve every value size.
+//! - **Writes and normal reads** of coded values run templates every node installs for its own
+//!   parts at start-up, locally (no message): for each stripe it is a member of, the scheme's
+//!   encode plan (`graph::build`, RS/LRC/PPR/ECPipe: the agent's `ec-send`) and the normal-read
+//!   plan (each remote data member `send`s its chunk to the agent). The agent *launches* a run
+//!   from its own host ([`engine::Launcher`]): a write's chunk frames carry each member's start
+//!   and the member's `Done` is its ack; a read sends each data member one quiet `start` and
+//!   gets its chunk back. The run's chunk size travels in the start, so one template per
+//!   stripe and kind serves every value size.
+//! - **Degraded reads** run the configured scheme's repair plan, built and installed (by the
+//!   agent's [`engine::PlanRunner`], `Install` messages) once per (stripe, lost positions,
+//!   chunk size class) and launched from the agent's host like the others: one quiet `start`
+//!   per other participant, then the plan's data edges.
+//!
+//! Every run's `start` carries [`RunPayload`]: the key and version whose chunks the members
+//! read from their stores (CRC, key, version and position checked there) or, for a write, the
+//! record header fields the members store their chunk under. Repair chunk sizes are rounded
+//! up to a power of two (at least [`MIN_CLASS_BYTES`]): chunks are zero-padded to the class on
+//! input and the output is cut back, which is exact because the codes are linear byte by byte
+//! (zero columns encode to zero).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -18,11 +28,15 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use codes::Code;
-use engine::{Application, ChunkRef, HostCtx, Mode, PlanRunner, RunInfo, RunSpec};
+use engine::{
+    Application, ChunkRef, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge, OutputSpec,
+    PlanRunner, RunInfo, VertexPart,
+};
 use graph::{PlanSpec, Scheme, Target};
 
 use crate::node::{ExecMode, Node};
-use crate::record;
+use crate::placement::Placement;
+use crate::record::{self, Header, Kind};
 
 /// The smallest chunk size class of a repair template.
 pub const MIN_CLASS_BYTES: usize = 64;
@@ -35,41 +49,97 @@ pub fn class_bytes(bytes: usize) -> usize {
     bytes.max(MIN_CLASS_BYTES).next_power_of_two()
 }
 
-/// What a degraded read's `Start` carries to every participant.
+/// What a run is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunKind {
+    /// A normal or degraded read: members supply their records' data, the agent receives.
+    Read = 0,
+    /// A write: the agent supplies the data chunks, members store their chunk as a record.
+    Write = 1,
+}
+
+/// The record fields a write's members store their chunks under.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WriteMeta {
+    pub value_bytes: u64,
+    pub flags: u32,
+    pub exptime: i64,
+    /// The stripe's watermark (see `member.rs`).
+    pub watermark: u64,
+}
+
+/// What every participant's `start` of a run carries.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunPayload {
-    /// Chosen by the agent, unique per read: the rebuilt chunks are filed under it.
+    pub kind: RunKind,
+    /// Chosen by the agent, unique per run: chunks delivered to the agent are filed under it.
     pub nonce: u64,
     pub stripe: u32,
     pub version: u64,
-    /// The template's chunk size: inputs are zero-padded to it.
+    /// The run's chunk size (repairs: the size class; inputs are zero-padded to it).
     pub class_bytes: u32,
     pub key: Vec<u8>,
+    /// Writes only.
+    pub write: Option<WriteMeta>,
 }
+
+const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2;
+const WRITE_META: usize = 8 + 4 + 8 + 8;
 
 impl RunPayload {
     pub fn encode(&self) -> Vec<u8> {
-        let mut b = Vec::with_capacity(24 + self.key.len());
+        let mut b = Vec::with_capacity(PAYLOAD_HEAD + self.key.len() + WRITE_META);
+        b.push(self.kind as u8);
         b.extend_from_slice(&self.nonce.to_le_bytes());
         b.extend_from_slice(&self.stripe.to_le_bytes());
         b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&self.class_bytes.to_le_bytes());
+        b.extend_from_slice(&(self.key.len() as u16).to_le_bytes());
         b.extend_from_slice(&self.key);
+        if let Some(w) = &self.write {
+            b.extend_from_slice(&w.value_bytes.to_le_bytes());
+            b.extend_from_slice(&w.flags.to_le_bytes());
+            b.extend_from_slice(&w.exptime.to_le_bytes());
+            b.extend_from_slice(&w.watermark.to_le_bytes());
+        }
         b
     }
 
     pub fn decode(b: &[u8]) -> Result<RunPayload, String> {
-        if b.len() < 24 || b.len() > 24 + 250 {
-            return Err(format!("bad degraded-read payload of {} bytes", b.len()));
+        let bad = || format!("bad run payload of {} bytes", b.len());
+        if b.len() < PAYLOAD_HEAD {
+            return Err(bad());
         }
         let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
         let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
+        let kind = match b[0] {
+            0 => RunKind::Read,
+            1 => RunKind::Write,
+            _ => return Err(bad()),
+        };
+        let key_len = u16::from_le_bytes([b[25], b[26]]) as usize;
+        if key_len > 250 {
+            return Err(bad());
+        }
+        let rest = PAYLOAD_HEAD + key_len;
+        let write = match (kind, b.len().checked_sub(rest)) {
+            (RunKind::Read, Some(0)) => None,
+            (RunKind::Write, Some(WRITE_META)) => Some(WriteMeta {
+                value_bytes: u64_at(rest),
+                flags: u32_at(rest + 8),
+                exptime: u64_at(rest + 12) as i64,
+                watermark: u64_at(rest + 20),
+            }),
+            _ => return Err(bad()),
+        };
         Ok(RunPayload {
-            nonce: u64_at(0),
-            stripe: u32_at(8),
-            version: u64_at(12),
-            class_bytes: u32_at(20),
-            key: b[24..].to_vec(),
+            kind,
+            nonce: u64_at(1),
+            stripe: u32_at(9),
+            version: u64_at(13),
+            class_bytes: u32_at(21),
+            key: b[PAYLOAD_HEAD..rest].to_vec(),
+            write,
         })
     }
 }
@@ -81,40 +151,155 @@ pub struct PlanCounters {
     pub degraded_plan_runs: AtomicU64,
     /// Degraded reads that fell back to the agent-side repair (the reason is logged).
     pub degraded_plan_fallbacks: AtomicU64,
-    /// Repair templates this node installed (as agent).
+    /// Repair templates this node installed (as agent) on other nodes, after start-up.
     pub plan_templates_installed: AtomicU64,
-    /// `Start` messages this node's host handled (one `Done` answered each).
+    /// Write and read templates this node installed for its own parts at start-up.
+    pub startup_templates: AtomicU64,
+    /// Writes and normal reads this node (as agent) ran on engine plans.
+    pub write_plan_runs: AtomicU64,
+    pub read_plan_runs: AtomicU64,
+    /// Writes and normal reads that went over peer messages instead (a member down, an
+    /// acting agent, a replicated value, TriEC writes, or a failed run: the reason is logged).
+    pub write_plan_fallbacks: AtomicU64,
+    pub read_plan_fallbacks: AtomicU64,
+    /// Runs of other agents this node's host took part in (one start each, attached to a
+    /// chunk or sent alone).
     pub plan_starts: AtomicU64,
     /// Local chunks this node's host supplied to runs.
     pub plan_inputs: AtomicU64,
+    /// Chunks this node's host stored as records for writes.
+    pub plan_records_stored: AtomicU64,
 }
 
-/// Rebuilt chunks delivered to this node's host for one read: (position, bytes).
+/// Chunks delivered to this node's host for one run: (position, bytes).
 type Delivered = Vec<(u32, Arc<Vec<u8>>)>;
 
 /// A repair template: (stripe, lost positions, chunk size class).
 type TemplateKey = (usize, Vec<usize>, usize);
 
-/// The engine side of a node: the engine addresses of the cluster, the agent's runner and
-/// installed templates, and the rebuilt chunks delivered to this node's host.
+/// Template ids of the start-up templates: far above the runner's (which count from 1).
+const STARTUP_TEMPLATE_BASE: u64 = 1 << 62;
+
+/// The start-up template of `kind` for `stripe`.
+pub fn startup_template(kind: RunKind, stripe: usize) -> u64 {
+    STARTUP_TEMPLATE_BASE | ((kind as u64) << 32) | stripe as u64
+}
+
+/// The template chunk size start-up plans are built with (runs give their own).
+const STARTUP_CHUNK_BYTES: usize = 4096;
+
+/// The engine side of a node: the engine addresses of the cluster, this node's launcher, the
+/// repair runner and installed repair templates, the chunks delivered to this node's host and
+/// the inputs of the writes it runs.
 #[derive(Debug)]
 pub struct PlanExec {
     /// Engine address of every node, by id.
     pub addrs: Vec<SocketAddr>,
     runner: Mutex<Option<Runner>>,
     outputs: Mutex<HashMap<u64, Delivered>>,
+    /// Data chunks of writes this node runs as agent, by nonce.
+    inputs: Mutex<HashMap<u64, Vec<Arc<Vec<u8>>>>>,
     next_nonce: AtomicU64,
     /// This node's engine (set once its host runs), for connecting to peers' engines.
     engine: std::sync::OnceLock<engine::Engine>,
+    launcher: std::sync::OnceLock<Launcher>,
+    /// Whether this node's start-up templates are installed: writes and reads of the stripes
+    /// it leads as designated agent.
+    startup: std::sync::OnceLock<bool>,
+    /// Frames of runners dropped after a failure.
+    old_runner_frames: [AtomicU64; 2],
     pub counters: PlanCounters,
 }
 
 #[derive(Debug)]
 struct Runner {
     runner: PlanRunner,
-    /// Installed templates → (template id, participants).
+    /// Installed repair templates → (template id, participants).
     templates: HashMap<TemplateKey, (u64, Vec<usize>)>,
     next_template: u64,
+}
+
+/// The normal-read parts of `stripe`: each data position held by another node than the agent
+/// sends its chunk to the agent, which keeps it (one vertex per position on each side).
+pub fn read_parts(placement: &Placement, k: usize, stripe: usize) -> Vec<VertexPart> {
+    let agent = placement.node_of(stripe, 0);
+    let mut parts = Vec::new();
+    let c = |p: usize| ChunkRef {
+        stripe: stripe as u64,
+        index: p as u32,
+    };
+    for p in 0..k {
+        let node = placement.node_of(stripe, p);
+        if node == agent {
+            continue;
+        }
+        parts.push(VertexPart {
+            vertex: 2 * p,
+            node,
+            chunk_bytes: STARTUP_CHUNK_BYTES,
+            slice_bytes: STARTUP_CHUNK_BYTES,
+            local: vec![c(p)],
+            inputs: vec![],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![OutEdge { edge: p, to: agent }],
+                store: None,
+            }],
+        });
+        parts.push(VertexPart {
+            vertex: 2 * p + 1,
+            node: agent,
+            chunk_bytes: STARTUP_CHUNK_BYTES,
+            slice_bytes: STARTUP_CHUNK_BYTES,
+            local: vec![],
+            inputs: vec![InEdge {
+                edge: p,
+                from: node,
+            }],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![],
+                store: Some(c(p)),
+            }],
+        });
+    }
+    parts
+}
+
+/// The write parts of `stripe`: the scheme's encode plan with the stripe's placement (the
+/// designated agent node `stripe` holds the data chunks). `None` for TriEC, whose layer-3
+/// members would each need a start of their own (its writes stay on peer messages).
+pub fn write_parts(
+    code: Code,
+    scheme: Scheme,
+    placement: &Placement,
+    stripe: usize,
+) -> Result<Option<Vec<VertexPart>>, String> {
+    if scheme == Scheme::Triec {
+        return Ok(None);
+    }
+    let mut spec = PlanSpec::new(scheme, code, graph::Request::Encode, STARTUP_CHUNK_BYTES);
+    spec.placement = graph::Placement {
+        nodes: placement.members(stripe),
+        agent: placement.node_of(stripe, 0),
+    };
+    let plan = graph::build(&spec).map_err(|e| format!("no encode plan: {e}"))?;
+    plan.parts(stripe as u64)
+        .map(Some)
+        .map_err(|e| format!("encode plan lowering failed: {e}"))
+}
+
+fn engine_mode(mode: ExecMode) -> Mode {
+    match mode {
+        ExecMode::Coherent => Mode::Coherent,
+        ExecMode::Incoherent => Mode::Incoherent,
+    }
+}
+
+/// The other nodes of `parts`, sorted, without `me`.
+fn others(parts: impl IntoIterator<Item = usize>, me: usize) -> Vec<engine::NodeId> {
+    let set: std::collections::BTreeSet<usize> = parts.into_iter().filter(|&n| n != me).collect();
+    set.into_iter().map(|n| n as engine::NodeId).collect()
 }
 
 impl PlanExec {
@@ -123,16 +308,206 @@ impl PlanExec {
             addrs,
             runner: Mutex::new(None),
             outputs: Mutex::new(HashMap::new()),
+            inputs: Mutex::new(HashMap::new()),
             next_nonce: AtomicU64::new(seed << 20),
             engine: std::sync::OnceLock::new(),
+            launcher: std::sync::OnceLock::new(),
+            startup: std::sync::OnceLock::new(),
+            old_runner_frames: [AtomicU64::new(0), AtomicU64::new(0)],
             counters: PlanCounters::default(),
         }
+    }
+
+    /// Installs, on this node's host and without a message, this node's parts of the write
+    /// and normal-read templates of every stripe it is a member of: 2 templates per stripe
+    /// (n stripes when N ≥ n), whatever the value sizes. Returns how many were installed.
+    pub fn install_startup(
+        &self,
+        launcher: Launcher,
+        me: usize,
+        code: Code,
+        scheme: Scheme,
+        placement: &Placement,
+    ) -> Result<usize, String> {
+        let mut installed = 0;
+        for stripe in 0..placement.node_count() {
+            if !placement.members(stripe).contains(&me) {
+                continue;
+            }
+            let mut templates = vec![(
+                startup_template(RunKind::Read, stripe),
+                read_parts(placement, code.k(), stripe),
+            )];
+            if let Some(parts) = write_parts(code, scheme, placement, stripe)? {
+                templates.push((startup_template(RunKind::Write, stripe), parts));
+            }
+            for (id, parts) in templates {
+                let mine: Vec<VertexPart> = parts.into_iter().filter(|p| p.node == me).collect();
+                if mine.is_empty() {
+                    continue;
+                }
+                launcher.install(id, mine)?;
+                installed += 1;
+            }
+        }
+        self.counters
+            .startup_templates
+            .fetch_add(installed as u64, Ordering::Relaxed);
+        let _ = self.launcher.set(launcher);
+        let _ = self.startup.set(true);
+        Ok(installed)
+    }
+
+    fn launcher(&self) -> Result<&Launcher, String> {
+        match (self.launcher.get(), self.startup.get()) {
+            (Some(l), Some(true)) => Ok(l),
+            _ => Err("the engine host is not set up".into()),
+        }
+    }
+
+    fn nonce(&self) -> u64 {
+        self.next_nonce.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn take_outputs(&self, nonce: u64) -> Delivered {
+        self.outputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&nonce)
+            .unwrap_or_default()
+    }
+
+    /// Writes a coded value of `stripe` (this node is its designated agent and every member
+    /// is up) with the stripe's write template: the agent's encode part computes the parity
+    /// and sends each member its chunk, carrying the member's start; each member stores its
+    /// chunk as a record and its `Done` is the ack. Returns once every member acked.
+    #[allow(clippy::too_many_arguments)]
+    pub fn write(
+        &self,
+        code: Code,
+        mode: ExecMode,
+        placement: &Placement,
+        stripe: usize,
+        key: &[u8],
+        version: u64,
+        value: &[u8],
+        meta: WriteMeta,
+    ) -> Result<(), String> {
+        let launcher = self.launcher()?;
+        let k = code.k();
+        let chunk_bytes = value.len().div_ceil(k);
+        if chunk_bytes == 0 {
+            return Err("an empty value".into());
+        }
+        let chunks: Vec<Arc<Vec<u8>>> = (0..k)
+            .map(|i| {
+                let a = (i * chunk_bytes).min(value.len());
+                let b = ((i + 1) * chunk_bytes).min(value.len());
+                let mut c = Vec::with_capacity(chunk_bytes);
+                c.extend_from_slice(&value[a..b]);
+                c.resize(chunk_bytes, 0);
+                Arc::new(c)
+            })
+            .collect();
+        let nonce = self.nonce();
+        self.inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(nonce, chunks);
+        let payload = RunPayload {
+            kind: RunKind::Write,
+            nonce,
+            stripe: stripe as u32,
+            version,
+            class_bytes: chunk_bytes as u32,
+            key: key.to_vec(),
+            write: Some(meta),
+        }
+        .encode();
+        let agent = placement.node_of(stripe, 0);
+        let members = others(placement.members(stripe), agent);
+        let r = launcher.run(Launch {
+            template: startup_template(RunKind::Write, stripe),
+            nodes: members.clone(),
+            acks: members,
+            mode: engine_mode(mode),
+            timeout: RUN_TIMEOUT,
+            chunk_bytes: Some(chunk_bytes),
+            payload,
+        });
+        self.inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&nonce);
+        self.take_outputs(nonce);
+        r
+    }
+
+    /// Reads the data chunks of a coded value of `stripe` held by other nodes (this node is
+    /// its designated agent) with the stripe's read template: one quiet start to each data
+    /// member, one chunk back. Returns (position, chunk) for those positions.
+    #[allow(clippy::too_many_arguments)]
+    pub fn read(
+        &self,
+        code: Code,
+        mode: ExecMode,
+        placement: &Placement,
+        stripe: usize,
+        key: &[u8],
+        version: u64,
+        chunk_bytes: usize,
+    ) -> Result<Vec<(usize, Vec<u8>)>, String> {
+        let launcher = self.launcher()?;
+        let agent = placement.node_of(stripe, 0);
+        let positions: Vec<usize> = (0..code.k())
+            .filter(|&p| placement.node_of(stripe, p) != agent)
+            .collect();
+        let members = others(
+            positions.iter().map(|&p| placement.node_of(stripe, p)),
+            agent,
+        );
+        if members.is_empty() || chunk_bytes == 0 {
+            return Err("nothing to read from other nodes".into());
+        }
+        let nonce = self.nonce();
+        let payload = RunPayload {
+            kind: RunKind::Read,
+            nonce,
+            stripe: stripe as u32,
+            version,
+            class_bytes: chunk_bytes as u32,
+            key: key.to_vec(),
+            write: None,
+        }
+        .encode();
+        let r = launcher.run(Launch {
+            template: startup_template(RunKind::Read, stripe),
+            nodes: members,
+            acks: Vec::new(),
+            mode: engine_mode(mode),
+            timeout: RUN_TIMEOUT,
+            chunk_bytes: Some(chunk_bytes),
+            payload,
+        });
+        let outs = self.take_outputs(nonce);
+        r?;
+        positions
+            .iter()
+            .map(|&p| {
+                outs.iter()
+                    .find(|(i, _)| *i as usize == p)
+                    .map(|(_, b)| (p, b.to_vec()))
+                    .filter(|(_, b)| b.len() == chunk_bytes)
+                    .ok_or_else(|| format!("the read plan did not deliver position {p}"))
+            })
+            .collect()
     }
 
     /// Rebuilds positions `wanted` of a coded value of stripe `stripe` at node `agent`, with
     /// the repair plan of `scheme` for the loss of `lost` (every position not usable; it
     /// contains `wanted`). `chunk_bytes` is the value's chunk size. Returns the rebuilt chunks
-    /// in the order of `wanted`.
+    /// in the order of `wanted`. Installs the template on first use (the runner's lock is
+    /// held for that only); runs are launched from this node's host, several at once.
     #[allow(clippy::too_many_arguments)]
     pub fn repair(
         &self,
@@ -148,7 +523,59 @@ impl PlanExec {
         version: u64,
         chunk_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, String> {
+        let launcher = self.launcher()?;
         let class = class_bytes(chunk_bytes);
+        let tkey = (stripe, lost.to_vec(), class);
+        let (template, nodes) = self.repair_template(code, scheme, members, agent, &tkey)?;
+        let nonce = self.nonce();
+        let payload = RunPayload {
+            kind: RunKind::Read,
+            nonce,
+            stripe: stripe as u32,
+            version,
+            class_bytes: class as u32,
+            key: key.to_vec(),
+            write: None,
+        }
+        .encode();
+        let ran = launcher.run(Launch {
+            template,
+            nodes: others(nodes, agent),
+            acks: Vec::new(),
+            mode: engine_mode(mode),
+            timeout: RUN_TIMEOUT,
+            chunk_bytes: None,
+            payload,
+        });
+        // The agent's host filed its outputs before the launch finished.
+        let outs = self.take_outputs(nonce);
+        if let Err(e) = ran {
+            // A participant may have restarted without the template: install it again next
+            // time, from a fresh runner.
+            self.drop_runner();
+            return Err(format!("repair plan failed: {e}"));
+        }
+        wanted
+            .iter()
+            .map(|&p| {
+                outs.iter()
+                    .find(|(i, _)| *i as usize == p)
+                    .map(|(_, b)| b[..chunk_bytes.min(b.len())].to_vec())
+                    .filter(|b| b.len() == chunk_bytes)
+                    .ok_or_else(|| format!("the repair plan did not deliver position {p}"))
+            })
+            .collect()
+    }
+
+    /// The repair template of `tkey`, built and installed on its participants on first use.
+    fn repair_template(
+        &self,
+        code: Code,
+        scheme: Scheme,
+        members: &[usize],
+        agent: usize,
+        tkey: &TemplateKey,
+    ) -> Result<(u64, Vec<usize>), String> {
         let mut guard = self.runner.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             let nodes: Vec<(engine::NodeId, String)> = self
@@ -166,82 +593,72 @@ impl PlanExec {
             });
         }
         let r = guard.as_mut().expect("runner");
-        let tkey = (stripe, lost.to_vec(), class);
-        let result = (|| -> Result<Vec<Vec<u8>>, String> {
-            if !r.templates.contains_key(&tkey) {
-                let mut spec = PlanSpec::new(
-                    scheme,
-                    code,
-                    graph::Request::Repair {
-                        lost: lost.to_vec(),
-                        target: Target::Node(agent),
-                    },
-                    class,
-                );
-                spec.placement = graph::Placement {
-                    nodes: members.to_vec(),
-                    agent,
-                };
-                let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
-                let parts = plan
-                    .parts(stripe as u64)
-                    .map_err(|e| format!("plan lowering failed: {e}"))?;
-                let id = r.next_template;
-                r.next_template += 1;
-                r.runner
-                    .install(id, &parts)
-                    .map_err(|e| format!("installing the repair plan failed: {e}"))?;
-                self.counters
-                    .plan_templates_installed
-                    .fetch_add(1, Ordering::Relaxed);
-                r.templates.insert(tkey.clone(), (id, plan.nodes()));
-            }
-            let (template, nodes) = r.templates[&tkey].clone();
-            let nonce = self.next_nonce.fetch_add(1, Ordering::Relaxed);
-            let payload = RunPayload {
-                nonce,
-                stripe: stripe as u32,
-                version,
-                class_bytes: class as u32,
-                key: key.to_vec(),
-            }
-            .encode();
-            let nodes: Vec<engine::NodeId> = nodes.iter().map(|&n| n as engine::NodeId).collect();
-            let spec = RunSpec {
-                template,
-                nodes: &nodes,
-                mode: match mode {
-                    ExecMode::Coherent => Mode::Coherent,
-                    ExecMode::Incoherent => Mode::Incoherent,
-                },
-                timeout: RUN_TIMEOUT,
-                payload: &payload,
-            };
-            let ran = r.runner.run_spec(&spec, 1, 1, &mut |_| {});
-            // The agent's host filed its outputs before answering `Done`.
-            let outs = self
-                .outputs
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&nonce)
-                .unwrap_or_default();
-            ran.map_err(|e| format!("repair plan failed: {e}"))?;
-            wanted
-                .iter()
-                .map(|&p| {
-                    outs.iter()
-                        .find(|(i, _)| *i as usize == p)
-                        .map(|(_, b)| b[..chunk_bytes.min(b.len())].to_vec())
-                        .filter(|b| b.len() == chunk_bytes)
-                        .ok_or_else(|| format!("the repair plan did not deliver position {p}"))
-                })
-                .collect()
-        })();
-        if result.is_err() {
-            // A node may have restarted: start over with a fresh runner next time.
-            *guard = None;
+        if let Some(t) = r.templates.get(tkey) {
+            return Ok(t.clone());
         }
-        result
+        let (stripe, lost, class) = tkey.clone();
+        let mut spec = PlanSpec::new(
+            scheme,
+            code,
+            graph::Request::Repair {
+                lost,
+                target: Target::Node(agent),
+            },
+            class,
+        );
+        spec.placement = graph::Placement {
+            nodes: members.to_vec(),
+            agent,
+        };
+        let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+        let parts = plan
+            .parts(stripe as u64)
+            .map_err(|e| format!("plan lowering failed: {e}"))?;
+        let id = r.next_template;
+        r.next_template += 1;
+        if let Err(e) = r.runner.install(id, &parts) {
+            drop(guard);
+            self.drop_runner();
+            return Err(format!("installing the repair plan failed: {e}"));
+        }
+        self.counters
+            .plan_templates_installed
+            .fetch_add(1, Ordering::Relaxed);
+        let t = (id, plan.nodes());
+        r.templates.insert(tkey.clone(), t.clone());
+        Ok(t)
+    }
+
+    fn drop_runner(&self) {
+        let old = self.runner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(r) = old {
+            let (s, rcv) = r.runner.engine().frame_counts();
+            self.old_runner_frames[0].fetch_add(s, Ordering::Relaxed);
+            self.old_runner_frames[1].fetch_add(rcv, Ordering::Relaxed);
+        }
+    }
+
+    /// Engine frames this node sent and received: its host's engine and its runners' (every
+    /// kind but Hello; a node's frames to itself excluded).
+    pub fn frame_counts(&self) -> (u64, u64) {
+        let mut s = self.old_runner_frames[0].load(Ordering::Relaxed);
+        let mut r = self.old_runner_frames[1].load(Ordering::Relaxed);
+        if let Some(e) = self.engine.get() {
+            let (a, b) = e.frame_counts();
+            s += a;
+            r += b;
+        }
+        if let Some(x) = self
+            .runner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let (a, b) = x.runner.engine().frame_counts();
+            s += a;
+            r += b;
+        }
+        (s, r)
     }
 
     /// Remembers this node's engine.
@@ -270,10 +687,19 @@ impl PlanExec {
             .or_default()
             .push((index, bytes));
     }
+
+    fn input_of(&self, nonce: u64, index: u32) -> Option<Arc<Vec<u8>>> {
+        self.inputs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&nonce)
+            .and_then(|c| c.get(index as usize).cloned())
+    }
 }
 
-/// The engine host's application on a cache node: a run's local inputs are this node's chunk
-/// records of the payload's key and version, its outputs go to the waiting agent.
+/// The engine host's application on a cache node: a read's local inputs are this node's chunk
+/// records of the payload's key and version and its outputs go to the waiting agent; a
+/// write's inputs are the agent's data chunks and its outputs are stored as records.
 #[derive(Debug)]
 pub struct CacheApp {
     pub node: Weak<Node>,
@@ -287,9 +713,16 @@ impl Application for CacheApp {
         chunk: ChunkRef,
     ) -> Result<Arc<Vec<u8>>, String> {
         let node = self.node.upgrade().ok_or("node is shutting down")?;
+        let x = node.plan_exec().ok_or("no engine path")?;
         let p = RunPayload::decode(&run.payload)?;
-        if let Some(x) = node.plan_exec() {
-            x.counters.plan_inputs.fetch_add(1, Ordering::Relaxed);
+        x.counters.plan_inputs.fetch_add(1, Ordering::Relaxed);
+        if p.kind == RunKind::Write {
+            return x.input_of(p.nonce, chunk.index).ok_or_else(|| {
+                format!(
+                    "node {}: no data chunk {} for this write",
+                    node.cfg.id, chunk.index
+                )
+            });
         }
         let rec = node
             .record(p.stripe, chunk.index as u8, &p.key, p.version)
@@ -317,16 +750,45 @@ impl Application for CacheApp {
         Ok(Arc::new(buf))
     }
 
-    fn output(&mut self, _ctx: &HostCtx, run: &RunInfo, chunk: ChunkRef, bytes: Arc<Vec<u8>>) {
-        let (Some(node), Ok(p)) = (self.node.upgrade(), RunPayload::decode(&run.payload)) else {
-            return;
-        };
-        if let Some(x) = node.plan_exec() {
-            x.deliver(p.nonce, chunk.index, bytes);
+    fn output(
+        &mut self,
+        _ctx: &HostCtx,
+        run: &RunInfo,
+        chunk: ChunkRef,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<(), String> {
+        let node = self.node.upgrade().ok_or("node is shutting down")?;
+        let x = node.plan_exec().ok_or("no engine path")?;
+        let p = RunPayload::decode(&run.payload)?;
+        match p.write {
+            None => {
+                x.deliver(p.nonce, chunk.index, bytes);
+                Ok(())
+            }
+            Some(w) => {
+                let h = Header {
+                    kind: Kind::Coded,
+                    chunk_index: chunk.index as u8,
+                    key: p.key,
+                    version: p.version,
+                    value_bytes: w.value_bytes,
+                    flags: w.flags,
+                    exptime: w.exptime,
+                };
+                let rec = record::encode(&h, &bytes);
+                node.put_record(p.stripe, rec, w.watermark)?;
+                x.counters
+                    .plan_records_stored
+                    .fetch_add(1, Ordering::Relaxed);
+                Ok(())
+            }
         }
     }
 
-    fn finished(&mut self, _ctx: &HostCtx, _run: &RunInfo, _error: Option<&str>) {
+    fn finished(&mut self, ctx: &HostCtx, run: &RunInfo, _error: Option<&str>) {
+        if run.runner == ctx.node() {
+            return;
+        }
         if let Some(x) = self.node.upgrade().and_then(|n| n.plan_exec().cloned()) {
             x.counters.plan_starts.fetch_add(1, Ordering::Relaxed);
         }
@@ -341,16 +803,56 @@ mod tests {
 
     #[test]
     fn payload_round_trip_and_bad_lengths() {
-        let p = RunPayload {
+        let mut p = RunPayload {
+            kind: RunKind::Read,
             nonce: 7,
             stripe: 3,
             version: 99,
             class_bytes: 4096,
             key: b"user:1".to_vec(),
+            write: None,
         };
         assert_eq!(RunPayload::decode(&p.encode()).unwrap(), p);
+        p.kind = RunKind::Write;
+        p.write = Some(WriteMeta {
+            value_bytes: 8192,
+            flags: 5,
+            exptime: -1,
+            watermark: 12,
+        });
+        let b = p.encode();
+        assert_eq!(RunPayload::decode(&b).unwrap(), p);
+        assert!(RunPayload::decode(&b[..b.len() - 1]).is_err());
         assert!(RunPayload::decode(&[0; 10]).is_err());
-        assert!(RunPayload::decode(&vec![0; 24 + 251]).is_err());
+        let mut long = vec![0u8; PAYLOAD_HEAD + 251];
+        long[25..27].copy_from_slice(&251u16.to_le_bytes());
+        assert!(RunPayload::decode(&long).is_err());
+    }
+
+    #[test]
+    fn read_parts_send_each_remote_data_chunk_to_the_agent() {
+        let placement = Placement::new(9, 9);
+        let parts = read_parts(&placement, 6, 4);
+        // Positions 1..6 on nodes 5..9: a sender there and a receiver at node 4 each.
+        assert_eq!(parts.len(), 10);
+        for p in &parts {
+            p.validate().unwrap();
+        }
+        assert!(parts
+            .iter()
+            .filter(|p| p.node == 4)
+            .all(|p| p.inputs.len() == 1));
+        let write = write_parts(Code::rs(6, 3).unwrap(), Scheme::Rs, &placement, 4)
+            .unwrap()
+            .unwrap();
+        assert!(write
+            .iter()
+            .any(|p| p.node == 3 && p.outputs[0].store.is_some()));
+        assert!(
+            write_parts(Code::rs(6, 3).unwrap(), Scheme::Triec, &placement, 4)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[test]

@@ -64,9 +64,15 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                             let Some(req) = peer::decode_request(&body) else {
                                 break;
                             };
+                            let data = req.is_data();
                             let res = node.handle_peer(req);
                             if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
                                 break;
+                            }
+                            if data {
+                                node.counters
+                                    .peer_replies_sent
+                                    .fetch_add(1, Ordering::Relaxed);
                             }
                         }
                     });
@@ -838,8 +844,18 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         "plan_templates_installed",
         plan(|c| &c.plan_templates_installed),
     );
+    compose::stat(out, "startup_templates", plan(|c| &c.startup_templates));
+    compose::stat(out, "write_plan_runs", plan(|c| &c.write_plan_runs));
+    compose::stat(
+        out,
+        "write_plan_fallbacks",
+        plan(|c| &c.write_plan_fallbacks),
+    );
+    compose::stat(out, "read_plan_runs", plan(|c| &c.read_plan_runs));
+    compose::stat(out, "read_plan_fallbacks", plan(|c| &c.read_plan_fallbacks));
     compose::stat(out, "plan_starts", plan(|c| &c.plan_starts));
     compose::stat(out, "plan_inputs", plan(|c| &c.plan_inputs));
+    compose::stat(out, "plan_records_stored", plan(|c| &c.plan_records_stored));
     compose::stat(out, "chunks_repaired", g(&c.chunks_repaired));
     compose::stat(out, "chunks_written_back", g(&c.chunks_written_back));
     compose::stat(out, "crc_errors", g(&c.crc_errors));
@@ -849,6 +865,14 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "server_errors", g(&c.server_errors));
     compose::stat(out, "peer_messages_sent", sent);
     compose::stat(out, "peer_messages_received", received);
+    let (frames_sent, frames_received) = node.plan_exec().map_or((0, 0), |x| x.frame_counts());
+    compose::stat(out, "engine_frames_sent", frames_sent);
+    compose::stat(out, "engine_frames_received", frames_received);
+    // Every message this node sent: peer requests and replies and engine frames (control and
+    // data), heartbeats excluded; summed over the nodes, every message of the cluster.
+    let replies = g(&c.peer_replies_sent);
+    compose::stat(out, "peer_replies_sent", replies);
+    compose::stat(out, "messages_sent", sent + replies + frames_sent);
     compose::stat(out, "record_bytes", node.stored_bytes());
     compose::stat(out, "share_bytes", node.share_bytes());
     compose::stat(out, "replicate_below_bytes", node.cfg.replicate_below_bytes);

@@ -13,6 +13,10 @@ pub enum BenchCommand {
     /// memcached-protocol servers under set/get load (memcached 1.6 as the baseline), every
     /// read checked; p50/p99/p99.9 per operation and throughput.
     Cache(bench::cache::CacheArgs),
+    /// YCSB workloads A, B, C, D, F on inec caches (coherent, incoherent), memcached and
+    /// memcached with client-side 3-way replication: forced-degraded reads with Weibull
+    /// arrivals, node kills, every read checked; table, JSON lines and SVG plots.
+    Ycsb(bench::ycsb::YcsbArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<()> {
@@ -20,6 +24,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Codec(a) => bench::codec::run(a)?,
         BenchCommand::Primitives(a) => bench::primitives::run(a)?,
         BenchCommand::Cache(a) => bench::cache::run(a)?,
+        BenchCommand::Ycsb(a) => bench::ycsb::run_cli(a)?,
     }
     Ok(())
 }

@@ -255,6 +255,17 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 .with_context(|| format!("binding engine address {mine}"))?;
             // Engines connect on the peers' first heartbeat answers.
             exec.set_engine(host.engine.clone());
+            // This node's parts of the write and read templates of its stripes, installed
+            // locally before it serves (no message; the others do the same).
+            if let Err(e) =
+                exec.install_startup(host.launcher(), a.id, code, scheme, &node.placement)
+            {
+                eprintln!(
+                    "inec serve: node {}: write and read plans not installed, they go over \
+                     peer messages: {e}",
+                    a.id
+                );
+            }
             Some(host)
         }
         _ => None,

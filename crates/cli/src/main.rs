@@ -11,6 +11,8 @@ mod cluster_state;
 mod cmd_bench;
 mod cmd_cache;
 mod cmd_cluster;
+#[cfg(feature = "bench")]
+mod cmd_demo;
 mod cmd_file;
 mod cmd_plan;
 
@@ -49,6 +51,10 @@ files)."
     #[cfg(feature = "bench")]
     #[command(subcommand)]
     Bench(cmd_bench::BenchCommand),
+    /// The cache through a crash, start to finish (about two minutes): a local cluster under
+    /// YCSB-A, a node killed and restarted, recovery, every value verified, a report with plots.
+    #[cfg(feature = "bench")]
+    Demo(cmd_demo::DemoArgs),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
@@ -111,6 +117,8 @@ fn main() -> ExitCode {
             }
             cmd_bench::run(b)
         })(),
+        #[cfg(feature = "bench")]
+        Command::Demo(a) => cmd_demo::run(a),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),

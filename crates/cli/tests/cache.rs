@@ -327,6 +327,20 @@ fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[
     }
     let degraded = c.sum_stat("forced_degraded_reads");
     assert_eq!(degraded, values.len() as u64);
+    // Every coded value was written (but with TriEC) and read on the start-up templates.
+    let coded = sizes.iter().filter(|&&len| len >= 1024).count() as u64;
+    let reads = c.sum_stat("read_plan_runs");
+    assert!(
+        reads >= coded * (n as u64 - 1),
+        "{reads} normal reads on plans"
+    );
+    assert_eq!(c.sum_stat("read_plan_fallbacks"), 0);
+    if scheme == "triec" {
+        assert_eq!(c.sum_stat("write_plan_runs"), 0);
+    } else {
+        assert_eq!(c.sum_stat("write_plan_runs"), coded);
+        assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
+    }
 }
 
 #[test]
@@ -596,43 +610,75 @@ fn flipped_bit_is_detected_repaired_and_never_returned() {
     assert!(c.sum_stat("chunks_written_back") >= 3);
 }
 
-/// Peer messages of one operation at the key's agent, over all nodes (heartbeats excluded).
+/// Messages of one operation at the key's agent, over all nodes: peer requests and replies
+/// and engine frames (control and data), heartbeats excluded (`messages_sent` of `stats
+/// inec`). Writes and normal reads run the templates installed at start-up: nothing is
+/// installed for them later, and no peer message is sent for them.
 fn messages_per_operation(code: &str, n: usize, k: usize) {
-    let c = Cluster::up(code, if code.starts_with("lrc") { "lrc" } else { "rs" }, n);
+    let lrc = code.starts_with("lrc");
+    let c = Cluster::up(code, if lrc { "lrc" } else { "rs" }, n);
     let placement = cache::placement::Placement::new(n, n);
     let key = "counted";
     let agent = placement.stripe_of(key.as_bytes());
+    // Every node installed its parts of the write template of each of its n stripes, and of
+    // the read template of those where it is the agent or holds a data chunk.
+    let startup = c.sum_stat("startup_templates");
+    assert_eq!(
+        startup,
+        (n * (n + k)) as u64,
+        "templates installed at start-up"
+    );
     let mut cl = c.client(agent);
     // Warm up: the agent builds its index of the stripe on first use.
     assert_eq!(cl.set(key, &[1u8; 8192]), "STORED\r\n");
     let count = || {
         (
-            c.sum_stat("peer_messages_sent"),
-            c.sum_stat("peer_messages_received"),
+            c.sum_stat("messages_sent"),
+            c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent"),
         )
     };
-    let (s0, r0) = count();
+    let stat = |name: &str| c.client(agent).stats("inec")[name].parse::<u64>().unwrap();
+    let (m0, p0) = count();
+    let writes0 = stat("write_plan_runs");
     assert_eq!(cl.set(key, &[2u8; 8192]), "STORED\r\n");
-    let (s1, r1) = count();
-    // One chunk to and one ack from each member but the agent itself.
-    assert_eq!(
-        (s1 - s0, r1 - r0),
-        ((n - 1) as u64, (n - 1) as u64),
-        "write"
-    );
+    let (m1, p1) = count();
+    // One chunk (carrying its start) to and one ack (its done) from each member but the
+    // agent itself.
+    assert_eq!(m1 - m0, 2 * (n - 1) as u64, "write");
+    assert_eq!(p1 - p0, 0, "write: no peer message");
+    assert_eq!(stat("write_plan_runs") - writes0, 1);
+    let reads0 = stat("read_plan_runs");
     assert_eq!(cl.get(key), Got::Hit(vec![2u8; 8192]));
-    let (s2, r2) = count();
-    // One request to and one chunk from each data member but the agent (position 0).
-    assert_eq!(
-        (s2 - s1, r2 - r1),
-        ((k - 1) as u64, (k - 1) as u64),
-        "normal read"
-    );
+    let (m2, p2) = count();
+    // One request (a start) to and one chunk from each data member but the agent.
+    assert_eq!(m2 - m1, 2 * (k - 1) as u64, "normal read");
+    assert_eq!(p2 - p1, 0, "normal read: no peer message");
+    assert_eq!(stat("read_plan_runs") - reads0, 1);
     // Through another node: one forward and its reply more.
     let mut other = c.client((agent + 1) % n);
     assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
-    let (s3, r3) = count();
-    assert_eq!((s3 - s2, r3 - r2), (k as u64, k as u64), "forwarded read");
+    let (m3, _) = count();
+    assert_eq!(m3 - m2, 2 * (k - 1) as u64 + 2, "forwarded read");
+    // A degraded read of data position 1 (after a first one installed its repair plan): the
+    // normal read of the k-2 data chunks left over peer messages (a request and a chunk
+    // each), then the repair plan: one start to each helper but the agent and its data
+    // edge to the agent (RS: the k helpers 0, 2.. k; LRC: the local group's 0, 2 and its
+    // local parity).
+    assert_eq!(cl.mg_degraded(key, 1), Got::Hit(vec![2u8; 8192]));
+    let installed = c.sum_stat("plan_templates_installed");
+    let (m4, p4) = count();
+    assert_eq!(cl.mg_degraded(key, 1), Got::Hit(vec![2u8; 8192]));
+    let (m5, p5) = count();
+    let helpers = if lrc { 2 } else { k - 1 } as u64;
+    assert_eq!(p5 - p4, 2 * (k - 2) as u64, "degraded read: peer messages");
+    assert_eq!(m5 - m4, 2 * (k - 2) as u64 + 2 * helpers, "degraded read");
+    assert_eq!(c.sum_stat("degraded_plan_fallbacks"), 0);
+    // Only the degraded read installed a template after start-up, and only once.
+    assert_eq!(installed, 1);
+    assert_eq!(c.sum_stat("plan_templates_installed"), 1);
+    assert_eq!(c.sum_stat("startup_templates"), startup);
+    assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
+    assert_eq!(c.sum_stat("read_plan_fallbacks"), 0);
 }
 
 #[test]
@@ -779,9 +825,9 @@ fn per_node(c: &Cluster, name: &str) -> Vec<u64> {
 }
 
 /// A forced degraded read runs the scheme's repair plan on the engine hosts: the right bytes,
-/// one more `degraded_plan_runs` at the agent and no fallback, one `Start` (answered by one
-/// `Done`) per participant and none twice, and on the cache's own messages only the normal
-/// read of the data chunks that are left.
+/// one more `degraded_plan_runs` at the agent and no fallback, one `Start` per participant
+/// other than the agent (which launches the run) and none twice, and on the cache's own
+/// messages only the normal read of the data chunks that are left.
 fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: &[&str]) {
     let c = Cluster::up_with(code, scheme, n, extra);
     let placement = cache::placement::Placement::new(n, n);
@@ -831,9 +877,13 @@ fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: 
                 deltas.iter().all(|&d| d <= 1),
                 "{scheme}: starts per node {deltas:?}"
             );
-            // The helpers of the plan (at least k, LRC: the local group) and the agent.
+            // The helpers of the plan but the agent (at least k-1, LRC: the local group's 2).
+            assert_eq!(
+                deltas[agent], 0,
+                "{scheme}: the agent launches without a start"
+            );
             let participants = deltas.iter().sum::<u64>();
-            let least = if scheme == "lrc" { 3 } else { k as u64 };
+            let least = if scheme == "lrc" { 2 } else { k as u64 - 1 };
             assert!(
                 participants >= least,
                 "{scheme}: {participants} participants"

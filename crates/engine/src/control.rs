@@ -40,6 +40,15 @@ pub enum Request {
         op: u64,
         mode: Mode,
         timeout_ms: u64,
+        /// This run's chunk size when it differs from the template's (the coefficients hold
+        /// for any size: the codes are linear byte by byte). A part of one slice keeps one
+        /// slice; a sliced part keeps its slice size.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        chunk_bytes: Option<u64>,
+        /// Answer `Done` only if the part fails: the run's launcher learns of its success
+        /// from the data it receives.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        quiet: bool,
     },
     Ping,
     Shutdown,

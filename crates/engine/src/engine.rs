@@ -1,6 +1,7 @@
 //! The engine thread, its work queue and its completion queue. See `docs/engine.md`.
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -77,6 +78,13 @@ pub enum WorkRequest {
     Fail { op: u64, error: EngineError },
     /// Open the connection to a peer.
     Connect { peer: NodeId, addr: String },
+    /// Start attachments of operation `op` (post it before the operation): the first data
+    /// frame of `op` to each listed peer goes out as a [`Kind::Start`] frame carrying that
+    /// peer's `start` control payload, so that the frame starts the run there.
+    Attach {
+        op: u64,
+        starts: Vec<(NodeId, Vec<u8>)>,
+    },
     /// Stop the engine thread.
     Shutdown,
 }
@@ -126,6 +134,8 @@ pub enum Completion {
     Stopped {
         reason: String,
     },
+    /// Pushed by the application itself (a host's `Launcher`) to wake the host loop.
+    Wake,
 }
 
 /// A queue of completions the application waits on.
@@ -136,6 +146,12 @@ pub struct CompletionQueue {
 }
 
 impl CompletionQueue {
+    /// Pushes one completion from outside the engine thread (a host's own requests).
+    pub(crate) fn push(&self, c: Completion) {
+        self.q.lock().unwrap().push_back(c);
+        self.cv.notify_one();
+    }
+
     fn push_all(&self, cs: &mut Vec<Completion>) {
         if cs.is_empty() {
             return;
@@ -173,6 +189,10 @@ struct Shared {
     wq: Mutex<Vec<WorkRequest>>,
     cq: CompletionQueue,
     waker: Arc<dyn Waker>,
+    /// Frames sent to and received from other nodes (Hello and frames to this node itself
+    /// excluded).
+    frames_sent: AtomicU64,
+    frames_received: AtomicU64,
 }
 
 /// The handle to one node's engine thread. Cheap to clone.
@@ -198,6 +218,8 @@ impl Engine {
             wq: Mutex::new(Vec::new()),
             cq: CompletionQueue::default(),
             waker: transport.waker(),
+            frames_sent: AtomicU64::new(0),
+            frames_received: AtomicU64::new(0),
         });
         let mut lp = Loop {
             t: transport,
@@ -207,6 +229,7 @@ impl Engine {
             recvs: HashMap::new(),
             early: HashMap::new(),
             early_bytes: 0,
+            attach: HashMap::new(),
             finished: HashSet::new(),
             finished_order: VecDeque::new(),
             lost_peers: HashMap::new(),
@@ -258,6 +281,15 @@ impl Engine {
 
     pub fn cq(&self) -> &CompletionQueue {
         &self.shared.cq
+    }
+
+    /// Frames this engine sent to and received from other nodes so far (every kind but
+    /// Hello; frames between vertices of this node are not counted).
+    pub fn frame_counts(&self) -> (u64, u64) {
+        (
+            self.shared.frames_sent.load(Ordering::Relaxed),
+            self.shared.frames_received.load(Ordering::Relaxed),
+        )
     }
 
     /// Stops the engine thread and waits for it.
@@ -336,6 +368,8 @@ struct Loop<T: Transport> {
     /// Frames of operations not posted yet.
     early: HashMap<u64, EarlyOp>,
     early_bytes: usize,
+    /// Start attachments not sent yet, by operation and peer.
+    attach: HashMap<u64, HashMap<NodeId, Vec<u8>>>,
     finished: HashSet<u64>,
     finished_order: VecDeque<u64>,
     /// Peers whose connection was lost (and not heard from since): an operation posted later
@@ -350,10 +384,13 @@ struct Loop<T: Transport> {
 /// Hands one computed slice to the transport at once (so the first slice leaves while the
 /// next is computed) and writes to the sockets whenever `FLUSH_BYTES` have been queued. After
 /// the first error, further frames are only recycled.
+#[allow(clippy::too_many_arguments)]
 fn emit<T: Transport>(
     t: &mut T,
     pool: &BufferPool,
     unflushed: &mut usize,
+    attach: &mut HashMap<u64, HashMap<NodeId, Vec<u8>>>,
+    sent: &AtomicU64,
     op: u64,
     o: Outgoing,
     err: &mut Option<EngineError>,
@@ -371,15 +408,64 @@ fn emit<T: Transport>(
             return;
         }
     };
-    if let Err(e) = t.send(o.to, header, o.payload) {
+    let (header, payload) = match with_start(attach, pool, o.to, header, o.payload) {
+        Ok(f) => f,
+        Err(e) => {
+            *err = Some(EngineError::Wire(e));
+            return;
+        }
+    };
+    if let Err(e) = t.send(o.to, header, payload) {
         *err = Some(EngineError::Transport(e));
         return;
+    }
+    if o.to != t.local() {
+        sent.fetch_add(1, Ordering::Relaxed);
     }
     *unflushed += len;
     if *unflushed >= FLUSH_BYTES {
         t.flush();
         *unflushed = 0;
     }
+}
+
+/// Turns the first Data frame of an operation to a peer with a start attachment into a
+/// [`Kind::Start`] frame: the slice, the start control payload, its length (one copy of the
+/// slice). Other frames pass unchanged.
+fn with_start(
+    attach: &mut HashMap<u64, HashMap<NodeId, Vec<u8>>>,
+    pool: &BufferPool,
+    to: NodeId,
+    header: Header,
+    payload: Payload,
+) -> Result<(Header, Payload), crate::wire::WireError> {
+    if header.kind != Kind::Data {
+        return Ok((header, payload));
+    }
+    let Some(peers) = attach.get_mut(&header.op) else {
+        return Ok((header, payload));
+    };
+    let Some(start) = peers.remove(&to) else {
+        return Ok((header, payload));
+    };
+    if peers.is_empty() {
+        attach.remove(&header.op);
+    }
+    let slice = payload.as_slice();
+    let total = slice.len() + start.len() + 4;
+    let h = match Header::new(Kind::Start, header.op, header.edge, header.slice, total) {
+        Ok(h) => h,
+        Err(e) => {
+            payload.recycle(pool);
+            return Err(e);
+        }
+    };
+    let mut v = pool.take(total);
+    v[..slice.len()].copy_from_slice(slice);
+    v[slice.len()..total - 4].copy_from_slice(&start);
+    v[total - 4..].copy_from_slice(&(start.len() as u32).to_le_bytes());
+    payload.recycle(pool);
+    Ok((h, Payload::Owned(v)))
 }
 
 impl<T: Transport> Loop<T> {
@@ -496,6 +582,7 @@ impl<T: Transport> Loop<T> {
             }
         }
         self.drop_early(op);
+        self.attach.remove(&op);
     }
 
     /// Fails `op` on this node and tells every peer of it, so that nobody waits for this
@@ -520,7 +607,9 @@ impl<T: Transport> Loop<T> {
         for p in peers {
             // Abort frames carry no edge or slice (both 0): they concern the whole operation.
             let h = Header::new(Kind::Abort, op, 0, 0, reason.len()).expect("short reason");
-            let _ = self.t.send(p, h, Payload::Owned(reason.clone()));
+            if self.t.send(p, h, Payload::Owned(reason.clone())).is_ok() && p != self.t.local() {
+                self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
+            }
         }
         self.mark_finished(op);
         self.done.push(Completion::Failed { op, error });
@@ -587,10 +676,16 @@ impl<T: Transport> Loop<T> {
                 let mut err = None;
                 {
                     let Loop {
-                        t, pool, unflushed, ..
+                        t,
+                        pool,
+                        unflushed,
+                        attach,
+                        shared,
+                        ..
                     } = self;
+                    let sent = &shared.frames_sent;
                     for p in &mut parts {
-                        p.start(&mut |o| emit(t, pool, unflushed, op, o, &mut err));
+                        p.start(&mut |o| emit(t, pool, unflushed, attach, sent, op, o, &mut err));
                     }
                 }
                 self.chains.insert(
@@ -629,17 +724,23 @@ impl<T: Transport> Loop<T> {
                 signal,
             } => {
                 let len = payload.len();
-                let r = self.t.send(peer, header, payload);
+                let r = match with_start(&mut self.attach, &self.pool, peer, header, payload) {
+                    Ok((header, payload)) => self
+                        .t
+                        .send(peer, header, payload)
+                        .map_err(EngineError::Transport),
+                    Err(e) => Err(EngineError::Wire(e)),
+                };
+                if r.is_ok() && peer != self.t.local() {
+                    self.shared.frames_sent.fetch_add(1, Ordering::Relaxed);
+                }
                 self.unflushed += len;
                 if self.unflushed >= FLUSH_BYTES {
                     self.t.flush();
                     self.unflushed = 0;
                 }
                 if signal {
-                    self.done.push(Completion::SendDone {
-                        op,
-                        result: r.map_err(EngineError::Transport),
-                    });
+                    self.done.push(Completion::SendDone { op, result: r });
                 }
             }
             WorkRequest::Release { op } => {
@@ -655,11 +756,18 @@ impl<T: Transport> Loop<T> {
                 }
             }
             WorkRequest::Connect { peer, addr } => {
+                // A fresh connection: operations may use the peer again.
+                self.lost_peers.remove(&peer);
                 if let Err(e) = self.t.connect(peer, &addr) {
                     self.done.push(Completion::ConnectFailed {
                         peer,
                         reason: e.to_string(),
                     });
+                }
+            }
+            WorkRequest::Attach { op, starts } => {
+                if !self.finished.contains(&op) {
+                    self.attach.entry(op).or_default().extend(starts);
                 }
             }
             WorkRequest::Shutdown => unreachable!("handled by the loop"),
@@ -698,12 +806,15 @@ impl<T: Transport> Loop<T> {
                     pool,
                     unflushed,
                     chains,
+                    attach,
+                    shared,
                     ..
                 } = self;
+                let sent = &shared.frames_sent;
                 let chain = chains.get_mut(&op).expect("checked");
                 match chain.parts.iter_mut().find(|p| p.has_in_edge(edge)) {
                     Some(part) => part.on_input(edge, slice, &payload, &mut |o| {
-                        emit(t, pool, unflushed, op, o, &mut err)
+                        emit(t, pool, unflushed, attach, sent, op, o, &mut err)
                     }),
                     None => Err(EngineError::UnexpectedSlice {
                         op,
@@ -783,6 +894,29 @@ impl<T: Transport> Loop<T> {
                 op: header.op,
                 payload,
             }),
+            Kind::Start => match crate::wire::split_start(&payload) {
+                Ok((slice_bytes, start)) => {
+                    // The host starts the run from the control payload; the slice waits for
+                    // it among the early frames.
+                    let mut control = self.pool.take(start.len());
+                    control.copy_from_slice(&payload[start]);
+                    self.done.push(Completion::Control {
+                        from,
+                        op: header.op,
+                        payload: control,
+                    });
+                    let mut payload = payload;
+                    payload.truncate(slice_bytes);
+                    self.data(header.op, from, header.edge, header.slice, payload);
+                }
+                Err(reason) => {
+                    self.pool.put(payload);
+                    eprintln!(
+                        "node {}: start frame from {from} dropped: {reason}",
+                        self.t.local()
+                    );
+                }
+            },
             Kind::Hello => {}
         }
     }
@@ -797,6 +931,9 @@ impl<T: Transport> Loop<T> {
                 // A frame from a peer means it is back (it reconnected).
                 if !self.lost_peers.is_empty() {
                     self.lost_peers.remove(&from);
+                }
+                if header.kind != Kind::Hello && from != self.t.local() {
+                    self.shared.frames_received.fetch_add(1, Ordering::Relaxed);
                 }
                 self.frame(from, header, payload);
             }

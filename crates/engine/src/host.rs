@@ -11,12 +11,21 @@
 //!                                                 engine runs the parts (frames between hosts)
 //! runner ◀──Done(op)── host ◀── Application::output(run, chunk, bytes), finished(run)
 //! ```
+//!
+//! A host can also **launch** a run itself ([`Launcher`], for an application that is a
+//! participant of its own runs, as a cache's agent): its own parts start without a message,
+//! every other participant that one of its source parts feeds gets its `start` on the first
+//! data frame it is sent ([`crate::wire::Kind::Start`]), the others one `start` message;
+//! participants named in [`Launch::acks`] answer `Done`, the others (`quiet`) only if they
+//! fail. So a run that sends each participant one chunk costs that chunk and its `Done`, and
+//! a run that collects one chunk from each costs a `start` and the chunk.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
@@ -121,8 +130,15 @@ pub trait Application {
         chunk: ChunkRef,
     ) -> Result<Arc<Vec<u8>>, String>;
 
-    /// A chunk `run` computed or received and keeps on this node (a `store` output).
-    fn output(&mut self, ctx: &HostCtx, run: &RunInfo, chunk: ChunkRef, bytes: Arc<Vec<u8>>);
+    /// A chunk `run` computed or received and keeps on this node (a `store` output). An error
+    /// (the application could not keep it) fails the node's part of the run.
+    fn output(
+        &mut self,
+        ctx: &HostCtx,
+        run: &RunInfo,
+        chunk: ChunkRef,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<(), String>;
 
     /// This node's part of `run` has finished (after every `output`), or failed with `error`.
     /// Called just before the host replies `Done`.
@@ -133,10 +149,107 @@ pub trait Application {
     fn message(&mut self, ctx: &HostCtx, from: NodeId, req: u64, body: &[u8]);
 }
 
+/// A run this node launches ([`Launcher::launch`]).
+#[derive(Clone, Debug)]
+pub struct Launch {
+    /// An installed template of which this node has parts.
+    pub template: u64,
+    /// The other nodes that take part.
+    pub nodes: Vec<NodeId>,
+    /// The nodes whose `Done` the launch waits for; the others answer only if they fail.
+    pub acks: Vec<NodeId>,
+    pub mode: Mode,
+    /// Every node gives up on its part after this long; so does the launch.
+    pub timeout: Duration,
+    /// This run's chunk size, when it differs from the template's.
+    pub chunk_bytes: Option<usize>,
+    /// The application payload every participant's `start` carries.
+    pub payload: Vec<u8>,
+}
+
+/// What a [`Launcher`] asks its host.
+enum LocalRequest {
+    Launch(Launch, mpsc::Sender<Result<(), String>>),
+    Install {
+        template: u64,
+        parts: Vec<VertexPart>,
+        done: mpsc::Sender<Result<(), String>>,
+    },
+}
+
+/// Asks this node's host, from any thread, to install templates locally (no message) and to
+/// launch runs of them. Cheap to clone.
+#[derive(Clone)]
+pub struct Launcher {
+    engine: Engine,
+    queue: Arc<Mutex<VecDeque<LocalRequest>>>,
+}
+
+impl std::fmt::Debug for Launcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Launcher(node {})", self.engine.node())
+    }
+}
+
+impl Launcher {
+    fn new(engine: Engine) -> Launcher {
+        Launcher {
+            engine,
+            queue: Arc::new(Mutex::new(VecDeque::new())),
+        }
+    }
+
+    fn submit(&self, r: LocalRequest) {
+        self.queue.lock().unwrap().push_back(r);
+        self.engine.cq().push(Completion::Wake);
+    }
+
+    /// Installs this node's `parts` of a template without a message (every node builds its
+    /// own parts of the plans it knows it takes part in); waits for the host.
+    pub fn install(&self, template: u64, parts: Vec<VertexPart>) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel();
+        self.submit(LocalRequest::Install {
+            template,
+            parts,
+            done: tx,
+        });
+        rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| "the host did not answer the install".to_string())?
+    }
+
+    /// Launches a run; the receiver gets its result once this node's parts have finished and
+    /// every node in `acks` answered `Done` (or at the first failure, or at the timeout).
+    pub fn launch(&self, l: Launch) -> mpsc::Receiver<Result<(), String>> {
+        let (tx, rx) = mpsc::channel();
+        self.submit(LocalRequest::Launch(l, tx));
+        rx
+    }
+
+    /// [`Launcher::launch`] and wait.
+    pub fn run(&self, l: Launch) -> Result<(), String> {
+        let wait = l.timeout + Duration::from_secs(2);
+        self.launch(l)
+            .recv_timeout(wait)
+            .map_err(|_| "the host did not finish the launch".to_string())?
+    }
+}
+
 /// A run in progress: who to tell when it finishes.
 struct Running {
     req: u64,
     info: RunInfo,
+    /// Launched here: the result goes to the launch, not to a runner.
+    launched: bool,
+    /// Answer only a failure.
+    quiet: bool,
+}
+
+/// A launch waiting for its parts and acknowledgements.
+struct LaunchState {
+    acks: HashSet<NodeId>,
+    own_done: bool,
+    deadline: Instant,
+    tx: mpsc::Sender<Result<(), String>>,
 }
 
 /// The host's state: installed templates and runs in progress.
@@ -146,12 +259,27 @@ struct Host<'a, A: Application> {
     driver: OpDriver,
     templates: HashMap<u64, Vec<Arc<VertexPart>>>,
     running: HashMap<u64, Running>,
+    launches: HashMap<u64, LaunchState>,
+    local: Arc<Mutex<VecDeque<LocalRequest>>>,
+    next_op: u64,
     app: &'a mut A,
 }
 
 /// Runs the host loop of `engine`'s node with `app` until a `Shutdown` request or until the
 /// engine stops. Returns why it stopped.
 pub fn serve_with<A: Application>(engine: Engine, app: &mut A) -> String {
+    let launcher = Launcher::new(engine.clone());
+    serve_launched(engine, app, &launcher)
+}
+
+/// [`serve_with`], taking local requests from `launcher` (made by [`LocalNode`]).
+fn serve_launched<A: Application>(engine: Engine, app: &mut A, launcher: &Launcher) -> String {
+    // Operation ids of launches: this node's range, from a point that differs per start, so
+    // that a restarted node does not reuse ids its peers remember as finished.
+    let offset = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+        & 0x3_FFFF_FFFF;
     let mut host = Host {
         ctx: HostCtx {
             engine: engine.clone(),
@@ -160,6 +288,9 @@ pub fn serve_with<A: Application>(engine: Engine, app: &mut A) -> String {
         driver: OpDriver::new(engine.clone()),
         templates: HashMap::new(),
         running: HashMap::new(),
+        launches: HashMap::new(),
+        local: launcher.queue.clone(),
+        next_op: channel::seed(engine.node()) + offset,
         app,
     };
     host.run()
@@ -175,9 +306,17 @@ impl<A: Application> Host<'_, A> {
         let engine = self.ctx.engine.clone();
         let mut batch = Vec::new();
         loop {
+            self.local_requests();
+            self.expire_launches();
             // Every send produced while handling this batch is posted with one wake-up.
             self.driver.flush();
-            engine.cq().wait_all(&mut batch, Duration::from_secs(3600));
+            let wait = self
+                .launches
+                .values()
+                .map(|l| l.deadline.saturating_duration_since(Instant::now()))
+                .min()
+                .unwrap_or(Duration::from_secs(3600));
+            engine.cq().wait_all(&mut batch, wait);
             for c in batch.drain(..) {
                 let c = match self.driver.handle(c) {
                     Handled::Consumed => continue,
@@ -196,7 +335,24 @@ impl<A: Application> Host<'_, A> {
                             return "shutdown requested".into();
                         }
                     }
-                    Completion::Stopped { reason } => return reason,
+                    Completion::Stopped { reason } => {
+                        let ops: Vec<u64> = self.launches.keys().copied().collect();
+                        for op in ops {
+                            self.launch_failed(op, format!("engine stopped: {reason}"));
+                        }
+                        return reason;
+                    }
+                    Completion::PeerLost { peer, reason } => {
+                        let ops: Vec<u64> = self
+                            .launches
+                            .iter()
+                            .filter(|(_, l)| l.acks.contains(&peer))
+                            .map(|(&op, _)| op)
+                            .collect();
+                        for op in ops {
+                            self.launch_failed(op, format!("node {peer} lost: {reason}"));
+                        }
+                    }
                     _ => {}
                 }
             }
@@ -218,7 +374,14 @@ impl<A: Application> Host<'_, A> {
         };
         let node = self.ctx.node();
         let reply = match channel::decode_json::<Request>(body) {
-            Err(message) => Reply::Error { message },
+            Err(message) => {
+                // A reply (a participant's `Done` to a launch) is never answered.
+                if let Ok((reply, _)) = channel::decode_json::<Reply>(body) {
+                    self.launch_reply(from, req, reply);
+                    return false;
+                }
+                Reply::Error { message }
+            }
             Ok((Request::Shutdown, _)) => {
                 self.driver.flush();
                 self.reply(from, req, &Reply::Ok);
@@ -254,6 +417,8 @@ impl<A: Application> Host<'_, A> {
                     op,
                     mode,
                     timeout_ms,
+                    chunk_bytes,
+                    quiet,
                 },
                 app_payload,
             )) => {
@@ -264,7 +429,13 @@ impl<A: Application> Host<'_, A> {
                     runner: from,
                     payload: app_payload.to_vec(),
                 };
-                match self.start(&info, req, timeout_ms) {
+                let how = How {
+                    timeout_ms,
+                    chunk_bytes: chunk_bytes.map(|b| b as usize),
+                    launched: false,
+                    quiet,
+                };
+                match self.start(&info, req, how) {
                     Ok(()) => return false,
                     Err(error) => {
                         self.app.finished(&self.ctx, &info, Some(&error));
@@ -282,7 +453,7 @@ impl<A: Application> Host<'_, A> {
     }
 
     /// Starts this node's parts of a run; the `Done` reply follows when they finish.
-    fn start(&mut self, info: &RunInfo, req: u64, timeout_ms: u64) -> Result<(), String> {
+    fn start(&mut self, info: &RunInfo, req: u64, how: How) -> Result<(), String> {
         let node = self.ctx.node();
         let Some(parts) = self.templates.get(&info.template) else {
             return Err(format!(
@@ -292,19 +463,25 @@ impl<A: Application> Host<'_, A> {
         };
         let mut runs = Vec::with_capacity(parts.len());
         for p in parts {
+            let p = match how.chunk_bytes {
+                Some(bytes) if bytes != p.chunk_bytes => {
+                    let mut q = VertexPart::clone(p);
+                    if q.slice_bytes >= q.chunk_bytes {
+                        q.slice_bytes = bytes;
+                    }
+                    q.chunk_bytes = bytes;
+                    q.validate().map_err(|e| format!("node {node}: {e}"))?;
+                    Arc::new(q)
+                }
+                _ => p.clone(),
+            };
             let locals = p
                 .local
                 .iter()
                 .map(|&c| self.app.input(&self.ctx, info, c))
                 .collect::<Result<Vec<_>, String>>()?;
-            let run = PartRun::new(
-                info.op,
-                p.clone(),
-                locals,
-                self.kernel,
-                self.ctx.pool().clone(),
-            )
-            .map_err(|e| format!("node {node}: {e}"))?;
+            let run = PartRun::new(info.op, p, locals, self.kernel, self.ctx.pool().clone())
+                .map_err(|e| format!("node {node}: {e}"))?;
             runs.push(run);
         }
         self.running.insert(
@@ -312,12 +489,16 @@ impl<A: Application> Host<'_, A> {
             Running {
                 req,
                 info: info.clone(),
+                launched: how.launched,
+                quiet: how.quiet,
             },
         );
-        if let Some((op, result)) =
-            self.driver
-                .start(info.op, runs, info.mode, Duration::from_millis(timeout_ms))
-        {
+        if let Some((op, result)) = self.driver.start(
+            info.op,
+            runs,
+            info.mode,
+            Duration::from_millis(how.timeout_ms),
+        ) {
             self.finish(op, result);
         }
         Ok(())
@@ -328,17 +509,217 @@ impl<A: Application> Host<'_, A> {
         let Some(r) = self.running.remove(&op) else {
             return;
         };
+        let node = self.ctx.node();
         let error = match result {
             Ok(results) => {
+                let mut error = None;
                 for (chunk, bytes) in results {
-                    self.app.output(&self.ctx, &r.info, chunk, bytes);
+                    if let Err(e) = self.app.output(&self.ctx, &r.info, chunk, bytes) {
+                        error.get_or_insert(format!("node {node}: {e}"));
+                    }
                 }
-                None
+                error
             }
-            Err(e) => Some(format!("node {}: {e}", self.ctx.node())),
+            Err(e) => Some(format!("node {node}: {e}")),
         };
         self.app.finished(&self.ctx, &r.info, error.as_deref());
-        self.reply(r.info.runner, r.req, &Reply::Done { op, error });
+        if r.launched {
+            match error {
+                Some(e) => self.launch_failed(op, e),
+                None => {
+                    if let Some(l) = self.launches.get_mut(&op) {
+                        l.own_done = true;
+                    }
+                    self.launch_progress(op);
+                }
+            }
+        } else if !(r.quiet && error.is_none()) {
+            self.reply(r.info.runner, r.req, &Reply::Done { op, error });
+        }
+    }
+
+    /// Handles the requests of this node's [`Launcher`]s.
+    fn local_requests(&mut self) {
+        loop {
+            let Some(r) = self.local.lock().unwrap().pop_front() else {
+                return;
+            };
+            match r {
+                LocalRequest::Install {
+                    template,
+                    parts,
+                    done,
+                } => {
+                    let r = parts
+                        .iter()
+                        .try_for_each(VertexPart::validate)
+                        .map_err(|e| e.to_string());
+                    if r.is_ok() {
+                        self.templates
+                            .insert(template, parts.into_iter().map(Arc::new).collect());
+                    }
+                    let _ = done.send(r);
+                }
+                LocalRequest::Launch(l, tx) => self.launch(l, tx),
+            }
+        }
+    }
+
+    /// Starts a launch: the participants' starts (attached to the first frame each is fed,
+    /// else one message), then this node's parts.
+    fn launch(&mut self, l: Launch, tx: mpsc::Sender<Result<(), String>>) {
+        let node = self.ctx.node();
+        self.next_op += 1;
+        let op = self.next_op;
+        let Some(parts) = self.templates.get(&l.template) else {
+            let _ = tx.send(Err(format!(
+                "node {node}: template {} is not installed",
+                l.template
+            )));
+            return;
+        };
+        // The nodes this node's source parts send to as soon as they start.
+        let fed: HashSet<NodeId> = parts
+            .iter()
+            .filter(|p| p.inputs.is_empty())
+            .flat_map(|p| p.outputs.iter().flat_map(|o| o.sends.iter().map(|s| s.to)))
+            .collect();
+        let timeout_ms = l.timeout.as_millis() as u64;
+        let mut attach = Vec::new();
+        let mut messages = Vec::new();
+        let mut seen = HashSet::new();
+        for &p in l.nodes.iter().filter(|&&p| p != node) {
+            if !seen.insert(p) {
+                continue;
+            }
+            let req = Request::Start {
+                template: l.template,
+                op,
+                mode: l.mode,
+                timeout_ms,
+                chunk_bytes: l.chunk_bytes.map(|b| b as u64),
+                quiet: !l.acks.contains(&p),
+            };
+            let bytes = match channel::encode_json(Port::Engine, &req, &l.payload, self.ctx.pool())
+            {
+                Ok(b) => b,
+                Err(e) => {
+                    let _ = tx.send(Err(e.to_string()));
+                    return;
+                }
+            };
+            if fed.contains(&p) {
+                attach.push((p, bytes));
+            } else {
+                messages.push((p, bytes));
+            }
+        }
+        self.launches.insert(
+            op,
+            LaunchState {
+                acks: l.acks.iter().copied().filter(|&a| a != node).collect(),
+                own_done: false,
+                deadline: Instant::now() + l.timeout,
+                tx,
+            },
+        );
+        if !attach.is_empty() {
+            self.ctx
+                .engine
+                .post(WorkRequest::Attach { op, starts: attach });
+        }
+        for (p, bytes) in messages {
+            if let Err(e) = channel::post(&self.ctx.engine, p, op, bytes) {
+                self.launch_failed(op, e.to_string());
+                return;
+            }
+        }
+        let info = RunInfo {
+            template: l.template,
+            op,
+            mode: l.mode,
+            runner: node,
+            payload: l.payload,
+        };
+        let how = How {
+            timeout_ms,
+            chunk_bytes: l.chunk_bytes,
+            launched: true,
+            quiet: false,
+        };
+        if let Err(e) = self.start(&info, op, how) {
+            self.app.finished(&self.ctx, &info, Some(&e));
+            self.launch_failed(op, e);
+        }
+    }
+
+    /// A participant's answer to a launch.
+    fn launch_reply(&mut self, from: NodeId, op: u64, reply: Reply) {
+        if !self.launches.contains_key(&op) {
+            return;
+        }
+        match reply {
+            Reply::Done { error: None, .. } => {
+                if let Some(l) = self.launches.get_mut(&op) {
+                    l.acks.remove(&from);
+                }
+                self.launch_progress(op);
+            }
+            Reply::Done {
+                error: Some(message),
+                ..
+            }
+            | Reply::Error { message } => self.launch_failed(op, message),
+            Reply::Ok => {}
+        }
+    }
+
+    fn launch_progress(&mut self, op: u64) {
+        if self
+            .launches
+            .get(&op)
+            .is_some_and(|l| l.own_done && l.acks.is_empty())
+        {
+            let l = self.launches.remove(&op).expect("present");
+            let _ = l.tx.send(Ok(()));
+        }
+    }
+
+    /// Fails a launch: tells the caller and stops this node's parts (the engine aborts the
+    /// peers they exchange data with).
+    fn launch_failed(&mut self, op: u64, error: String) {
+        let Some(l) = self.launches.remove(&op) else {
+            return;
+        };
+        if self.running.contains_key(&op) {
+            self.ctx.engine.post(WorkRequest::Fail {
+                op,
+                error: crate::EngineError::Stopped {
+                    reason: error.clone(),
+                },
+            });
+        } else {
+            // Nothing runs here: forget the run's start attachments and late frames.
+            self.ctx.engine.post(WorkRequest::Release { op });
+        }
+        let _ = l.tx.send(Err(error));
+    }
+
+    fn expire_launches(&mut self) {
+        let now = Instant::now();
+        let late: Vec<u64> = self
+            .launches
+            .iter()
+            .filter(|(_, l)| l.deadline <= now)
+            .map(|(&op, _)| op)
+            .collect();
+        for op in late {
+            let waiting: Vec<NodeId> = self.launches[&op].acks.iter().copied().collect();
+            self.launch_failed(
+                op,
+                format!("launch timed out waiting for nodes {waiting:?} or this node's parts"),
+            );
+        }
     }
 
     /// Sends an engine reply; one too large for a frame becomes an error reply.
@@ -357,11 +738,21 @@ impl<A: Application> Host<'_, A> {
     }
 }
 
+/// How a run is started on this node.
+#[derive(Clone, Copy, Debug)]
+struct How {
+    timeout_ms: u64,
+    chunk_bytes: Option<usize>,
+    launched: bool,
+    quiet: bool,
+}
+
 /// A node running in this process (engine thread + host thread).
 #[derive(Debug)]
 pub struct LocalNode {
     pub engine: Engine,
     pub addr: Option<SocketAddr>,
+    launcher: Launcher,
     app: Option<JoinHandle<String>>,
 }
 
@@ -405,15 +796,23 @@ impl LocalNode {
         mut app: A,
     ) -> LocalNode {
         let e = engine.clone();
+        let launcher = Launcher::new(engine.clone());
+        let l = launcher.clone();
         let thread = std::thread::Builder::new()
             .name(format!("node-{}", engine.node()))
-            .spawn(move || serve_with(e, &mut app))
+            .spawn(move || serve_launched(e, &mut app, &l))
             .expect("spawn node thread");
         LocalNode {
             engine,
             addr,
+            launcher,
             app: Some(thread),
         }
+    }
+
+    /// Installs templates and launches runs on this node's host.
+    pub fn launcher(&self) -> Launcher {
+        self.launcher.clone()
     }
 
     /// Waits for the node's host loop to end (after a `Shutdown` request or a kill).

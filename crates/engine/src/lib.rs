@@ -68,7 +68,9 @@ pub use driver::{Handled, OpDriver, OpResult};
 pub use engine::{Completion, CompletionQueue, Engine, Mode, WorkRequest};
 pub use graph::part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
 pub use graph::Primitive;
-pub use host::{serve, serve_with, Application, HostCtx, LocalNode, Replier, RunInfo};
+pub use host::{
+    serve, serve_with, Application, HostCtx, Launch, Launcher, LocalNode, Replier, RunInfo,
+};
 pub use part::{Outgoing, PartRun};
 pub use pool::BufferPool;
 pub use runner::{done_of, runner_id, PlanRunner, RunSpec, RunStats};

@@ -279,6 +279,8 @@ impl PlanRunner {
             op,
             mode: spec.mode,
             timeout_ms: spec.timeout.as_millis() as u64,
+            chunk_bytes: None,
+            quiet: false,
         };
         let pool = self.engine().pool().clone();
         let mut reqs = Vec::with_capacity(spec.nodes.len());

@@ -121,8 +121,15 @@ impl Application for ChunkStore {
         })
     }
 
-    fn output(&mut self, ctx: &HostCtx, _run: &RunInfo, chunk: ChunkRef, bytes: Arc<Vec<u8>>) {
+    fn output(
+        &mut self,
+        ctx: &HostCtx,
+        _run: &RunInfo,
+        chunk: ChunkRef,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<(), String> {
         self.keep(ctx, chunk, bytes);
+        Ok(())
     }
 
     fn message(&mut self, ctx: &HostCtx, from: NodeId, req: u64, body: &[u8]) {

@@ -5,7 +5,7 @@
 //! offset size field
 //!  0      2   magic          0x49 0x45 ("IE")
 //!  2      1   version        1
-//!  3      1   kind           Hello | Data | Abort | Control
+//!  3      1   kind           Hello | Data | Abort | Control | Start
 //!  4      4   payload_bytes  u32 LE, at most MAX_PAYLOAD_BYTES
 //!  8      8   op             u64 LE: the operation (plan run) the frame belongs to
 //! 16      4   edge           u32 LE: the plan edge (Data), the sender's node id (Hello), 0 else
@@ -36,6 +36,28 @@ pub enum Kind {
     Abort = 3,
     /// A control message between a runner and a host (see `channel.rs`).
     Control = 4,
+    /// A Data slice that also starts the run on its receiver: the payload is the slice, then
+    /// a `start` control payload (see `channel.rs`), then that payload's length as u32 LE
+    /// ([`split_start`]). Sent by a node that launched a run, on its first frame to each
+    /// participant it feeds, so that the run costs that participant no separate `start`.
+    Start = 5,
+}
+
+/// Splits the payload of a [`Kind::Start`] frame into (slice length, the start control
+/// payload's range).
+pub fn split_start(payload: &[u8]) -> Result<(usize, std::ops::Range<usize>), String> {
+    let n = payload.len();
+    if n < 4 {
+        return Err(format!("start frame of {n} bytes has no trailer"));
+    }
+    let start_bytes = u32::from_le_bytes(payload[n - 4..].try_into().expect("4 bytes")) as usize;
+    if start_bytes + 4 > n {
+        return Err(format!(
+            "start frame of {n} bytes cannot hold a start of {start_bytes} bytes"
+        ));
+    }
+    let slice = n - 4 - start_bytes;
+    Ok((slice, slice..n - 4))
 }
 
 impl Kind {
@@ -45,6 +67,7 @@ impl Kind {
             2 => Kind::Data,
             3 => Kind::Abort,
             4 => Kind::Control,
+            5 => Kind::Start,
             _ => return None,
         })
     }
@@ -190,6 +213,18 @@ mod tests {
             [0x49, 0x45, 1, 2, 0x00, 0x10, 0, 0, 8, 7, 6, 5, 4, 3, 2, 1, 9, 0, 0, 0, 10, 0, 0, 0]
         );
         assert_eq!(Header::decode(&b).unwrap(), h);
+    }
+
+    #[test]
+    fn start_frames_split_into_slice_and_start() {
+        let mut p = vec![7u8; 10];
+        p.extend_from_slice(b"start");
+        p.extend_from_slice(&5u32.to_le_bytes());
+        assert_eq!(split_start(&p), Ok((10, 10..15)));
+        assert!(split_start(&[1, 2]).is_err());
+        assert!(split_start(&[0, 0, 0, 9, 0, 0, 0])
+            .unwrap_err()
+            .contains("cannot hold"));
     }
 
     #[test]

@@ -39,11 +39,18 @@ impl Application for Keyed {
             .ok_or_else(|| format!("no chunk {} for this key", chunk.index))
     }
 
-    fn output(&mut self, _ctx: &HostCtx, run: &RunInfo, chunk: ChunkRef, bytes: Arc<Vec<u8>>) {
+    fn output(
+        &mut self,
+        _ctx: &HostCtx,
+        run: &RunInfo,
+        chunk: ChunkRef,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<(), String> {
         self.chunks
             .lock()
             .unwrap()
             .insert((run.payload.clone(), chunk.index), bytes);
+        Ok(())
     }
 
     fn finished(&mut self, _ctx: &HostCtx, run: &RunInfo, error: Option<&str>) {
@@ -209,4 +216,173 @@ fn starting_a_template_that_is_not_installed_is_an_error() {
     );
     runner.shutdown_nodes(&[0]).unwrap();
     node.join();
+}
+
+/// Node 0 sends its chunk 0 to nodes 1 and 2, which keep it as chunk 5 (a write); nodes 1 and
+/// 2 send their chunk 1 to node 0, which keeps them as chunks 11 and 12 (a read).
+fn fan_plans() -> (Vec<VertexPart>, Vec<VertexPart>) {
+    let c = |index| ChunkRef { stripe: 0, index };
+    let mut write = vec![VertexPart {
+        vertex: 0,
+        node: 0,
+        chunk_bytes: 8,
+        slice_bytes: 8,
+        local: vec![c(0)],
+        inputs: vec![],
+        coeffs: vec![1],
+        outputs: vec![OutputSpec {
+            sends: vec![OutEdge { edge: 0, to: 1 }, OutEdge { edge: 1, to: 2 }],
+            store: None,
+        }],
+    }];
+    let mut read = Vec::new();
+    for n in 1..3u32 {
+        write.push(VertexPart {
+            vertex: n as usize,
+            node: n as usize,
+            chunk_bytes: 8,
+            slice_bytes: 8,
+            local: vec![],
+            inputs: vec![InEdge {
+                edge: n as usize - 1,
+                from: 0,
+            }],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![],
+                store: Some(c(5)),
+            }],
+        });
+        read.push(VertexPart {
+            vertex: 2 * n as usize,
+            node: n as usize,
+            chunk_bytes: 8,
+            slice_bytes: 8,
+            local: vec![c(1)],
+            inputs: vec![],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![OutEdge {
+                    edge: n as usize,
+                    to: 0,
+                }],
+                store: None,
+            }],
+        });
+        read.push(VertexPart {
+            vertex: 2 * n as usize + 1,
+            node: 0,
+            chunk_bytes: 8,
+            slice_bytes: 8,
+            local: vec![],
+            inputs: vec![InEdge {
+                edge: n as usize,
+                from: n as usize,
+            }],
+            coeffs: vec![1],
+            outputs: vec![OutputSpec {
+                sends: vec![],
+                store: Some(c(10 + n)),
+            }],
+        });
+    }
+    (write, read)
+}
+
+#[test]
+fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
+    let hub = MemHub::new();
+    let pool = BufferPool::new();
+    let apps = [Keyed::default(), Keyed::default(), Keyed::default()];
+    let nodes: Vec<LocalNode> = (0..3)
+        .map(|i| LocalNode::mem_with(&hub, i as NodeId, pool.clone(), apps[i].clone()))
+        .collect();
+    let (write, read) = fan_plans();
+    // Every node installs its own parts locally: no message.
+    for (i, n) in nodes.iter().enumerate() {
+        let mine = |parts: &[VertexPart]| -> Vec<VertexPart> {
+            parts.iter().filter(|p| p.node == i).cloned().collect()
+        };
+        n.launcher().install(1, mine(&write)).unwrap();
+        n.launcher().install(2, mine(&read)).unwrap();
+    }
+    let counts = || -> Vec<(u64, u64)> { nodes.iter().map(|n| n.engine.frame_counts()).collect() };
+    assert_eq!(counts(), vec![(0, 0); 3]);
+    let key = b"k".to_vec();
+    // The run's chunk size (12) differs from the template's (8).
+    apps[0]
+        .chunks
+        .lock()
+        .unwrap()
+        .insert((key.clone(), 0), Arc::new((1..=12).collect()));
+    for (i, mode) in [Mode::Coherent, Mode::Incoherent].into_iter().enumerate() {
+        let before = counts();
+        let launch = engine::Launch {
+            template: 1,
+            nodes: vec![1, 2],
+            acks: vec![1, 2],
+            mode,
+            timeout: Duration::from_secs(5),
+            chunk_bytes: Some(12),
+            payload: key.clone(),
+        };
+        nodes[0].launcher().run(launch).unwrap();
+        for app in &apps[1..] {
+            let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
+            assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "mode {i}");
+        }
+        // One frame out to each member (its chunk, carrying the start) and one back (done).
+        let after = counts();
+        assert_eq!(after[0].0 - before[0].0, 2);
+        assert_eq!(after[0].1 - before[0].1, 2);
+        for n in 1..3 {
+            assert_eq!(after[n].0 - before[n].0, 1);
+            assert_eq!(after[n].1 - before[n].1, 1);
+        }
+    }
+    // The read: one start to each member, one chunk back, no done.
+    for (n, app) in apps.iter().enumerate().skip(1) {
+        app.chunks
+            .lock()
+            .unwrap()
+            .insert((key.clone(), 1), Arc::new(vec![n as u8; 12]));
+    }
+    let before = counts();
+    let launch = engine::Launch {
+        template: 2,
+        nodes: vec![1, 2],
+        acks: vec![],
+        mode: Mode::Coherent,
+        timeout: Duration::from_secs(5),
+        chunk_bytes: Some(12),
+        payload: key.clone(),
+    };
+    nodes[0].launcher().run(launch.clone()).unwrap();
+    for n in 1..3u32 {
+        let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
+        assert_eq!(*got, vec![n as u8; 12]);
+    }
+    let after = counts();
+    assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+    // A member without the chunk answers (quiet runs report failures) and the launch fails.
+    let err = nodes[0]
+        .launcher()
+        .run(engine::Launch {
+            payload: b"other".to_vec(),
+            ..launch.clone()
+        })
+        .unwrap_err();
+    assert!(err.contains("no chunk 1 for this key"), "{err}");
+    // Several launches in flight at once.
+    let rx: Vec<_> = (0..8)
+        .map(|_| nodes[0].launcher().launch(launch.clone()))
+        .collect();
+    for r in rx {
+        r.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
+    }
+    let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
+    runner.shutdown_nodes(&[0, 1, 2]).unwrap();
+    for n in nodes {
+        assert_eq!(n.join(), "shutdown requested");
+    }
 }

@@ -101,47 +101,57 @@ impl Memcached {
 
     /// Starts memcached on a free loopback port (TCP only, `-U 0`).
     pub fn start(options: &MemcachedOptions) -> Result<Memcached, ServerError> {
-        if !Self::available() {
-            return Err(ServerError::Missing(MEMCACHED.into()));
-        }
-        let mut last = None;
         for _attempt in 0..5 {
             let port = free_port().map_err(|source| ServerError::Spawn {
                 what: "a free port".into(),
                 source,
             })?;
-            let mut cmd = Command::new(MEMCACHED);
-            cmd.args(["-l", "127.0.0.1", "-U", "0"])
-                .args(["-p", &port.to_string()])
-                .args(["-m", &options.memory_mib.to_string()])
-                .args(["-t", &options.threads.to_string()])
-                .args(["-c", &options.max_connections.to_string()])
-                .args(["-I", &options.item_size_max_bytes.to_string()]);
-            if is_root() {
-                cmd.args(["-u", "root"]);
+            match Self::start_on(options, port) {
+                // The port was taken meanwhile, or it is slow: try another.
+                Err(ServerError::NotReady { .. }) => continue,
+                r => return r,
             }
-            let child = cmd
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .map_err(|source| ServerError::Spawn {
-                    what: MEMCACHED.into(),
-                    source,
-                })?;
-            let addr = SocketAddr::from(([127, 0, 0, 1], port));
-            let mut m = Memcached {
-                child,
-                addr,
-                options: options.clone(),
-            };
-            if wait_ready(addr, &mut m.child, Instant::now() + Duration::from_secs(10)) {
-                return Ok(m);
-            }
-            // The port was taken meanwhile, or it is slow: try another.
-            last = Some(m);
         }
-        drop(last);
+        Err(ServerError::NotReady {
+            what: MEMCACHED.into(),
+            secs: 10,
+        })
+    }
+
+    /// Starts memcached on loopback port `port` (TCP only, `-U 0`), e.g. again on the port
+    /// of one that was killed.
+    pub fn start_on(options: &MemcachedOptions, port: u16) -> Result<Memcached, ServerError> {
+        if !Self::available() {
+            return Err(ServerError::Missing(MEMCACHED.into()));
+        }
+        let mut cmd = Command::new(MEMCACHED);
+        cmd.args(["-l", "127.0.0.1", "-U", "0"])
+            .args(["-p", &port.to_string()])
+            .args(["-m", &options.memory_mib.to_string()])
+            .args(["-t", &options.threads.to_string()])
+            .args(["-c", &options.max_connections.to_string()])
+            .args(["-I", &options.item_size_max_bytes.to_string()]);
+        if is_root() {
+            cmd.args(["-u", "root"]);
+        }
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|source| ServerError::Spawn {
+                what: MEMCACHED.into(),
+                source,
+            })?;
+        let addr = SocketAddr::from(([127, 0, 0, 1], port));
+        let mut m = Memcached {
+            child,
+            addr,
+            options: options.clone(),
+        };
+        if wait_ready(addr, &mut m.child, Instant::now() + Duration::from_secs(10)) {
+            return Ok(m);
+        }
         Err(ServerError::NotReady {
             what: MEMCACHED.into(),
             secs: 10,
@@ -691,10 +701,19 @@ pub fn pids_naming(needle: &Path) -> Vec<u32> {
         .collect()
 }
 
-/// Stops every node of the local cache in `dir` for certain: `inec cache down`, then SIGKILL
-/// to any process still naming the directory's cluster file, then the directory is removed.
-/// Safe to call from a signal-handling thread and more than once.
+/// Stops every node of the local cache in `dir` for certain: SIGKILL to an `inec cache
+/// up|restart --dir D` still running (so it starts no node after this), `inec cache down`, then
+/// SIGKILL to any process still naming the directory's cluster file; then the directory is
+/// removed. Safe to call from a signal-handling thread and more than once.
 pub fn teardown_dir(exe: &Path, dir: &Path) {
+    for _ in 0..3 {
+        let controllers = pids_naming(dir);
+        if controllers.is_empty() {
+            break;
+        }
+        controllers.iter().for_each(|&p| sigkill(p));
+        std::thread::sleep(Duration::from_millis(20));
+    }
     if dir.join("cache.json").exists() {
         let _ = Command::new(exe)
             .args(["cache", "down", "--dir"])

@@ -202,10 +202,10 @@ impl CdfPlot {
             title: title.into(),
             series,
             frame: Frame {
-                width: 720.0,
+                width: 800.0,
                 height: 400.0,
                 left: 60.0,
-                right: 190.0,
+                right: 230.0,
                 top: 36.0,
                 bottom: 48.0,
             },
@@ -315,7 +315,7 @@ pub struct Timeline {
 }
 
 const TL_LEFT: f64 = 70.0;
-const TL_RIGHT: f64 = 150.0;
+const TL_RIGHT: f64 = 210.0;
 const TL_GAP: f64 = 22.0;
 const TL_BOTTOM: f64 = 44.0;
 const LABEL_ROW: f64 = 14.0;
@@ -327,7 +327,7 @@ impl Timeline {
             panels,
             events: Vec::new(),
             bands: Vec::new(),
-            width: 760.0,
+            width: 860.0,
             panel_height: 170.0,
         }
     }
@@ -471,6 +471,14 @@ impl Timeline {
                 let ci = names.iter().position(|n| *n == s.name).unwrap_or(0);
                 polyline(&mut doc, s, ci, &x, &y, false);
             }
+            // This panel's legend beside it, in the colours its lines have.
+            for (j, s) in p.series.iter().enumerate() {
+                let ci = names.iter().position(|n| *n == s.name).unwrap_or(0);
+                let yy = yb + 10.0 + 16.0 * j as f64;
+                let style = format!(r#"stroke="{}" stroke-width="2""#, color(ci));
+                doc.line(x1 + 15.0, yy, x1 + 37.0, yy, &style);
+                doc.text(x1 + 42.0, yy + 4.0, "start", r#"class="legend""#, &s.name);
+            }
         }
         for (e, &r) in self.events.iter().zip(&rows) {
             let px = x.map(e.t);
@@ -489,7 +497,6 @@ impl Timeline {
             doc.text(px + 3.0, ly + 6.0, "start", r##"fill="#b00020""##, &e.label);
             doc.close("g");
         }
-        legend(&mut doc, &names, x1 + 20.0, top + 10.0, |_| false);
         doc.text((x0 + x1) / 2.0, h - 10.0, "middle", "", "time (s)");
         doc.finish()
     }

@@ -34,7 +34,11 @@
 //!   ([`dist::DegradedArrivals`]), sent in the form the system understands (inec:
 //!   `mg <key> v Oinec-degrade-<pos>`).
 
+pub mod cli;
 pub mod dist;
+pub mod study;
+
+pub use cli::{run as run_cli, YcsbArgs};
 
 use std::net::SocketAddr;
 use std::time::Duration;
