@@ -144,6 +144,12 @@ pub enum RecoveryState {
 
 const KEY_LOCKS: usize = 1024;
 
+/// Which of the agent's key locks `key` takes: operations on keys that share one run one at
+/// a time.
+pub fn key_lock_index(key: &[u8]) -> usize {
+    (fnv1a_64(key) >> 20) as usize % KEY_LOCKS
+}
+
 /// Records fetched for a read: the good ones' (position, data), and the failed positions with
 /// whether the failure was a bad CRC.
 type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
@@ -635,7 +641,7 @@ impl Node {
     // ---- agent ----
 
     fn key_lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
-        lock(&self.key_locks[(fnv1a_64(key) >> 20) as usize % KEY_LOCKS])
+        lock(&self.key_locks[key_lock_index(key)])
     }
 
     /// Makes sure this node's index of `stripe` exists, rebuilding it from the members'

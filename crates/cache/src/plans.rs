@@ -169,7 +169,14 @@ pub struct PlanCounters {
     pub plan_inputs: AtomicU64,
     /// Chunks this node's host stored as records for writes.
     pub plan_records_stored: AtomicU64,
+    /// Degraded reads this node (as agent) has on the engine now, and the most at once.
+    pub degraded_plan_runs_in_flight: AtomicU64,
+    pub degraded_plan_runs_in_flight_max: AtomicU64,
 }
+
+/// Test-only (honoured with `--debug-commands`): each helper of a repair plan waits this
+/// long before it reads its record, so that a test can hold runs in flight.
+pub const INPUT_DELAY_ENV: &str = "INEC_TEST_REPAIR_INPUT_DELAY_MS";
 
 /// Chunks delivered to this node's host for one run: (position, bytes).
 type Delivered = Vec<(u32, Arc<Vec<u8>>)>;
@@ -538,6 +545,13 @@ impl PlanExec {
             write: None,
         }
         .encode();
+        let c = &self.counters;
+        let now = c
+            .degraded_plan_runs_in_flight
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        c.degraded_plan_runs_in_flight_max
+            .fetch_max(now, Ordering::Relaxed);
         let ran = launcher.run(Launch {
             template,
             nodes: others(nodes, agent),
@@ -547,6 +561,8 @@ impl PlanExec {
             chunk_bytes: None,
             payload,
         });
+        c.degraded_plan_runs_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
         // The agent's host filed its outputs before the launch finished.
         let outs = self.take_outputs(nonce);
         if let Err(e) = ran {
@@ -703,6 +719,22 @@ impl PlanExec {
 #[derive(Debug)]
 pub struct CacheApp {
     pub node: Weak<Node>,
+    /// Test-only delay of a repair helper's input (see [`INPUT_DELAY_ENV`]).
+    pub repair_input_delay: Duration,
+}
+
+impl CacheApp {
+    pub fn new(node: Weak<Node>, debug_commands: bool) -> CacheApp {
+        let delay = std::env::var(INPUT_DELAY_ENV)
+            .ok()
+            .filter(|_| debug_commands)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+        CacheApp {
+            node,
+            repair_input_delay: Duration::from_millis(delay),
+        }
+    }
 }
 
 impl Application for CacheApp {
@@ -723,6 +755,9 @@ impl Application for CacheApp {
                     node.cfg.id, chunk.index
                 )
             });
+        }
+        if !self.repair_input_delay.is_zero() && run.template < STARTUP_TEMPLATE_BASE {
+            std::thread::sleep(self.repair_input_delay);
         }
         let rec = node
             .record(p.stripe, chunk.index as u8, &p.key, p.version)
@@ -785,7 +820,9 @@ impl Application for CacheApp {
         }
     }
 
-    fn finished(&mut self, ctx: &HostCtx, run: &RunInfo, _error: Option<&str>) {
+    fn started(&mut self, ctx: &HostCtx, run: &RunInfo) {
+        // Counted when the run starts here, so that the count is whole once the agent has
+        // its result (a quiet participant's part may finish after the agent's).
         if run.runner == ctx.node() {
             return;
         }

@@ -66,13 +66,15 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                             };
                             let data = req.is_data();
                             let res = node.handle_peer(req);
-                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
-                                break;
-                            }
+                            // Counted before it leaves, so that the count is whole once the
+                            // caller has the reply.
                             if data {
                                 node.counters
                                     .peer_replies_sent
                                     .fetch_add(1, Ordering::Relaxed);
+                            }
+                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
+                                break;
                             }
                         }
                     });
@@ -843,6 +845,11 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         out,
         "plan_templates_installed",
         plan(|c| &c.plan_templates_installed),
+    );
+    compose::stat(
+        out,
+        "degraded_plan_runs_in_flight_max",
+        plan(|c| &c.degraded_plan_runs_in_flight_max),
     );
     compose::stat(out, "startup_templates", plan(|c| &c.startup_templates));
     compose::stat(out, "write_plan_runs", plan(|c| &c.write_plan_runs));

@@ -248,9 +248,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         (Some(addrs), Some(mine)) => {
             let exec = Arc::new(PlanExec::new(addrs, node.incarnation));
             node.set_plan_exec(Arc::clone(&exec));
-            let app = CacheApp {
-                node: Arc::downgrade(&node),
-            };
+            let app = CacheApp::new(Arc::downgrade(&node), a.opts.debug_commands);
             let host = LocalNode::tcp_with(a.id as engine::NodeId, mine, BufferPool::new(), app)
                 .with_context(|| format!("binding engine address {mine}"))?;
             // Engines connect on the peers' first heartbeat answers.
@@ -304,8 +302,9 @@ pub fn serve(a: ServeArgs) -> Result<()> {
 
 #[derive(Subcommand, Debug)]
 pub enum CacheCommand {
-    /// Start a cache cluster on this machine (loopback) and print its nodes.
-    Up(UpArgs),
+    /// Start a cache cluster on this machine (loopback, or network namespaces with --netns)
+    /// and print its nodes.
+    Up(Box<UpArgs>),
     /// Stop the cluster's node processes.
     Down(DirArg),
     /// Show each node (client address, peer address, pid, health) and each Mem Stripe.
@@ -336,6 +335,14 @@ pub struct UpArgs {
     /// Seconds to wait for every node to answer.
     #[arg(long, default_value_t = 20)]
     pub ready_timeout_s: u64,
+    /// Put each node in its own network namespace behind a veth pair on a bridge, as
+    /// `inec cluster up --netns` does (root; one namespace cluster per machine at a time).
+    /// Node i listens on 10.77.x.y ports 11211 (clients), 11311 (peers), 11411 (engine).
+    #[arg(long, conflicts_with = "base_port")]
+    pub netns: bool,
+    /// With --netns: `tc tbf` rate of every node's link, each direction (e.g. 1gbit).
+    #[arg(long, requires = "netns")]
+    pub link_rate: Option<String>,
     #[command(flatten)]
     pub opts: CacheOptions,
 }
@@ -356,11 +363,14 @@ struct State {
     opts: CacheOptions,
     members: Vec<Member>,
     pids: Vec<u32>,
+    /// The network namespace of each node (`--netns`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    netns: Option<Vec<String>>,
 }
 
 pub fn run(cmd: CacheCommand) -> Result<()> {
     match cmd {
-        CacheCommand::Up(a) => up(a),
+        CacheCommand::Up(a) => up(*a),
         CacheCommand::Down(a) => down(&a.dir),
         CacheCommand::Status(a) => status(&a.dir),
         CacheCommand::Restart(a) => restart(&a.dir.dir, a.id),
@@ -458,7 +468,14 @@ fn spawn_node(dir: &Path, st: &State, id: usize, recover: bool) -> Result<u32> {
         .create(true)
         .append(true)
         .open(dir.join(format!("node-{id}.log")))?;
-    let mut cmd = Command::new(exe);
+    let mut cmd = match st.netns.as_ref().and_then(|ns| ns.get(id)) {
+        Some(ns) => {
+            let mut c = Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(exe);
+            c
+        }
+        None => Command::new(exe),
+    };
     cmd.arg("serve")
         .arg("--cluster")
         .arg(dir.join(CLUSTER_FILE))
@@ -572,10 +589,34 @@ fn up(a: UpArgs) -> Result<()> {
         bail!("--nodes must be at least 1");
     }
     fs::create_dir_all(dir)?;
+    let netns = if a.netns {
+        Some(crate::cmd_cluster::setup_netns(n, a.link_rate.as_deref())?)
+    } else {
+        None
+    };
+    let result = start(&a, dir, code, n, netns.is_some());
+    if let (Err(_), Some(made)) = (&result, &netns) {
+        made.remove();
+    }
+    result
+}
+
+/// Starts the nodes of `up` (in namespaces `inec-ns<i>` already made when `netns`).
+fn start(a: &UpArgs, dir: &Path, code: Code, n: usize, netns: bool) -> Result<()> {
     let mut members = Vec::new();
     // Free ports: every listener is held until all are chosen, so no port is picked twice.
     let mut held = Vec::new();
     for id in 0..n {
+        if netns {
+            let ip: std::net::IpAddr = crate::cmd_cluster::ns_addr(id).parse()?;
+            members.push(Member {
+                id,
+                client: SocketAddr::new(ip, 11211),
+                peer: SocketAddr::new(ip, 11311),
+                engine: Some(SocketAddr::new(ip, 11411)),
+            });
+            continue;
+        }
         let (cp, pp, ep) = match a.base_port {
             Some(b) => (b + id as u16, b + 1000 + id as u16, b + 2000 + id as u16),
             None => (
@@ -597,6 +638,7 @@ fn up(a: UpArgs) -> Result<()> {
         opts: a.opts.clone(),
         members,
         pids: Vec::new(),
+        netns: netns.then(|| (0..n).map(crate::cmd_cluster::ns_name).collect()),
     };
     for id in 0..n {
         let _ = fs::remove_file(dir.join(format!("node-{id}.log")));
@@ -636,8 +678,14 @@ fn up(a: UpArgs) -> Result<()> {
         return Err(e.context("cache up failed; stopped every node it started"));
     }
     println!(
-        "cache up: {n} nodes, code {code}, scheme {}, mode {}",
-        a.opts.scheme, a.opts.mode
+        "cache up: {n} nodes, code {code}, scheme {}, mode {}{}",
+        a.opts.scheme,
+        a.opts.mode,
+        match (netns, &a.link_rate) {
+            (false, _) => String::new(),
+            (true, None) => ", network namespaces".to_string(),
+            (true, Some(r)) => format!(", network namespaces, links of {r}"),
+        }
     );
     status(dir)
 }
@@ -658,6 +706,9 @@ fn down(dir: &Path) -> Result<()> {
             eprintln!("node {i} (pid {p}) did not exit; killing it");
             signal(p, "-KILL");
         }
+    }
+    if let Some(ns) = &st.netns {
+        crate::cmd_cluster::NetnsCreated::of_nodes(ns.len()).remove();
     }
     fs::remove_file(dir.join(STATE_FILE))?;
     println!("cache down: {} nodes stopped", st.pids.len());

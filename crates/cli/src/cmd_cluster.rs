@@ -97,11 +97,11 @@ pub struct UpArgs {
 const BRIDGE: &str = "inec-br";
 const NETNS_PORT: u16 = 7100;
 
-fn ns_name(i: usize) -> String {
+pub(crate) fn ns_name(i: usize) -> String {
     format!("inec-ns{i}")
 }
 
-fn ns_addr(i: usize) -> String {
+pub(crate) fn ns_addr(i: usize) -> String {
     format!("10.77.{}.{}", (i + 10) / 250, (i + 10) % 250 + 2)
 }
 
@@ -143,14 +143,27 @@ fn parse_rate(s: &str) -> Result<u64> {
 
 /// What `setup_netns` created, so that a failure (or `down`) removes exactly that.
 #[derive(Default)]
-struct NetnsCreated {
-    bridge: bool,
-    namespaces: Vec<String>,
-    host_links: Vec<String>,
+pub(crate) struct NetnsCreated {
+    pub(crate) bridge: bool,
+    pub(crate) namespaces: Vec<String>,
+    pub(crate) host_links: Vec<String>,
 }
 
 impl NetnsCreated {
-    fn remove(&self) {
+    /// What `setup_netns(n, ..)` creates for nodes `0..n` (for tearing down a cluster whose
+    /// state names its namespaces).
+    pub(crate) fn of_nodes(n: usize) -> NetnsCreated {
+        NetnsCreated {
+            bridge: true,
+            namespaces: (0..n)
+                .map(ns_name)
+                .filter(|ns| Path::new("/run/netns").join(ns).exists())
+                .collect(),
+            host_links: (0..n).map(|i| format!("inec-h{i}")).collect(),
+        }
+    }
+
+    pub(crate) fn remove(&self) {
         for ns in &self.namespaces {
             let _ = sh(&["ip", "netns", "del", ns]);
         }
@@ -181,7 +194,7 @@ fn link_exists(name: &str) -> bool {
 /// Creates the bridge, one namespace per node and their veth links. Refuses to touch an
 /// existing setup (the names are machine-wide: one namespace cluster at a time); on failure
 /// removes what it created.
-fn setup_netns(n: usize, rate: Option<&str>) -> Result<NetnsCreated> {
+pub(crate) fn setup_netns(n: usize, rate: Option<&str>) -> Result<NetnsCreated> {
     if link_exists(BRIDGE) {
         bail!(
             "bridge {BRIDGE} exists: a namespace cluster is already up on this machine \

@@ -140,6 +140,9 @@ pub trait Application {
         bytes: Arc<Vec<u8>>,
     ) -> Result<(), String>;
 
+    /// `run` starts on this node (before its inputs are asked for).
+    fn started(&mut self, _ctx: &HostCtx, _run: &RunInfo) {}
+
     /// This node's part of `run` has finished (after every `output`), or failed with `error`.
     /// Called just before the host replies `Done`.
     fn finished(&mut self, _ctx: &HostCtx, _run: &RunInfo, _error: Option<&str>) {}
@@ -455,6 +458,7 @@ impl<A: Application> Host<'_, A> {
     /// Starts this node's parts of a run; the `Done` reply follows when they finish.
     fn start(&mut self, info: &RunInfo, req: u64, how: How) -> Result<(), String> {
         let node = self.ctx.node();
+        self.app.started(&self.ctx, info);
         let Some(parts) = self.templates.get(&info.template) else {
             return Err(format!(
                 "node {node}: template {} is not installed",
