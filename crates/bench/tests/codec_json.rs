@@ -100,3 +100,32 @@ fn tiny_run_writes_json_lines_with_the_required_fields() {
     );
     assert!(!table.contains("rs(3,2)"), "{table}");
 }
+
+#[test]
+fn the_cpu_clock_runs_one_thread_and_refuses_more() {
+    let base = CodecArgs {
+        codes: vec!["rs:3,2".parse().unwrap()],
+        chunk_bytes: vec![4096],
+        rounds: Some(1),
+        round_ms: Some(1),
+        cache: vec![bench::codec::CacheState::Hot],
+        libraries: vec![bench::codec::LibraryName::Inec],
+        clock: bench::codec::Clock::Cpu,
+        go: "go".into(),
+        ..CodecArgs::default()
+    };
+    let two = CodecArgs {
+        threads: vec![1, 2],
+        ..base.clone()
+    };
+    let err = execute(&two, None, &mut Vec::new()).expect_err("two threads under --clock cpu");
+    assert!(err.to_string().contains("--threads 1"), "{err}");
+    let one = CodecArgs {
+        threads: vec![1],
+        ..base
+    };
+    let mut table = Vec::new();
+    let rows = execute(&one, None, &mut table).expect("one thread under --clock cpu runs");
+    assert!(!rows.is_empty() && rows.iter().all(|r| r.gbps > 0.0));
+    assert!(String::from_utf8(table).unwrap().contains("# clock: cpu"));
+}

@@ -13,7 +13,11 @@
 //	{"cmd":"prepare","id":1,"k":..,"m":..,"chunk_bytes":..,"sets":..,"seed":..,
 //	 "op":"encode"|"decode1"|"decodem","pattern":"fresh"|"cached","threads":..,
 //	 "isa":"native"|"avx2"|"avx512"|"avx2-gfni"|"avx512-gfni"}
-//	{"cmd":"run","id":1,"iters":N}     -> {"ns":elapsed}
+//	{"cmd":"run","id":1,"iters":N,"clock":"wall"|"cpu"}     -> {"ns":elapsed}
+//
+// Clock "cpu" times the run by the CPU time of the OS thread running it (the goroutine is
+// locked to it; one thread only), from /proc/thread-self/schedstat as the Rust side does.
+//
 //	{"cmd":"drop","id":1}
 //
 // Threads: the encoder is built with WithMaxGoroutines(1) so that it never splits a call by
@@ -52,6 +56,7 @@ type request struct {
 	Threads    int    `json:"threads"`
 	Iters      int    `json:"iters"`
 	Isa        string `json:"isa"`
+	Clock      string `json:"clock"`
 }
 
 type response struct {
@@ -330,8 +335,39 @@ func (b *bench) call(s int) error {
 	return nil
 }
 
-func (b *bench) run(iters int) (int64, error) {
+// threadCPUNs is the CPU time the calling OS thread has run, in nanoseconds.
+func threadCPUNs() (int64, error) {
+	s, err := os.ReadFile("/proc/thread-self/schedstat")
+	if err != nil {
+		return 0, err
+	}
+	var ns int64
+	if _, err := fmt.Sscan(string(s), &ns); err != nil {
+		return 0, err
+	}
+	return ns, nil
+}
+
+func (b *bench) run(iters int, clock string) (int64, error) {
 	sets := len(b.sets)
+	if clock == "cpu" {
+		if b.threads != 1 {
+			return 0, fmt.Errorf("clock cpu times one thread, not %d", b.threads)
+		}
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		start, err := threadCPUNs()
+		if err != nil {
+			return 0, err
+		}
+		for i := 0; i < iters; i++ {
+			if err := b.call(i % sets); err != nil {
+				return 0, err
+			}
+		}
+		end, err := threadCPUNs()
+		return end - start, err
+	}
 	start := time.Now()
 	for i := 0; i < iters; i++ {
 		if err := b.call(i % sets); err != nil {
@@ -397,7 +433,7 @@ func main() {
 				if !ok {
 					err = fmt.Errorf("no prepared benchmark %d", q.ID)
 				} else {
-					resp.NS, err = b.run(q.Iters)
+					resp.NS, err = b.run(q.Iters, q.Clock)
 				}
 			case "drop":
 				delete(benches, q.ID)

@@ -78,6 +78,8 @@ pub struct Peer {
     /// The instruction-set level every prepared benchmark runs at ("native", "avx2",
     /// "avx512", "avx2-gfni", "avx512-gfni"; see `PeerIsa`).
     isa: &'static str,
+    /// `wall` or `cpu`: what its rounds are timed by (see `Clock`).
+    clock: &'static str,
 }
 
 impl Peer {
@@ -98,6 +100,7 @@ impl Peer {
             stdout,
             next_id: 1,
             isa: "native",
+            clock: "wall",
         })
     }
 
@@ -105,6 +108,12 @@ impl Peer {
     /// program turns off the library's faster kernels through its options).
     pub fn set_isa(&mut self, isa: &'static str) {
         self.isa = isa;
+    }
+
+    /// Times rounds by `clock`: `wall`, or `cpu` (the CPU time of the thread running the
+    /// calls, one thread only).
+    pub fn set_clock(&mut self, clock: &'static str) {
+        self.clock = clock;
     }
 
     fn request(&mut self, req: serde_json::Value) -> Result<Reply> {
@@ -180,7 +189,8 @@ impl Peer {
 
     /// Times `iters` calls of a prepared benchmark (measured inside the program).
     pub fn run(&mut self, id: u64, iters: usize) -> Result<Duration> {
-        let r = self.request(json!({"cmd": "run", "id": id, "iters": iters}))?;
+        let r =
+            self.request(json!({"cmd": "run", "id": id, "iters": iters, "clock": self.clock}))?;
         Ok(Duration::from_nanos(r.ns))
     }
 

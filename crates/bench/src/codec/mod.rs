@@ -116,6 +116,30 @@ pub struct CodecArgs {
     /// The Go toolchain used to build the klauspost/reedsolomon peer.
     #[arg(long, default_value = "go")]
     pub go: String,
+    /// What a round is timed by: `wall` time, or the `cpu` time of the calling thread (one
+    /// thread only; every library, the Go peer too), which leaves out the time the thread
+    /// was preempted: for a machine shared with other work [default: wall].
+    #[arg(long, value_enum, default_value_t = Clock::Wall)]
+    pub clock: Clock,
+}
+
+/// What a round of `inec bench codec` is timed by.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Clock {
+    /// Elapsed time.
+    #[default]
+    Wall,
+    /// CPU time of the calling thread (`/proc/thread-self/schedstat`), one thread only.
+    Cpu,
+}
+
+impl Clock {
+    pub fn name(self) -> &'static str {
+        match self {
+            Clock::Wall => "wall",
+            Clock::Cpu => "cpu",
+        }
+    }
 }
 
 /// The kind of a code as the JSON rows name it (`rs`, `lrc`).
@@ -331,6 +355,7 @@ struct Settings {
     kernel: gf::Kernel,
     peer_isa: PeerIsa,
     go: String,
+    clock: Clock,
 }
 
 fn resolve(a: &CodecArgs) -> Result<Settings> {
@@ -438,6 +463,20 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         }
         libraries.retain(|&l| l != LibraryName::Isal);
     }
+    if a.clock == Clock::Cpu {
+        if threads.iter().any(|&t| t != 1) {
+            return Err(BenchError::Settings(
+                "--clock cpu: times one thread; run it with --threads 1".into(),
+            ));
+        }
+        if timing::thread_cpu_time().is_none() {
+            return Err(BenchError::Settings(
+                "--clock cpu: this system does not report a thread's CPU time \
+                 (/proc/thread-self/schedstat)"
+                    .into(),
+            ));
+        }
+    }
     let rounds = a.rounds.unwrap_or(5).max(1);
     let round_ms = a.round_ms.unwrap_or(if a.quick { 20 } else { 50 }).max(1);
     let cold_bytes = a
@@ -458,6 +497,7 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         kernel,
         peer_isa: a.peer_isa,
         go: a.go.clone(),
+        clock: a.clock,
     })
 }
 
@@ -670,6 +710,7 @@ pub fn execute<'w>(
         match klauspost::build(&settings.go).and_then(|bin| klauspost::Peer::start(&bin)) {
             Ok(mut p) => {
                 p.set_isa(settings.peer_isa.name());
+                p.set_clock(settings.clock.name());
                 let v = p.version()?;
                 writeln!(table, "# klauspost/reedsolomon {v} (Go peer, subprocess)")?;
                 peer = Some(p);
@@ -697,6 +738,12 @@ pub fn execute<'w>(
         settings.peer_isa.isal().kernel_name()
     )?;
     writeln!(table, "# peers' ISA level: {}", settings.peer_isa.name())?;
+    if settings.clock == Clock::Cpu {
+        writeln!(
+            table,
+            "# clock: cpu (each round timed by the calling thread's CPU time, every library)"
+        )?;
+    }
     let cells = settings.codes.len()
         * settings.sizes.len()
         * settings.caches.len()
@@ -990,7 +1037,7 @@ fn verify(lib: &dyn Library, cell: &Cell, st: &mut Stripes) -> Result<()> {
                 .into_iter()
                 .map(|v| lib.bind(cell, v))
                 .collect::<Result<Vec<_>>>()?;
-            timing::run(&mut parts, 1, 1);
+            timing::run(&mut parts, 1, 1, false);
             Ok(())
         }))
         .map_err(|_| BenchError::Check("it panicked".into()))
@@ -1021,14 +1068,25 @@ fn verify(lib: &dyn Library, cell: &Cell, st: &mut Stripes) -> Result<()> {
     checked
 }
 
-fn time_lib(lib: &dyn Library, cell: &Cell, st: &mut Stripes, iters: usize) -> Result<Duration> {
+fn time_lib(
+    lib: &dyn Library,
+    cell: &Cell,
+    st: &mut Stripes,
+    iters: usize,
+    clock: Clock,
+) -> Result<Duration> {
     let set_count = st.sets.len();
     let views = st.thread_views(cell.threads);
     let mut parts = views
         .into_iter()
         .map(|v| lib.bind(cell, v))
         .collect::<Result<Vec<_>>>()?;
-    Ok(timing::run(&mut parts, iters, set_count))
+    Ok(timing::run(
+        &mut parts,
+        iters,
+        set_count,
+        clock == Clock::Cpu,
+    ))
 }
 
 /// Sizes a round to about `round` (the runs doing so are the warm-up).
@@ -1114,7 +1172,7 @@ fn run_cell<'a>(
         match e {
             Entrant::Lib(_, lib) => {
                 let st = families.get_mut(&lib.family()).expect("family exists");
-                time_lib(*lib, cell, st, iters)
+                time_lib(*lib, cell, st, iters, settings.clock)
             }
             Entrant::Peer(id) => peer
                 .as_deref_mut()

@@ -23,19 +23,33 @@ fn wait_until(ready: impl Fn() -> bool) {
     }
 }
 
+/// The CPU time the calling thread has run (`/proc/thread-self/schedstat`, nanoseconds), or
+/// `None` where the kernel does not report it.
+pub fn thread_cpu_time() -> Option<Duration> {
+    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    let ns = s.split_whitespace().next()?.parse().ok()?;
+    Some(Duration::from_nanos(ns))
+}
+
 /// Makes `iters` calls, call i on buffer set `i % set_count`; each call runs every part (one
 /// per thread) and completes when all have finished, like a call split across a pool. Returns
-/// the wall time of all calls. One part runs on the calling thread with no synchronisation.
-pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize) -> Duration {
+/// the wall time of all calls, or with `cpu_clock` and a single part the CPU time of the
+/// calling thread (which leaves out the time it was preempted: on a shared machine the wall
+/// time counts other processes' work). One part runs on the calling thread with no
+/// synchronisation.
+pub fn run(parts: &mut [Part<'_>], iters: usize, set_count: usize, cpu_clock: bool) -> Duration {
     let Some((first, rest)) = parts.split_first_mut() else {
         return Duration::ZERO;
     };
     if rest.is_empty() {
-        let start = Instant::now();
+        let (start, cpu_start) = (Instant::now(), thread_cpu_time().filter(|_| cpu_clock));
         for i in 0..iters {
             first(i % set_count);
         }
-        return start.elapsed();
+        return match (cpu_start, thread_cpu_time()) {
+            (Some(a), Some(b)) => b.saturating_sub(a),
+            _ => start.elapsed(),
+        };
     }
     // `go`: calls started; `done`: parts finished by the helper threads, over all calls;
     // `aborted`: a part panicked, so everyone stops instead of waiting for it forever.
@@ -97,12 +111,33 @@ mod tests {
                 Box::new(move |set: usize| log.lock().unwrap().push((t, set))) as Part<'_>
             })
             .collect();
-        run(&mut parts, 5, 2);
+        run(&mut parts, 5, 2, false);
         drop(parts);
         let mut got = log.into_inner().unwrap();
         assert_eq!(got.len(), 15);
         got.sort();
         assert_eq!(&got[..5], &[(0, 0), (0, 0), (0, 0), (0, 1), (0, 1)]);
+    }
+
+    #[test]
+    fn the_cpu_clock_counts_the_threads_work() {
+        if thread_cpu_time().is_none() {
+            return;
+        }
+        // A busy single part: its CPU time is positive and at most the wall time around it.
+        let mut parts: Vec<Part<'_>> = vec![Box::new(|_set: usize| {
+            let mut x = 0u64;
+            for i in 0..200_000u64 {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+            }
+        })];
+        let wall = Instant::now();
+        let cpu = run(&mut parts, 20, 1, true);
+        let wall = wall.elapsed();
+        assert!(
+            cpu > Duration::ZERO && cpu <= wall,
+            "cpu {cpu:?}, wall {wall:?}"
+        );
     }
 
     #[test]
@@ -117,7 +152,7 @@ mod tests {
                     }) as Part<'_>
                 })
                 .collect();
-            let r = catch_unwind(AssertUnwindSafe(|| run(&mut parts, 3, 1)));
+            let r = catch_unwind(AssertUnwindSafe(|| run(&mut parts, 3, 1, false)));
             assert!(r.is_err(), "part {bad} panicked: run must panic, not hang");
         }
     }

@@ -9,15 +9,8 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES, TAIL_MASK};
+use super::{dispatch_block, prefetch, Blocking, Blockings, Simd, STREAM_MIN_BYTES, TAIL_MASK};
 use crate::{field, Matrix};
-
-/// How far ahead of the step (bytes) each source is prefetched into L1. The kernel's loop
-/// over the sources reads every source through the same load instructions, so the CPU's
-/// per-instruction stride prefetcher cannot follow them (a loop unrolled over the sources
-/// has one load instruction per source, each with a constant stride); from L2 (chunks of
-/// 128 KiB) the prefetch measured 5–30% faster, at no cost in L1.
-const PREFETCH_AHEAD: usize = 1024;
 
 /// Proof that the CPU has AVX2.
 #[derive(Clone, Copy, Debug)]
@@ -215,10 +208,11 @@ macro_rules! source {
             // SAFETY: the caller guarantees 32·V readable bytes at `s + p`.
             *xv = unsafe { load(s.add(p + 32 * v)) };
         }
-        // One prefetch per line of the step (one per step for a 32-byte step: each line is
-        // prefetched twice, which costs a load slot, of which there are spare).
+        // One prefetch per line of the step (see `PREFETCH_AHEAD`; one per step for a
+        // 32-byte step: each line is prefetched twice, which costs a load slot, of which
+        // there are spare).
         for l in 0..($v as usize).div_ceil(2) {
-            _mm_prefetch::<_MM_HINT_T0>(s.wrapping_add(p + 64 * l + PREFETCH_AHEAD).cast());
+            prefetch(s, p + 64 * l);
         }
         for (r, xa) in $xacc.iter_mut().enumerate() {
             if m & (1 << r) != 0 {

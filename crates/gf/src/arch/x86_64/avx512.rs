@@ -5,7 +5,7 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
+use super::{dispatch_block, prefetch, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has AVX-512F and AVX-512BW.
@@ -257,6 +257,12 @@ unsafe fn step<const B: usize, const X: usize, const V: usize>(
                     load_masked(s.add(p + 64 * v), last)
                 }
             };
+        }
+        if last == !0 {
+            // Full steps of the main loop: one prefetch per line (see `PREFETCH_AHEAD`).
+            for v in 0..V {
+                prefetch(s, p + 64 * v);
+            }
         }
         for (r, xa) in xacc.iter_mut().enumerate() {
             if m & (1 << r) != 0 {

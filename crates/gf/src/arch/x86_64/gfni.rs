@@ -15,7 +15,7 @@ use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
-use super::{dispatch_block, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
+use super::{dispatch_block, prefetch, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
@@ -217,6 +217,11 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
                     avx512::load(s[1].add(p + 64)),
                 )
             };
+            // One prefetch per line (see `PREFETCH_AHEAD`).
+            for q in [p, p + 64] {
+                prefetch(s[0], q);
+                prefetch(s[1], q);
+            }
             for i in 0..B {
                 let (ms, mt) = (
                     _mm512_set1_epi64(c[0][i] as i64),
@@ -237,6 +242,8 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
         if let (Some(c), Some(&s)) = (c_pairs.remainder().first(), s_pairs.remainder().first()) {
             // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
             let (sa, sb) = unsafe { (avx512::load(s.add(p)), avx512::load(s.add(p + 64))) };
+            prefetch(s, p);
+            prefetch(s, p + 64);
             for i in 0..B {
                 let ms = _mm512_set1_epi64(c[i] as i64);
                 acc_a[i] = _mm512_xor_si512(acc_a[i], _mm512_gf2p8affine_epi64_epi8::<0>(sa, ms));
@@ -369,6 +376,8 @@ unsafe fn dot_gfni256<const B: usize, const ADD: bool>(
         for (c, &s) in coef.iter().zip(srcs) {
             // SAFETY: `p + 64 ≤ len` bytes of every source are readable.
             let (xa, xb) = unsafe { (avx2::load(s.add(p)), avx2::load(s.add(p + 32))) };
+            // One prefetch per line (see `PREFETCH_AHEAD`).
+            prefetch(s, p);
             for i in 0..B {
                 let m = _mm256_set1_epi64x(c[i] as i64);
                 acc_a[i] = _mm256_xor_si256(acc_a[i], _mm256_gf2p8affine_epi64_epi8::<0>(xa, m));

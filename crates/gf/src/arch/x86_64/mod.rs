@@ -47,6 +47,28 @@ pub(crate) const MAX_XOR_ROWS: usize = 2;
 /// inputs, and a normal store first reads the line it writes, a third of the memory traffic
 /// of an encode out of cache.
 pub(crate) const STREAM_MIN_BYTES: usize = 1 << 20;
+/// How far ahead of the current step (bytes) the kernels prefetch each source into L1. Their
+/// loop over the sources reads every source through the same load instructions, so the
+/// CPU's per-instruction stride prefetcher cannot follow the sources (a loop unrolled over
+/// the sources, as generated kernels are, has one load instruction per source, each with a
+/// constant stride). Measured on an Intel Xeon (AVX-512 + GFNI), chunks of 128 KiB from L2,
+/// one thread: AVX2 5–30% faster with it, at no cost from L1 (4 KiB).
+pub(crate) const PREFETCH_AHEAD: usize = 1024;
+
+/// Prefetches the line `PREFETCH_AHEAD` bytes past `s + p` into L1. A prefetch never faults,
+/// so the address may lie past the end of the buffer (it is computed with wrapping
+/// arithmetic, never dereferenced).
+#[inline(always)]
+pub(crate) fn prefetch(s: *const u8, p: usize) {
+    // SAFETY: `prefetcht0` only hints the cache: it reads nothing into the program and cannot
+    // fault; SSE, which it needs, is part of x86_64.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+            s.wrapping_add(p + PREFETCH_AHEAD).cast(),
+        )
+    }
+}
+
 /// Bytes of the stack buffers for short regions; the `VECTOR_BYTES` of every kernel that
 /// needs them.
 const SHORT_BYTES: usize = 32;
