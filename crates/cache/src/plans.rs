@@ -184,8 +184,16 @@ type Delivered = Vec<(u32, Arc<Vec<u8>>)>;
 /// A repair template: (stripe, lost positions, chunk size class).
 type TemplateKey = (usize, Vec<usize>, usize);
 
-/// Template ids of the start-up templates: far above the runner's (which count from 1).
+/// Template ids of the start-up templates: above every repair template's.
 const STARTUP_TEMPLATE_BASE: u64 = 1 << 62;
+
+/// The id of the `seq`-th repair template the agent `agent` installs. Every agent installs its
+/// repair templates on the same hosts, which key templates by id alone: the agent's node id
+/// in the high bits keeps the agents' ids apart.
+pub fn repair_template_id(agent: usize, seq: u64) -> u64 {
+    debug_assert!(seq < 1 << 40 && (agent as u64) < (1 << 21));
+    ((agent as u64 + 1) << 40) | (seq & ((1 << 40) - 1))
+}
 
 /// The start-up template of `kind` for `stripe`.
 pub fn startup_template(kind: RunKind, stripe: usize) -> u64 {
@@ -207,6 +215,9 @@ pub struct PlanExec {
     /// Data chunks of writes this node runs as agent, by nonce.
     inputs: Mutex<HashMap<u64, Vec<Arc<Vec<u8>>>>>,
     next_nonce: AtomicU64,
+    /// Repair templates this node installed so far (never reset, so a rebuilt runner does
+    /// not reuse an id the hosts still hold).
+    next_template: AtomicU64,
     /// This node's engine (set once its host runs), for connecting to peers' engines.
     engine: std::sync::OnceLock<engine::Engine>,
     launcher: std::sync::OnceLock<Launcher>,
@@ -223,7 +234,6 @@ struct Runner {
     runner: PlanRunner,
     /// Installed repair templates → (template id, participants).
     templates: HashMap<TemplateKey, (u64, Vec<usize>)>,
-    next_template: u64,
 }
 
 /// The normal-read parts of `stripe`: each data position held by another node than the agent
@@ -317,6 +327,7 @@ impl PlanExec {
             outputs: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
             next_nonce: AtomicU64::new(seed << 20),
+            next_template: AtomicU64::new(1),
             engine: std::sync::OnceLock::new(),
             launcher: std::sync::OnceLock::new(),
             startup: std::sync::OnceLock::new(),
@@ -605,7 +616,6 @@ impl PlanExec {
             *guard = Some(Runner {
                 runner,
                 templates: HashMap::new(),
-                next_template: 1,
             });
         }
         let r = guard.as_mut().expect("runner");
@@ -630,8 +640,7 @@ impl PlanExec {
         let parts = plan
             .parts(stripe as u64)
             .map_err(|e| format!("plan lowering failed: {e}"))?;
-        let id = r.next_template;
-        r.next_template += 1;
+        let id = repair_template_id(agent, self.next_template.fetch_add(1, Ordering::Relaxed));
         if let Err(e) = r.runner.install(id, &parts) {
             drop(guard);
             self.drop_runner();
@@ -837,6 +846,18 @@ impl Application for CacheApp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn repair_template_ids_of_agents_never_meet() {
+        let mut seen = std::collections::HashSet::new();
+        for agent in [0usize, 1, 2, 8, 1000] {
+            for seq in [1u64, 2, 3, (1 << 40) - 1] {
+                let id = repair_template_id(agent, seq);
+                assert!(id < STARTUP_TEMPLATE_BASE);
+                assert!(seen.insert(id), "agent {agent} seq {seq}: id {id} taken");
+            }
+        }
+    }
 
     #[test]
     fn payload_round_trip_and_bad_lengths() {

@@ -943,6 +943,53 @@ fn degraded_read_on_engine_triec() {
     degraded_read_on_engine("rs:6,3", "triec", 9, 6, &[]);
 }
 
+/// Every agent installs its own repair templates on the same hosts: degraded reads of keys
+/// of every stripe, each agent's template installed in turn, all run on the engine (a host
+/// that confused one agent's template with another's would read a position it does not hold
+/// and the read would fall back).
+#[test]
+fn degraded_reads_of_every_stripe_share_the_hosts() {
+    let n = 9;
+    let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
+    let placement = cache::placement::Placement::new(n, n);
+    let mut rng = SmallRng::seed_from_u64(23);
+    // One key per stripe.
+    let mut keys: Vec<Option<String>> = vec![None; n];
+    for key in (0..).map(|i| format!("every-stripe-{i}")) {
+        let s = placement.stripe_of(key.as_bytes());
+        if keys[s].is_none() {
+            keys[s] = Some(key);
+            if keys.iter().all(Option::is_some) {
+                break;
+            }
+        }
+    }
+    let values: Vec<(String, Vec<u8>)> = keys
+        .into_iter()
+        .map(|k| (k.expect("key"), random_value(&mut rng, 6_000)))
+        .collect();
+    let mut cl = c.client(0);
+    for (key, v) in &values {
+        assert_eq!(cl.set(key, v), "STORED\r\n");
+    }
+    for round in 0..2 {
+        for position in [1, 4] {
+            for (key, v) in &values {
+                assert!(
+                    cl.mg_degraded(key, position) == Got::Hit(v.clone()),
+                    "round {round}: degraded read of {key} position {position}"
+                );
+            }
+        }
+    }
+    assert_eq!(c.sum_stat("degraded_plan_fallbacks"), 0, "fallbacks");
+    assert_eq!(
+        c.sum_stat("degraded_plan_runs"),
+        (2 * 2 * n) as u64,
+        "plan runs"
+    );
+}
+
 /// Two degraded reads at one agent run at once (runs are launched from the agent's host, not
 /// queued behind one runner): each repair helper waits 400 ms before reading its record
 /// (test-only delay), two clients ask the agent together, both get their bytes, and the agent
