@@ -243,7 +243,15 @@ pub struct SystemRun {
     /// Bytes of the live values (keys × value bytes).
     pub value_bytes: u64,
     pub rss_per_value_byte: f64,
+    /// Resident memory of the server processes right after they started (before the load).
+    pub rss_idle_bytes: u64,
+    /// (RSS after the run − RSS at the start) ÷ bytes of values: what the values cost.
+    pub rss_added_per_value_byte: f64,
     pub recovery_s: Option<f64>,
+    /// inec: degraded reads run as engine plans, summed over the nodes (`stats inec`).
+    pub degraded_plan_runs: Option<u64>,
+    /// inec: degraded reads whose plan failed and were repaired at the agent instead.
+    pub degraded_plan_fallbacks: Option<u64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -378,12 +386,8 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
                 nodes: a.inec_nodes,
             };
             let c = InecCache::start(&o)?;
-            let route = if a.kill_mean_s.is_some() {
-                Route::HashFailover
-            } else {
-                Route::Hash
-            };
-            Ok((Running::Inec(c), route))
+            // Without failures the same as Route::Hash (each key to its stripe's agent).
+            Ok((Running::Inec(c), Route::HashFailover))
         }
         "memcached" | "memcached-x3" => {
             let (nodes, per_node) = if name == "memcached" {
@@ -463,6 +467,11 @@ pub(crate) fn run_system(
             form: inec_degraded_form(a.degraded_pos),
         });
     }
+    let rss_idle_bytes: u64 = sys
+        .pids()
+        .iter()
+        .filter_map(|&p| server::resident_bytes(p))
+        .sum();
     let mut y = Ycsb::new(cfg)?;
     let loaded = y.load()?;
     if loaded.total_errors() > 0 {
@@ -531,6 +540,20 @@ pub(crate) fn run_system(
         std::thread::sleep(Duration::from_millis(300));
     }
     let verify = y.verify()?;
+    // Where inec's degraded reads went: plan runs on the engine, or fallbacks at the agent.
+    let plan_counts = match &sys {
+        Running::Inec(c) => {
+            let st = c.status();
+            let sum = |k: &str| -> u64 {
+                st.nodes
+                    .iter()
+                    .filter_map(|n| n.stats.get(k)?.parse::<u64>().ok())
+                    .sum()
+            };
+            Some((sum("degraded_plan_runs"), sum("degraded_plan_fallbacks")))
+        }
+        Running::Memcached(..) => None,
+    };
     let pids = sys.pids();
     let rss_bytes: u64 = pids.iter().filter_map(|&p| server::resident_bytes(p)).sum();
     let value_bytes = y.keys() * a.value_bytes as u64;
@@ -564,7 +587,12 @@ pub(crate) fn run_system(
             rss_bytes,
             value_bytes,
             rss_per_value_byte: rss_bytes as f64 / value_bytes.max(1) as f64,
+            rss_idle_bytes,
+            rss_added_per_value_byte: rss_bytes.saturating_sub(rss_idle_bytes) as f64
+                / value_bytes.max(1) as f64,
             recovery_s,
+            degraded_plan_runs: plan_counts.map(|p| p.0),
+            degraded_plan_fallbacks: plan_counts.map(|p| p.1),
         },
         run,
         marks,
@@ -607,8 +635,8 @@ pub fn table(runs: &[SystemRun]) -> String {
 /// The per-system table: memory, failures survived, what was killed, wrong values.
 pub fn systems_table(runs: &[SystemRun]) -> String {
     let mut s = String::from(
-        "| workload | system | ops/s | RSS MiB | RSS ÷ value bytes | survives failures | killed (most at once) | recovery s | wrong values (run + verify) | verified keys |\n\
-         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+        "| workload | system | ops/s | RSS MiB | RSS ÷ value bytes | (RSS − idle RSS) ÷ value bytes | survives failures | killed (most at once) | recovery s | wrong values (run + verify) | verified keys |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
     );
     for r in runs {
         let kills = r
@@ -617,12 +645,13 @@ pub fn systems_table(runs: &[SystemRun]) -> String {
             .filter(|f| f.what.ends_with("killed"))
             .count();
         s.push_str(&format!(
-            "| {} | {} | {:.0} | {:.0} | {:.2} | {} | {} ({}) | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {:.0} | {:.2} | {:.2} | {} | {} ({}) | {} | {} | {} |\n",
             r.workload,
             r.system,
             r.run.throughput_ops_s,
             r.rss_bytes as f64 / (1 << 20) as f64,
             r.rss_per_value_byte,
+            r.rss_added_per_value_byte,
             r.tolerates,
             kills,
             r.max_down_observed,

@@ -232,13 +232,25 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         };
         writeln!(
             log,
-            "# {}: throughput {:.0} vs {:.0} ops/s ({}), write p99 cut {}, degraded p99 cut {}",
+            "# {}: throughput {:.0} vs {:.0} ops/s ({}), write p99 cut {}, degraded p99 cut {}; \
+             plan runs / fallbacks / timeouts: coherent {:?}/{:?}/{}, incoherent {:?}/{:?}/{}",
             res.label,
             res.coherent.run.throughput_ops_s,
             res.incoherent.run.throughput_ops_s,
             pct(res.throughput_gain),
             pct(res.write_latency_cut[2]),
-            pct(res.degraded_latency_cut[2])
+            pct(res.degraded_latency_cut[2]),
+            res.coherent.degraded_plan_runs,
+            res.coherent.degraded_plan_fallbacks,
+            res.coherent.run.errors.get("timeout").copied().unwrap_or(0),
+            res.incoherent.degraded_plan_runs,
+            res.incoherent.degraded_plan_fallbacks,
+            res.incoherent
+                .run
+                .errors
+                .get("timeout")
+                .copied()
+                .unwrap_or(0),
         )?;
         writeln!(jsonl, "{}", serde_json::to_string(&res)?)?;
         // CDFs of the figure's cases: coherent against incoherent, writes and degraded reads.
