@@ -1,6 +1,7 @@
 //! Benchmarks of inec: the codec against peer libraries; later the primitives and YCSB.
 // Unsafe code is denied everywhere except the ISA-L FFI module (feature `isal`), which allows
-// it for its FFI calls only, each behind a safe wrapper.
+// it for its FFI calls only, each behind a safe wrapper, and `codec::timing::thread_cpu_time`
+// (one `clock_gettime` call).
 #![deny(unsafe_code)]
 
 pub mod cache;

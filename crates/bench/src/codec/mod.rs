@@ -129,7 +129,7 @@ pub enum Clock {
     /// Elapsed time.
     #[default]
     Wall,
-    /// CPU time of the calling thread (`/proc/thread-self/schedstat`), one thread only.
+    /// CPU time of the calling thread (`CLOCK_THREAD_CPUTIME_ID`), one thread only.
     Cpu,
 }
 
@@ -472,7 +472,7 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         if timing::thread_cpu_time().is_none() {
             return Err(BenchError::Settings(
                 "--clock cpu: this system does not report a thread's CPU time \
-                 (/proc/thread-self/schedstat)"
+                 (CLOCK_THREAD_CPUTIME_ID)"
                     .into(),
             ));
         }

@@ -23,12 +23,22 @@ fn wait_until(ready: impl Fn() -> bool) {
     }
 }
 
-/// The CPU time the calling thread has run (`/proc/thread-self/schedstat`, nanoseconds), or
-/// `None` where the kernel does not report it.
+/// The CPU time the calling thread has run (`clock_gettime(CLOCK_THREAD_CPUTIME_ID)`, which
+/// the kernel brings up to date when asked; `/proc/thread-self/schedstat` only moves at
+/// scheduler ticks), or `None` where the system does not report it.
+#[allow(unsafe_code)] // One FFI call behind this safe function; see lib.rs.
 pub fn thread_cpu_time() -> Option<Duration> {
-    let s = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
-    let ns = s.split_whitespace().next()?.parse().ok()?;
-    Some(Duration::from_nanos(ns))
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable `timespec`; `clock_gettime` writes only it.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    let (secs, nanos) = (
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    );
+    (rc == 0).then(|| Duration::new(secs, nanos))
 }
 
 /// Makes `iters` calls, call i on buffer set `i % set_count`; each call runs every part (one

@@ -15,7 +15,9 @@ use std::sync::OnceLock;
 
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
-use super::{dispatch_block, prefetch, Blocking, Blockings, Simd, STREAM_MIN_BYTES};
+use super::{
+    dispatch_block, prefetch, Blocking, Blockings, Simd, PREFETCH_MIN_LEN, STREAM_MIN_BYTES,
+};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has GFNI, AVX-512F and AVX-512BW.
@@ -202,6 +204,7 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
     let stream = !ADD
         && len >= STREAM_MIN_BYTES
         && dsts.iter().all(|&d| (d as usize + head).is_multiple_of(64));
+    let far = len >= PREFETCH_MIN_LEN;
     while p + 128 <= len {
         let mut acc_a = [_mm512_setzero_si512(); B];
         let mut acc_b = [_mm512_setzero_si512(); B];
@@ -217,10 +220,13 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
                     avx512::load(s[1].add(p + 64)),
                 )
             };
-            // One prefetch per line (see `PREFETCH_AHEAD`).
-            for q in [p, p + 64] {
-                prefetch(s[0], q);
-                prefetch(s[1], q);
+            // One prefetch per line (see `PREFETCH_AHEAD`), for regions long enough not to
+            // be in L1 already.
+            if far {
+                for q in [p, p + 64] {
+                    prefetch(s[0], q);
+                    prefetch(s[1], q);
+                }
             }
             for i in 0..B {
                 let (ms, mt) = (
@@ -242,8 +248,10 @@ unsafe fn dot_gfni512<const B: usize, const ADD: bool>(
         if let (Some(c), Some(&s)) = (c_pairs.remainder().first(), s_pairs.remainder().first()) {
             // SAFETY: `p + 128 ≤ len` bytes of every source are readable.
             let (sa, sb) = unsafe { (avx512::load(s.add(p)), avx512::load(s.add(p + 64))) };
-            prefetch(s, p);
-            prefetch(s, p + 64);
+            if far {
+                prefetch(s, p);
+                prefetch(s, p + 64);
+            }
             for i in 0..B {
                 let ms = _mm512_set1_epi64(c[i] as i64);
                 acc_a[i] = _mm512_xor_si512(acc_a[i], _mm512_gf2p8affine_epi64_epi8::<0>(sa, ms));
