@@ -1,7 +1,8 @@
 //! Benchmarks of inec: the codec against peer libraries; later the primitives and YCSB.
 // Unsafe code is denied everywhere except the ISA-L FFI module (feature `isal`), which allows
-// it for its FFI calls only, each behind a safe wrapper, and `codec::timing::thread_cpu_time`
-// (one `clock_gettime` call).
+// it for its FFI calls only, each behind a safe wrapper, `codec::timing::thread_cpu_time`
+// (one `clock_gettime` call) and `ycsb::cpu::{self_usage, clock_ticks_per_second}` (one
+// `getrusage`, one `sysconf` call).
 #![deny(unsafe_code)]
 
 pub mod cache;

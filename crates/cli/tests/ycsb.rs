@@ -133,11 +133,49 @@ fn every_system_in_one_run_checks_clean() {
         assert_eq!(survives, want, "{sys}");
         assert!(l["rss_bytes"].as_u64().unwrap() > 0, "{sys}");
         assert_eq!(u(l, &["value_bytes"]), 400 * 2048);
+        // Where the time goes: CPU per operation of the run phase, servers and client.
+        let cpu = &l["cpu"];
+        let f = |k: &str| {
+            cpu[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{sys}: cpu.{k} in {cpu}"))
+        };
+        assert_eq!(
+            u(cpu, &["ops"]),
+            sum("ok"),
+            "{sys}: every operation completed in the window"
+        );
+        assert!(f("client_us_per_op") > 0.0, "{sys}: {cpu}");
+        assert!(
+            f("total_us_per_op") >= f("client_us_per_op"),
+            "{sys}: {cpu}"
+        );
+        assert!(
+            (f("server_us_per_op") - f("server_user_us_per_op") - f("server_system_us_per_op"))
+                .abs()
+                < 1e-6,
+            "{sys}: {cpu}"
+        );
+        let procs = if sys == "memcached" { 1 } else { 9 };
+        assert_eq!(u(cpu, &["server_processes"]), procs, "{sys}: {cpu}");
+        assert!(u(cpu, &["server_threads_end"]) >= procs, "{sys}: {cpu}");
+        assert_eq!(u(cpu, &["processes_left_out"]), 0, "{sys}: {cpu}");
+        if sys.starts_with("inec") {
+            // Hundreds of ms of CPU over nine processes: more than the clock tick (10 ms)
+            // each process's figure is cut to; every request crosses threads.
+            assert!(f("server_us_per_op") > 0.0, "{sys}: {cpu}");
+            assert!(
+                f("server_voluntary_switches_per_op") + f("server_involuntary_switches_per_op")
+                    > 0.0,
+                "{sys}: {cpu}"
+            );
+        }
         assert!(!l["run"]["timeline"].as_array().unwrap().is_empty());
     }
     // The table, the JSON file and the plots.
     let table = std::fs::read_to_string(dir.path().join("table.md")).unwrap();
     assert!(table.contains("| A | memcached-x3 | update |"), "{table}");
+    assert!(table.contains("| total CPU µs/op |"), "{table}");
     assert!(dir.path().join("cdf-A-read.svg").exists());
     assert!(dir.path().join("cdf-A-degraded_read.svg").exists());
     assert!(dir.path().join("timeline-A-inec-coherent.svg").exists());
@@ -195,6 +233,14 @@ fn killed_nodes_lose_no_value() {
             .count();
         assert!(kills >= 1, "{sys}: {}", l["failures"]);
         assert_eq!(kills, restarts, "{sys}: every killed node restarted");
+        // Each killed process's CPU was sampled before its kill; none vanished unsampled.
+        assert_eq!(
+            u(l, &["cpu", "killed_processes_sampled"]),
+            kills as u64,
+            "{sys}: {}",
+            l["cpu"]
+        );
+        assert_eq!(u(l, &["cpu", "processes_left_out"]), 0, "{sys}");
         let most = u(l, &["max_down_observed"]);
         assert!(most >= 1 && most <= u(l, &["tolerates"]), "{sys}: {most}");
         // Zero wrong or missing values during the run and when every key is read back.

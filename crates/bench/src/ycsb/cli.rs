@@ -14,6 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+use super::cpu::{self, CpuPerOp, ServerMeter};
 use super::dist::Weibull;
 use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
 use crate::cache::load::{OpKind, PhaseStats, Route};
@@ -169,6 +170,14 @@ impl Running {
         }
     }
 
+    /// The pid of node `node`'s process (`None`: a memcached killed and not restarted yet).
+    fn pid_of(&self, node: usize) -> Option<u32> {
+        match self {
+            Running::Inec(c) => c.pids().get(node).copied(),
+            Running::Memcached(ms, _, _) => ms.get(node)?.as_ref().map(|m| m.pid()),
+        }
+    }
+
     fn nodes(&self) -> usize {
         match self {
             Running::Inec(c) => c.addrs().len(),
@@ -252,6 +261,9 @@ pub struct SystemRun {
     pub degraded_plan_runs: Option<u64>,
     /// inec: degraded reads whose plan failed and were repaired at the agent instead.
     pub degraded_plan_fallbacks: Option<u64>,
+    /// Where the run phase's CPU went: servers and client, per operation (`None` where
+    /// `/proc` is missing). See [`super::cpu`] for what is counted.
+    pub cpu: Option<CpuPerOp>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -292,10 +304,12 @@ fn inec_exe() -> Option<PathBuf> {
 /// Kills nodes on a Weibull schedule during `duration`, each restarted `down` later, at
 /// most `max_down` failed at once — a node counts as failed from its kill until it has
 /// recovered its data (inec: recovery done; memcached: never, it comes back empty) — then
-/// restarts any still down. Returns the events (kills, restarts, recoveries), the most nodes
-/// failed at once and any problem met.
+/// restarts any still down. Each process is sampled by `meter` just before its kill. Returns
+/// the events (kills, restarts, recoveries), the most nodes failed at once and any problem met.
+#[allow(clippy::too_many_arguments)]
 fn inject_failures(
     sys: &mut Running,
+    meter: &mut ServerMeter,
     t0: Instant,
     duration: Duration,
     gaps: Weibull,
@@ -343,6 +357,9 @@ fn inject_failures(
                     .filter(|n| !down_nodes.iter().any(|d| d.0 == *n) && !recovering.contains(n))
                     .collect();
                 let node = live[rng.gen_range(0..live.len())];
+                if let Some(pid) = sys.pid_of(node) {
+                    meter.retire(pid);
+                }
                 match sys.kill(node) {
                     Ok(()) => {
                         let at = Instant::now();
@@ -494,6 +511,10 @@ pub(crate) fn run_system(
     let budget = budget.saturating_sub(dead_events.len());
     let kills = a.kill_mean_s.filter(|_| budget > 0);
     let max_down = a.max_down.unwrap_or(budget).min(budget);
+    // The CPU window: the run phase (warm-up and drain included) and the failure injector's
+    // final restarts, not the restarts of `--dead-node`s after it.
+    let mut meter = ServerMeter::start(&sys.pids());
+    let client_before = cpu::self_usage();
     let t_start = Instant::now();
     let (run, events, most, problems) = match kills {
         None => (y.run()?, Vec::new(), 0, Vec::new()),
@@ -504,7 +525,9 @@ pub(crate) fn run_system(
             let seed = a.seed ^ 0xF417;
             std::thread::scope(|s| {
                 let killer = s.spawn(|| {
-                    inject_failures(&mut sys, t_start, duration, gaps, down, max_down, seed)
+                    inject_failures(
+                        &mut sys, &mut meter, t_start, duration, gaps, down, max_down, seed,
+                    )
                 });
                 let run = y.run();
                 let (events, most, problems) = killer
@@ -514,6 +537,18 @@ pub(crate) fn run_system(
             })?
         }
     };
+    let window = t_start.elapsed();
+    let server_usage = meter.finish(&sys.pids());
+    let cpu = client_before.zip(cpu::self_usage()).map(|client| {
+        CpuPerOp::new(
+            &server_usage,
+            client,
+            run.timeline.iter().map(|iv| iv.ok).sum(),
+            window,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu::clock_ticks_per_second(),
+        )
+    });
     for p in &problems {
         writeln!(log, "# {name}: {p}")?;
     }
@@ -593,6 +628,7 @@ pub(crate) fn run_system(
             recovery_s,
             degraded_plan_runs: plan_counts.map(|p| p.0),
             degraded_plan_fallbacks: plan_counts.map(|p| p.1),
+            cpu,
         },
         run,
         marks,
@@ -658,6 +694,51 @@ pub fn systems_table(runs: &[SystemRun]) -> String {
             r.recovery_s.map_or("–".into(), |x| format!("{x:.1}")),
             r.run.wrong + r.verify.wrong,
             r.verify.check.ok
+        ));
+    }
+    s
+}
+
+/// Where the time goes: CPU µs per operation of the run phase, servers (user/system) and the
+/// client, the throughput that CPU cost allows on the machine's cores, and context switches.
+pub fn cpu_table(runs: &[SystemRun]) -> String {
+    let mut s = String::from(
+        "| workload | system | ops/s | server user µs/op | server sys µs/op | client user µs/op | client sys µs/op | total CPU µs/op | cores busy (server + client) | CPU bound ops/s | server threads | server ctx switches/op (vol + invol) | client ctx switches/op | server µs/op by thread |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in runs {
+        let Some(c) = &r.cpu else { continue };
+        let threads = if c.server_threads_start == c.server_threads_end {
+            c.server_threads_end.to_string()
+        } else {
+            format!("{} → {}", c.server_threads_start, c.server_threads_end)
+        };
+        let mut by: Vec<(&String, &f64)> = c.server_us_per_op_by_thread.iter().collect();
+        by.sort_by(|a, b| b.1.total_cmp(a.1));
+        let by: Vec<String> = by
+            .iter()
+            .filter(|(_, &us)| us >= 0.5)
+            .take(5)
+            .map(|(n, us)| format!("{n} {us:.0}"))
+            .collect();
+        s.push_str(&format!(
+            "| {} | {} | {:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.2} + {:.2} | {:.0} | {} | {:.2} + {:.2} | {:.2} | {} |\n",
+            r.workload,
+            r.system,
+            r.run.throughput_ops_s,
+            c.server_user_us_per_op,
+            c.server_system_us_per_op,
+            c.client_user_us_per_op,
+            c.client_system_us_per_op,
+            c.total_us_per_op,
+            c.server_cores,
+            c.client_cores,
+            c.cpu_bound_ops_s,
+            threads,
+            c.server_voluntary_switches_per_op,
+            c.server_involuntary_switches_per_op,
+            c.client_voluntary_switches_per_op + c.client_involuntary_switches_per_op,
+            by.join(", "),
         ));
     }
     s
@@ -861,12 +942,23 @@ pub fn run(a: YcsbArgs) -> Result<()> {
                 .with_context(|| format!("{name} on workload {}", w.letter()))?;
             writeln!(
                 log,
-                "# YCSB-{} {name}: {:.0} ops/s, {} errors, {} wrong values, {} keys verified{}",
+                "# YCSB-{} {name}: {:.0} ops/s, {} errors, {} wrong values, {} keys verified{}{}",
                 w.letter(),
                 r.run.throughput_ops_s,
                 r.run.ops.values().map(|o| o.errors).sum::<u64>(),
                 r.run.wrong + r.verify.wrong,
                 r.verify.check.ok,
+                match &r.cpu {
+                    Some(c) => format!(
+                        "; CPU {:.0} µs/op (servers {:.0}, client {:.0}), {:.1} server context \
+                         switches/op",
+                        c.total_us_per_op,
+                        c.server_us_per_op,
+                        c.client_us_per_op,
+                        c.server_voluntary_switches_per_op + c.server_involuntary_switches_per_op
+                    ),
+                    None => String::new(),
+                },
                 if r.failures.is_empty() {
                     String::new()
                 } else {
@@ -891,8 +983,9 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     }
     let t = table(&runs);
     let st = systems_table(&runs);
-    write!(log, "{t}\n{st}")?;
-    fs::write(a.out.join("table.md"), format!("{t}\n{st}"))?;
+    let ct = cpu_table(&runs);
+    write!(log, "{t}\n{st}\n{ct}")?;
+    fs::write(a.out.join("table.md"), format!("{t}\n{st}\n{ct}"))?;
     for r in &runs {
         if !r.run.errors.is_empty() {
             writeln!(

@@ -35,6 +35,7 @@
 //!   `mg <key> v Oinec-degrade-<pos>`).
 
 pub mod cli;
+pub mod cpu;
 pub mod dist;
 pub mod study;
 
