@@ -543,25 +543,31 @@ impl BarChart {
         }
     }
 
-    /// The y scale (0 to a round value above the largest bar).
+    /// The y scale: from 0 (or a round value below the lowest bar, when a bar is negative) to
+    /// a round value above the largest bar.
     pub fn y_scale(&self) -> Scale {
-        let max = self
-            .values
-            .iter()
-            .flatten()
-            .copied()
-            .filter(|v| v.is_finite())
-            .fold(0.0, f64::max);
-        let ticks = super::scale::linear_ticks(0.0, if max > 0.0 { max } else { 1.0 }, 5);
+        let finite = || {
+            self.values
+                .iter()
+                .flatten()
+                .copied()
+                .filter(|v| v.is_finite())
+        };
+        let max = finite().fold(0.0, f64::max);
+        let min = finite().fold(0.0, f64::min);
+        let span_hi = if max > min { max } else { min + 1.0 };
+        let ticks = super::scale::linear_ticks(min, span_hi, 5);
         let step = if ticks.len() >= 2 {
             ticks[1] - ticks[0]
         } else {
             1.0
         };
-        let hi = ticks.last().copied().unwrap_or(1.0);
+        let hi = ticks.last().copied().unwrap_or(span_hi);
         let hi = if hi < max * 0.999 { hi + step } else { hi };
+        let lo = ticks.first().copied().unwrap_or(min);
+        let lo = if lo > min { lo - step } else { lo };
         let f = &self.frame;
-        Scale::linear(0.0, hi, f.height - f.bottom, f.top)
+        Scale::linear(lo, hi, f.height - f.bottom, f.top)
     }
 
     /// Left edge and width of the bar of series `s` in group `g`.
@@ -586,6 +592,8 @@ impl BarChart {
             doc.text(x0 - 5.0, py + 4.0, "end", "", &tick_label(t));
         }
         let base = y.map(0.0);
+        // The frame's bottom: below the zero line when a bar is negative.
+        let bottom = f.height - f.bottom;
         for (g, name) in self.groups.iter().enumerate() {
             for (s, series) in self.series.iter().enumerate() {
                 let v = self
@@ -614,9 +622,11 @@ impl BarChart {
                     ],
                 );
                 if self.show_values {
+                    // Above a positive bar, below a negative one.
+                    let ty = if v >= 0.0 { top - 3.0 } else { top + 11.0 };
                     doc.text(
                         bx + bw * 0.46,
-                        top - 3.0,
+                        ty,
                         "middle",
                         r#"font-size="9""#,
                         &tick_label(v),
@@ -625,10 +635,10 @@ impl BarChart {
             }
             let (gx, _) = self.bar_x(g, 0);
             let gw = (x1 - x0) / self.groups.len().max(1) as f64;
-            doc.text(gx - gw * 0.1 + gw / 2.0, base + 16.0, "middle", "", name);
+            doc.text(gx - gw * 0.1 + gw / 2.0, bottom + 16.0, "middle", "", name);
         }
         doc.line(x0, base, x1, base, r#"stroke="black""#);
-        doc.line(x0, f.top, x0, base, r#"stroke="black""#);
+        doc.line(x0, f.top, x0, bottom, r#"stroke="black""#);
         let names: Vec<&str> = self.series.iter().map(String::as_str).collect();
         // Legend swatches are bars, not lines.
         for (i, n) in names.iter().enumerate() {
@@ -645,7 +655,7 @@ impl BarChart {
             );
             doc.text(x1 + 37.0, yy + 4.0, "start", r#"class="legend""#, n);
         }
-        let mid = (f.top + base) / 2.0;
+        let mid = (f.top + bottom) / 2.0;
         doc.text(
             18.0,
             mid,

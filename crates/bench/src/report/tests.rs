@@ -214,6 +214,40 @@ fn bars_rise_to_their_values() {
 }
 
 #[test]
+fn negative_bars_hang_below_the_zero_line_inside_the_frame() {
+    let chart = BarChart::new(
+        "coherent over incoherent",
+        "%",
+        vec!["A".into(), "C".into()],
+        vec!["rs".into(), "lrc".into()],
+        vec![vec![28.0, 57.0], vec![-23.0, 12.0]],
+    );
+    let y = chart.y_scale();
+    let (lo, hi) = y.domain();
+    assert!(lo <= -23.0 && lo > -50.0, "low end {lo}");
+    assert!(hi >= 57.0, "high end {hi}");
+    let svg = chart.to_svg();
+    let doc = parse(&svg);
+    let base = y.map(0.0);
+    let bottom = y.map(lo);
+    for b in doc
+        .descendants()
+        .filter(|n| n.attribute("class") == Some("bar"))
+    {
+        let v: f64 = b.attribute("data-value").unwrap().parse().unwrap();
+        let top: f64 = b.attribute("y").unwrap().parse().unwrap();
+        let h: f64 = b.attribute("height").unwrap().parse().unwrap();
+        assert!(close(h, (y.map(v) - base).abs()), "{v}");
+        if v < 0.0 {
+            // Hangs from the zero line, and its end is inside the frame.
+            assert!(close(top, base) && top + h <= bottom + 1e-6, "{v}");
+        } else {
+            assert!(close(top + h, base), "{v}");
+        }
+    }
+}
+
+#[test]
 fn page_embeds_svgs_and_tables() {
     let mut t = Table::new(["phase", "ops/s", "p99 µs"]);
     t.row(["before", "8,348", "4,653"])
