@@ -273,9 +273,19 @@ fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> Step<'a> {
         return Step::Incomplete;
     };
     let line_bytes = nl + 1;
-    if line_bytes > limit {
+    // The limit counts a line as if it ended in `\r\n`, so that a line ending in a bare `\n`
+    // and the same line as composed (with `\r\n`) are both accepted or both refused.
+    let charged = if nl > 0 && buf[nl - 1] == b'\r' {
+        line_bytes
+    } else {
+        line_bytes + 1
+    };
+    if charged > limit {
         return line_error(
-            ProtocolError::LineTooLong { line_bytes, limit },
+            ProtocolError::LineTooLong {
+                line_bytes: charged,
+                limit,
+            },
             line_bytes,
             false,
         );

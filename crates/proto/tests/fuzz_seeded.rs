@@ -140,3 +140,37 @@ fn parse_arbitrary_seeded() {
     assert!(commands > 5_000, "only {commands} commands accepted");
     eprintln!("{commands} commands accepted");
 }
+
+/// A crash the fuzzer found: `mg` with a long key on a line that ends in a bare `\n` and is
+/// exactly at the (fuzz target's) line limit. Composed again, with `\r\n`, it was one byte
+/// over the limit and refused: the limit now counts every line as ending in `\r\n`.
+#[test]
+fn a_bare_newline_line_at_the_limit_round_trips() {
+    let mut input = b"\x04\nmg t".to_vec();
+    input.extend(std::iter::repeat_n(0xffu8, 84));
+    input.extend_from_slice(b"~eetg\xecg\n`");
+    proto::check::parse_arbitrary(&input);
+}
+
+/// The same command line is accepted or refused alike whether it ends in `\r\n` or `\n`.
+#[test]
+fn line_limit_is_the_same_for_both_line_ends() {
+    let limits = proto::Limits {
+        line_max_bytes: 16,
+        ..proto::Limits::default()
+    };
+    for len in 8..20 {
+        let mut line = b"mg ".to_vec();
+        line.extend(std::iter::repeat_n(b'k', len - 3));
+        let verdict = |end: &[u8]| {
+            let mut buf = line.clone();
+            buf.extend_from_slice(end);
+            matches!(
+                proto::Parser::new(limits).parse(&buf),
+                proto::Parse::Command { .. }
+            )
+        };
+        assert_eq!(verdict(b"\r\n"), verdict(b"\n"), "line of {len} bytes");
+        assert_eq!(verdict(b"\r\n"), len + 2 <= 16, "line of {len} bytes");
+    }
+}
