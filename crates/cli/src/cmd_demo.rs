@@ -20,7 +20,7 @@ use bench::cache::server::{self, CacheStatus, InecCache, InecOptions};
 use bench::report::{
     BarChart, CdfPlot, CdfSeries, Event, Page, Series, Table, Timeline, TimelineBand, TimelinePanel,
 };
-use bench::ycsb::{Workload, YcsbChooser};
+use bench::ycsb::{ReadAll, Workload, YcsbChooser};
 use clap::Args;
 use codes::Code;
 use rand::rngs::SmallRng;
@@ -117,24 +117,6 @@ impl Chooser for Classify {
             }
         }
         Some(c)
-    }
-}
-
-/// Every key of the thread once, as gets (the verification pass).
-struct ReadAll {
-    next: usize,
-    end: usize,
-}
-
-impl Chooser for ReadAll {
-    fn next(&mut self, _rng: &mut SmallRng, _keys: usize) -> Option<Choice> {
-        (self.next < self.end).then(|| {
-            self.next += 1;
-            Choice {
-                op: OpKind::Get,
-                local: self.next - 1,
-            }
-        })
     }
 }
 
@@ -650,7 +632,7 @@ fn demo(
             warmup: Duration::ZERO,
             drain,
         },
-        &|_, n| Box::new(ReadAll { next: 0, end: n }),
+        &|_, n| Box::new(ReadAll::new(n)),
     )?;
     bar.finish_and_clear();
     let verify_secs = t.elapsed().as_secs_f64();

@@ -326,7 +326,8 @@ fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
-fn load_average() -> String {
+/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them (empty if unreadable).
+pub(crate) fn load_average() -> String {
     fs::read_to_string("/proc/loadavg")
         .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
         .unwrap_or_default()
@@ -559,7 +560,8 @@ pub fn table(rows: &[Row]) -> String {
 pub const INEC_DEGRADED_FORM: &str = "mg {key} v Oinec-degrade-0";
 
 /// The `inec` executable, if this benchmark runs from it.
-fn inec_exe() -> Option<PathBuf> {
+/// This process's executable when it is `inec` (which can start inec caches).
+pub(crate) fn inec_exe() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     (exe.file_name()?.to_str()? == "inec").then_some(exe)
 }

@@ -19,6 +19,7 @@ use super::dist::Weibull;
 use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
 use crate::cache::load::{OpKind, PhaseStats, Route};
 use crate::cache::server::{self, InecCache, InecOptions, Memcached, MemcachedOptions};
+use crate::cache::{inec_exe, load_average};
 use crate::report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -288,17 +289,6 @@ struct RunInfo {
     kill_mean_s: Option<f64>,
     kill_shape: f64,
     down_s: f64,
-}
-
-fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
-fn inec_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    (exe.file_name()?.to_str()? == "inec").then_some(exe)
 }
 
 /// Kills nodes on a Weibull schedule during `duration`, each restarted `down` later, at

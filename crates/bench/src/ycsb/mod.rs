@@ -441,8 +441,7 @@ impl Ycsb {
             warmup: Duration::ZERO,
             drain: self.config.timeout + Duration::from_secs(1),
         };
-        self.session
-            .run(&phase, &|_, n| Box::new(ReadAll { next: 0, end: n }))
+        self.session.run(&phase, &|_, n| Box::new(ReadAll::new(n)))
     }
 
     /// Keys written so far (records and inserts).
@@ -451,11 +450,18 @@ impl Ycsb {
     }
 }
 
-/// Every key of the thread once, as gets.
+/// Every key of the thread once, as gets (a verification pass).
 #[derive(Debug)]
-struct ReadAll {
+pub struct ReadAll {
     next: usize,
     end: usize,
+}
+
+impl ReadAll {
+    /// The first `keys` keys of the thread.
+    pub fn new(keys: usize) -> ReadAll {
+        ReadAll { next: 0, end: keys }
+    }
 }
 
 impl Chooser for ReadAll {
