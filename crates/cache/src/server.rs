@@ -143,7 +143,11 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
     let mut next_token = 2usize;
     let mut events = Events::with_capacity(1024);
     loop {
-        poll.poll(&mut events, None)?;
+        // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
+        match poll.poll(&mut events, None) {
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            r => r?,
+        }
         let mut touched: Vec<Token> = Vec::new();
         for ev in events.iter() {
             match ev.token() {
