@@ -25,6 +25,10 @@ pub struct Entry {
     pub positions: usize,
     /// ... of this many bytes each.
     pub charge_bytes: u64,
+    /// Positions (bit p) that are not known to hold this version's record: a member that was
+    /// down (or stalled) during the write, or that answered a read with another version. The
+    /// agent fills them in the background once their node is up ([`StripeIndex::holes`]).
+    pub holes: u64,
     lru_tick: u64,
 }
 
@@ -49,6 +53,7 @@ impl Entry {
             stored_at_us,
             positions,
             charge_bytes,
+            holes: 0,
             lru_tick: 0,
         }
     }
@@ -68,6 +73,15 @@ pub fn charge(
     match kind {
         Kind::Coded => (n, overhead + value_bytes.div_ceil(k as u64)),
         Kind::Replica => (replicas, overhead + value_bytes),
+    }
+}
+
+/// Bits `0..positions`.
+pub fn position_mask(positions: usize) -> u64 {
+    if positions >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << positions) - 1
     }
 }
 
@@ -100,6 +114,9 @@ pub struct StripeIndex {
     /// may forget (see [`StripeIndex::watermark`]).
     inflight: BTreeSet<u64>,
     pub evictions: u64,
+    /// When this index was made (before any record was listed for it): an agent lease that
+    /// lapsed after it makes it stale (`lease.rs`).
+    pub built_at: std::time::Instant,
 }
 
 impl StripeIndex {
@@ -113,6 +130,7 @@ impl StripeIndex {
             last_version: 0,
             inflight: BTreeSet::new(),
             evictions: 0,
+            built_at: std::time::Instant::now(),
         }
     }
 
@@ -278,6 +296,39 @@ impl StripeIndex {
         self.commit(key, entry);
     }
 
+    /// Marks positions (a bit mask) of the key's `version` as holes; nothing if the key now
+    /// has another version.
+    pub fn mark_holes(&mut self, key: &[u8], version: u64, mask: u64) {
+        if let Some(e) = self.entries.get_mut(key).filter(|e| e.version == version) {
+            e.holes |= mask & position_mask(e.positions);
+        }
+    }
+
+    /// Clears holes (a bit mask) of the key's `version` once filled.
+    pub fn clear_holes(&mut self, key: &[u8], version: u64, mask: u64) {
+        if let Some(e) = self.entries.get_mut(key).filter(|e| e.version == version) {
+            e.holes &= !mask;
+        }
+    }
+
+    /// Up to `max` entries with holes at positions `wanted` admits: (key, version, holes).
+    pub fn holes(&self, wanted: u64, max: usize) -> Vec<(Vec<u8>, u64, u64)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.holes & wanted != 0)
+            .take(max)
+            .map(|(k, e)| (k.clone(), e.version, e.holes & wanted))
+            .collect()
+    }
+
+    /// Holes of every entry, counted per position.
+    pub fn hole_count(&self) -> u64 {
+        self.entries
+            .values()
+            .map(|e| u64::from(e.holes.count_ones()))
+            .sum()
+    }
+
     /// Changes the exptime of a live entry.
     pub fn set_exptime(&mut self, key: &[u8], exptime: i64) {
         if let Some(e) = self.entries.get_mut(key) {
@@ -352,6 +403,27 @@ mod tests {
         assert_eq!(ix.watermark(), 101);
         ix.observe_version(500);
         assert_eq!(ix.next_version(0), 501);
+    }
+
+    #[test]
+    fn holes_are_kept_per_version() {
+        let mut ix = StripeIndex::new(9, 1 << 20);
+        let e = Entry::new(7, 100, 0, 0, Kind::Coded, 0, 9, 50);
+        ix.adopt(b"a", e);
+        ix.mark_holes(b"a", 7, 0b1_0000_0101 | (1 << 20));
+        assert_eq!(
+            ix.hole_count(),
+            3,
+            "bits past the value's positions are ignored"
+        );
+        ix.mark_holes(b"a", 6, 0b10);
+        assert_eq!(ix.hole_count(), 3, "another version: ignored");
+        assert_eq!(ix.holes(0b100, 10), vec![(b"a".to_vec(), 7, 0b100)]);
+        assert!(ix.holes(0b10, 10).is_empty());
+        ix.clear_holes(b"a", 7, 0b101);
+        assert_eq!(ix.holes(u64::MAX, 10), vec![(b"a".to_vec(), 7, 1 << 8)]);
+        assert_eq!(position_mask(3), 0b111);
+        assert_eq!(position_mask(64), u64::MAX);
     }
 
     #[test]

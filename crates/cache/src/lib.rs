@@ -22,6 +22,7 @@
 #![forbid(unsafe_code)]
 
 pub mod index;
+pub mod lease;
 pub mod member;
 pub mod node;
 pub mod peer;

@@ -16,6 +16,7 @@ use graph::Scheme;
 use proto::StoreMode;
 
 use crate::index::{self, Entry, Gone, StripeIndex};
+use crate::lease::PeerLease;
 use crate::member::ChunkStore;
 use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 use crate::placement::{fnv1a_64, Placement};
@@ -87,6 +88,7 @@ struct PeerState {
     ready: bool,
     incarnation: u64,
     last_ok: Instant,
+    lease: PeerLease,
 }
 
 /// Counters reported by `stats` and `stats inec`.
@@ -123,6 +125,14 @@ pub struct Counters {
     /// Replies this node's peer server sent to data requests (heartbeats excluded).
     pub peer_replies_sent: AtomicU64,
     pub index_rebuilds: AtomicU64,
+    /// Writes acknowledged while some member did not store its record (it was down).
+    pub writes_with_holes: AtomicU64,
+    /// Records the agent rebuilt and stored at a member that lacked them (holes filled).
+    pub holes_filled: AtomicU64,
+    /// Indexes dropped because the agent's lease lapsed after they were built.
+    pub lease_lapses: AtomicU64,
+    /// Operations answered "not agent" because the lease ran out while they ran.
+    pub lease_lost_ops: AtomicU64,
     pub server_errors: AtomicU64,
     pub recovery_keys_total: AtomicU64,
     pub recovery_keys_done: AtomicU64,
@@ -224,6 +234,7 @@ impl Node {
                 ready: true,
                 incarnation: 0,
                 last_ok: now,
+                lease: PeerLease::default(),
             })
             .collect();
         let recover = cfg.recover;
@@ -350,7 +361,58 @@ impl Node {
     /// Whether this node leads `stripe` now: it is the agent in its view and has not handed
     /// the stripe to a recovered node.
     fn leads(&self, stripe: usize) -> bool {
-        self.agent_of(stripe) == Some(self.cfg.id) && lock(&self.yielded[stripe]).is_none()
+        self.agent_of(stripe) == Some(self.cfg.id)
+            && lock(&self.yielded[stripe]).is_none()
+            && self.lease_holds(stripe)
+    }
+
+    /// The lease rules of `lease.rs` for `stripe`, at this node (its agent in its view): the
+    /// members ahead of it in the stripe's order that it sees down have been released (those
+    /// up are recovering, or this node would not be the agent), those behind it grant.
+    fn lease_holds(&self, stripe: usize) -> bool {
+        let term = self.cfg.down_after;
+        let now = Instant::now();
+        let peers = lock(&self.peers);
+        let mut ahead = true;
+        for p in 0..self.n() {
+            let node = self.placement.node_of(stripe, p);
+            if node == self.cfg.id {
+                ahead = false;
+                continue;
+            }
+            let s = &peers[node];
+            let ok = if ahead {
+                // Up but not ready (recovering): it leads nothing until handed the stripe.
+                (s.up && !s.ready) || s.lease.released(now, term)
+            } else {
+                s.lease.holds(s.up, s.last_ok, now, term)
+            };
+            if !ok {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Drops this node's index of `stripe` if its lease lapsed after the index was built: the
+    /// stripe may have been led by another node meanwhile.
+    fn drop_stale_index(&self, stripe: usize) {
+        let lapsed = {
+            let peers = lock(&self.peers);
+            (0..self.n())
+                .map(|p| self.placement.node_of(stripe, p))
+                .filter(|&n| n != self.cfg.id)
+                .filter_map(|n| peers[n].lease.renewed_after_lapse)
+                .max()
+        };
+        let mut ix = lock(&self.stripes[stripe]);
+        if ix
+            .as_ref()
+            .is_some_and(|ix| lapsed.is_some_and(|l| l >= ix.built_at))
+        {
+            bump(&self.counters.lease_lapses);
+            *ix = None;
+        }
     }
 
     /// One round of heartbeats; drops the index of stripes this node no longer leads.
@@ -358,7 +420,12 @@ impl Node {
         let others: Vec<usize> = (0..self.cfg.node_count)
             .filter(|&i| i != self.cfg.id)
             .collect();
-        let calls = others.iter().map(|&i| (i, Request::Heartbeat)).collect();
+        let from = self.cfg.id as u32;
+        let calls = others
+            .iter()
+            .map(|&i| (i, Request::Heartbeat { from }))
+            .collect();
+        let sent = Instant::now();
         let replies = self.heartbeat_transport.call_many(calls);
         let now = Instant::now();
         {
@@ -366,7 +433,11 @@ impl Node {
             for (&i, r) in others.iter().zip(replies) {
                 let p = &mut peers[i];
                 match r {
-                    Ok(Response::Heartbeat { incarnation, ready }) => {
+                    Ok(Response::Heartbeat {
+                        incarnation,
+                        ready,
+                        grant,
+                    }) => {
                         // A peer's engine is connected to on its first answer (its engine
                         // host listens before its peer port answers), and again when it
                         // restarted or came back.
@@ -379,11 +450,16 @@ impl Node {
                         p.ready = ready;
                         p.incarnation = incarnation;
                         p.last_ok = now;
+                        p.lease.refused = false;
+                        if grant {
+                            p.lease.on_grant(sent, now, self.cfg.down_after);
+                        }
                     }
                     Err(PeerError::Io { ref source, .. })
                         if source.kind() == std::io::ErrorKind::ConnectionRefused =>
                     {
                         p.up = false;
+                        p.lease.refused = true;
                     }
                     _ => {
                         if now.duration_since(p.last_ok) >= self.cfg.down_after {
@@ -425,6 +501,7 @@ impl Node {
             .spawn(move || loop {
                 std::thread::sleep(Duration::from_secs(1));
                 me.sweep();
+                me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
             })
             .expect("spawn expiry thread");
         if self.cfg.recover {
@@ -465,8 +542,11 @@ impl Node {
                     .collect(),
             };
             for ((i, node), r) in remote_at.into_iter().zip(nodes).zip(replies) {
-                if matches!(r, Err(PeerError::Io { .. })) {
+                if let Err(PeerError::Io { source, .. }) = &r {
                     self.mark_down(node);
+                    if source.kind() == std::io::ErrorKind::ConnectionRefused {
+                        lock(&self.peers)[node].lease.refused = true;
+                    }
                 }
                 out[i] = Some(r);
             }
@@ -486,10 +566,27 @@ impl Node {
     /// Handles a message from a peer (or from this node to itself).
     pub fn handle_peer(&self, req: Request) -> Response {
         match req {
-            Request::Heartbeat => Response::Heartbeat {
-                incarnation: self.incarnation,
-                ready: self.is_ready(),
-            },
+            Request::Heartbeat { from } => {
+                let from = from as usize;
+                let grant = from < self.cfg.node_count && from != self.cfg.id && self.is_up(from);
+                let resumed = grant && !lock(&self.peers)[from].lease.granting;
+                if resumed {
+                    // This node may have stood in for `from` while it saw it down: the
+                    // operations under way here finish before `from` may lead again (each
+                    // checks `leads` under its key lock, and `from` is up in this view now).
+                    for l in &self.key_locks {
+                        drop(lock(l));
+                    }
+                }
+                if from < self.cfg.node_count && from != self.cfg.id {
+                    lock(&self.peers)[from].lease.answer(grant, Instant::now());
+                }
+                Response::Heartbeat {
+                    incarnation: self.incarnation,
+                    ready: self.is_ready(),
+                    grant,
+                }
+            }
             Request::Put {
                 stripe,
                 watermark,
@@ -698,19 +795,20 @@ impl Node {
                 self.n(),
                 replicas,
             );
-            ix.adopt(
-                &key,
-                Entry::new(
-                    a.version,
-                    a.value_bytes,
-                    a.flags,
-                    a.exptime,
-                    a.kind,
-                    a.version,
-                    positions,
-                    charge,
-                ),
+            let mut entry = Entry::new(
+                a.version,
+                a.value_bytes,
+                a.flags,
+                a.exptime,
+                a.kind,
+                a.version,
+                positions,
+                charge,
             );
+            // Positions without this version's record (their node is down, missed the write
+            // or holds another version) are filled in the background once their node is up.
+            entry.holes = index::position_mask(positions) & !a.held;
+            ix.adopt(&key, entry);
         }
         ix
     }
@@ -761,6 +859,19 @@ impl Node {
         if !self.leads(stripe) {
             return AgentResult::NotAgent;
         }
+        self.drop_stale_index(stripe);
+        let res = self.agent_op(stripe, op);
+        // The lease must still hold once the operation is done: otherwise another node may
+        // have led the stripe meanwhile, and the front retries there.
+        if !self.leads(stripe) {
+            bump(&self.counters.lease_lost_ops);
+            return AgentResult::NotAgent;
+        }
+        res
+    }
+
+    /// The operation of [`Node::agent`] once the stripe's lead and key lock are held.
+    fn agent_op(&self, stripe: usize, op: AgentOp) -> AgentResult {
         // More than m positions down: the stripe's values may be unreadable and an index rebuilt
         // now may miss keys, so every operation fails with the reason (never a wrong miss).
         if self.down_positions(stripe) > self.parity() {
@@ -840,10 +951,16 @@ impl Node {
                     return AgentResult::NotFound;
                 }
                 match self.repair_chunk(stripe, &key, &e, position as usize) {
-                    Ok(data) => AgentResult::Record(record::encode(
-                        &self.header(&key, &e, position as usize),
-                        &data,
-                    )),
+                    Ok(data) => {
+                        // The recovering node stores it.
+                        self.with_index(stripe, |ix| {
+                            ix.clear_holes(&key, e.version, 1 << position)
+                        });
+                        AgentResult::Record(record::encode(
+                            &self.header(&key, &e, position as usize),
+                            &data,
+                        ))
+                    }
                     Err(err) => AgentResult::Error(err),
                 }
             }
@@ -991,6 +1108,15 @@ impl Node {
                 },
                 _ => bad.push((p, false)),
             }
+        }
+        // A member without this version's record (or unreachable) is a hole to fill once it is
+        // up; a corrupt one is rewritten by the read itself.
+        let holes = bad
+            .iter()
+            .filter(|(_, corrupt)| !corrupt)
+            .fold(0u64, |m, (p, _)| m | (1 << p));
+        if holes != 0 {
+            self.with_index(stripe, |ix| ix.mark_holes(key, e.version, holes));
         }
         (good, bad)
     }
@@ -1343,7 +1469,14 @@ impl Node {
         }
     }
 
-    fn write_back(&self, stripe: usize, key: &[u8], e: &Entry, position: usize, data: &[u8]) {
+    fn write_back(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        position: usize,
+        data: &[u8],
+    ) -> bool {
         let rec = record::encode(&self.header(key, e, position), data);
         let watermark = self.with_index(stripe, |ix| ix.watermark());
         let node = self.placement.node_of(stripe, position);
@@ -1359,7 +1492,9 @@ impl Node {
             .pop()
         {
             bump(&self.counters.chunks_written_back);
+            return true;
         }
+        false
     }
 
     /// The records of a value at every position that holds it.
@@ -1434,7 +1569,7 @@ impl Node {
         for (vkey, v) in &victims {
             self.delete_records(stripe, vkey, v.version + 1);
         }
-        let entry = Entry::new(
+        let mut entry = Entry::new(
             version,
             value.len() as u64,
             flags,
@@ -1516,25 +1651,34 @@ impl Node {
                 }
             }
         };
-        let calls: Vec<(usize, Request)> = recs
+        let (sent, calls): (Vec<usize>, Vec<(usize, Request)>) = recs
             .into_iter()
             .enumerate()
             .filter(|(p, _)| self.is_up(self.placement.node_of(stripe, *p)))
             .map(|(p, rec)| {
                 (
-                    self.placement.node_of(stripe, p),
-                    Request::Put {
-                        stripe: stripe as u32,
-                        watermark,
-                        record: rec,
-                    },
+                    p,
+                    (
+                        self.placement.node_of(stripe, p),
+                        Request::Put {
+                            stripe: stripe as u32,
+                            watermark,
+                            record: rec,
+                        },
+                    ),
                 )
             })
-            .collect();
+            .unzip();
+        // A planned write was acked by every member; a peer write by those that answered.
+        let mut stored = if planned {
+            index::position_mask(positions)
+        } else {
+            0
+        };
         let mut nacks = Vec::new();
-        for r in self.call(calls) {
+        for (p, r) in sent.into_iter().zip(self.call(calls)) {
             match r {
-                Ok(Response::Ack) => {}
+                Ok(Response::Ack) => stored |= 1 << p,
                 Ok(Response::Nack(why)) => nacks.push(why),
                 Ok(other) => nacks.push(format!("unexpected reply {other:?}")),
                 Err(_) => {} // marked down: counted below
@@ -1558,6 +1702,10 @@ impl Node {
             } else {
                 format!("write not stored: a member refused its chunk: {}", nacks[0])
             });
+        }
+        entry.holes = index::position_mask(positions) & !stored;
+        if entry.holes != 0 {
+            bump(&self.counters.writes_with_holes);
         }
         self.with_index(stripe, |ix| {
             ix.commit(key, entry);
@@ -1696,6 +1844,65 @@ impl Node {
                 self.delete_records(s, &key, e.version + 1);
             }
         }
+    }
+
+    /// Fills holes of the stripes this node leads (records a member lacks because it was down
+    /// or stalled during a write, or answered a read with another version) at members that
+    /// are up and ready (a recovering node rebuilds its own), rebuilt from the other positions
+    /// and stored there; at most `budget_bytes` of records per call (the recovery rate over
+    /// one sweep period). Returns the bytes stored.
+    pub fn fill_holes(&self, budget_bytes: u64) -> u64 {
+        let mut done = 0u64;
+        for s in 0..self.cfg.node_count {
+            if !self.leads(s) {
+                continue;
+            }
+            let view = self.view();
+            let wanted = (0..self.n())
+                .filter(|&p| {
+                    let node = self.placement.node_of(s, p);
+                    view[node].0 && view[node].1
+                })
+                .fold(0u64, |m, p| m | (1 << p));
+            let todo = {
+                let g = lock(&self.stripes[s]);
+                match g.as_ref() {
+                    Some(ix) => ix.holes(wanted, 256),
+                    None => continue,
+                }
+            };
+            for (key, version, holes) in todo {
+                if done >= budget_bytes {
+                    return done;
+                }
+                let _g = self.key_lock(&key);
+                if !self.leads(s) {
+                    break;
+                }
+                let Some(e) = self.lookup(s, &key).filter(|e| e.version == version) else {
+                    continue;
+                };
+                for p in (0..e.positions).filter(|&p| holes & e.holes & (1 << p) != 0) {
+                    let Ok(data) = self.repair_chunk(s, &key, &e, p) else {
+                        continue;
+                    };
+                    if self.write_back(s, &key, &e, p, &data) {
+                        self.with_index(s, |ix| ix.clear_holes(&key, version, 1 << p));
+                        bump(&self.counters.holes_filled);
+                        done += data.len() as u64;
+                    }
+                }
+            }
+        }
+        done
+    }
+
+    /// Holes of the stripes this node leads, waiting to be filled.
+    pub fn holes_pending(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|g| lock(g).as_ref().map_or(0, |ix| ix.hole_count()))
+            .sum()
     }
 
     // ---- recovery ----

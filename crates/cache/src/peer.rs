@@ -110,7 +110,10 @@ pub enum AgentResult {
 /// A message from one node to another.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Request {
-    Heartbeat,
+    /// From node `from`: answered with the sender's view of it (the agent's lease, `lease.rs`).
+    Heartbeat {
+        from: u32,
+    },
     /// Store a chunk record (the record names key, version and position).
     Put {
         stripe: u32,
@@ -160,6 +163,8 @@ pub enum Response {
     Heartbeat {
         incarnation: u64,
         ready: bool,
+        /// The answering node sees the asking node up: a grant of the asking node's lease.
+        grant: bool,
     },
     Record(Option<Vec<u8>>),
     /// Headers, each encoded as a record without data.
@@ -170,7 +175,7 @@ pub enum Response {
 impl Request {
     /// Heartbeats are not data messages (they are left out of per-operation counts).
     pub fn is_data(&self) -> bool {
-        !matches!(self, Request::Heartbeat)
+        !matches!(self, Request::Heartbeat { .. })
     }
 }
 
@@ -465,8 +470,8 @@ fn decode_result(r: &mut R) -> Result<AgentResult, Short> {
 pub fn encode_request(req: &Request) -> Vec<u8> {
     let mut w = W(Vec::new());
     match req {
-        Request::Heartbeat => {
-            w.u8(1);
+        Request::Heartbeat { from } => {
+            w.u8(1).u32(*from);
         }
         Request::Put {
             stripe,
@@ -525,7 +530,7 @@ pub fn decode_request(body: &[u8]) -> Option<Request> {
     let mut r = R(body);
     let req = (|| -> Result<Request, Short> {
         Ok(match r.u8()? {
-            1 => Request::Heartbeat,
+            1 => Request::Heartbeat { from: r.u32()? },
             2 => Request::Put {
                 stripe: r.u32()?,
                 watermark: r.u64()?,
@@ -576,8 +581,15 @@ pub fn encode_response(res: &Response) -> Vec<u8> {
         Response::Nack(s) => {
             w.u8(2).bytes(s.as_bytes());
         }
-        Response::Heartbeat { incarnation, ready } => {
-            w.u8(3).u64(*incarnation).u8(u8::from(*ready));
+        Response::Heartbeat {
+            incarnation,
+            ready,
+            grant,
+        } => {
+            w.u8(3)
+                .u64(*incarnation)
+                .u8(u8::from(*ready))
+                .u8(u8::from(*grant));
         }
         Response::Record(r) => {
             match r {
@@ -609,6 +621,7 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
             3 => Response::Heartbeat {
                 incarnation: r.u64()?,
                 ready: r.u8()? != 0,
+                grant: r.u8()? != 0,
             },
             4 => Response::Record(match r.u8()? {
                 0 => None,
@@ -782,7 +795,7 @@ mod tests {
     #[test]
     fn requests_and_responses_round_trip() {
         let reqs = vec![
-            Request::Heartbeat,
+            Request::Heartbeat { from: 7 },
             Request::Put {
                 stripe: 3,
                 watermark: 9,
@@ -894,6 +907,7 @@ mod tests {
             Response::Heartbeat {
                 incarnation: 5,
                 ready: true,
+                grant: false,
             },
             Response::Record(None),
             Response::Record(Some(vec![1])),

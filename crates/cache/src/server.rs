@@ -873,6 +873,11 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "version_mismatches", g(&c.version_mismatches));
     compose::stat(out, "forwarded", g(&c.forwarded));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
+    compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
+    compose::stat(out, "holes_pending", node.holes_pending());
+    compose::stat(out, "holes_filled", g(&c.holes_filled));
+    compose::stat(out, "lease_lapses", g(&c.lease_lapses));
+    compose::stat(out, "lease_lost_ops", g(&c.lease_lost_ops));
     compose::stat(out, "server_errors", g(&c.server_errors));
     compose::stat(out, "peer_messages_sent", sent);
     compose::stat(out, "peer_messages_received", received);

@@ -46,6 +46,8 @@ pub struct Adopted {
     pub value_bytes: u64,
     pub flags: u32,
     pub exptime: i64,
+    /// The positions (bit p) that hold a record of this version.
+    pub held: u64,
 }
 
 /// From the headers the live members hold for a stripe, the version of each key to adopt: the
@@ -82,6 +84,10 @@ pub fn adopt(headers: &[Header], k: usize) -> HashMap<Vec<u8>, Adopted> {
                 value_bytes: h.value_bytes,
                 flags: h.flags,
                 exptime: h.exptime,
+                held: positions
+                    .iter()
+                    .filter(|&&p| p < 64)
+                    .fold(0u64, |m, &p| m | (1 << p)),
             },
         );
     }

@@ -126,6 +126,16 @@ impl Cluster {
         assert!(!pid_alive(pid), "node {node} (pid {pid}) survived SIGKILL");
     }
 
+    /// Sends a signal (`STOP`, `CONT`) to a node's process: a stall, not a death.
+    fn signal(&self, node: usize, sig: &str) {
+        let pid = self.pids()[node];
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "kill -{sig} {pid}");
+    }
+
     fn restart(&self, node: usize) {
         let out = Command::new(INEC)
             .args(["cache", "restart", "--dir"])
@@ -1111,4 +1121,130 @@ fn cache_up_in_network_namespaces() {
             .exists());
     }
     assert!(!std::path::Path::new("/sys/class/net/inec-br").exists());
+}
+
+/// Keys of `stripe` (9 nodes), `count` of them, some coded (8 KiB) and some replicated (100 B).
+fn keys_of_stripe(stripe: usize, count: usize) -> Vec<String> {
+    let placement = cache::placement::Placement::new(9, 9);
+    (0..)
+        .map(|i| format!("stall{i}"))
+        .filter(|k| placement.stripe_of(k.as_bytes()) == stripe)
+        .take(count)
+        .collect()
+}
+
+fn stall_value(key: &str, generation: u64, i: usize) -> Vec<u8> {
+    let len = if i.is_multiple_of(2) { 8192 } else { 100 };
+    format!("{key}:{generation}:")
+        .bytes()
+        .cycle()
+        .take(len)
+        .collect()
+}
+
+/// A stalled agent (SIGSTOP for longer than the down-after time) is replaced by the next
+/// member, which takes writes; when the agent resumes it must not serve its old index: every
+/// node returns the values acknowledged during the stall, and the returning agent refills the
+/// records it missed. Before the agent lease, the resumed agent kept its old index and every
+/// read of the overwritten keys failed (the members had dropped the old version).
+#[test]
+fn stalled_agent_is_replaced_and_resumes_without_stale_or_lost_values() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let keys = keys_of_stripe(4, 10);
+    let mut cl = c.client(1);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(cl.set(k, &stall_value(k, 1, i)), "STORED\r\n");
+    }
+    c.signal(4, "STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            cl.set(k, &stall_value(k, 2, i)),
+            "STORED\r\n",
+            "write while the agent is stalled"
+        );
+    }
+    let stand_in = c.client(5).stats("inec");
+    c.signal(4, "CONT");
+    c.wait_whole();
+    for front in 0..9 {
+        let mut cl = c.client(front);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                cl.get(k),
+                Got::Hit(stall_value(k, 2, i)),
+                "key {k} through node {front} after the agent resumed"
+            );
+        }
+    }
+    // The agent leads again (its stripe's state names it) and holds no stale index: a write
+    // through it and a read through every node agree.
+    let mut cl = c.client(4);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(cl.set(k, &stall_value(k, 3, i)), "STORED\r\n");
+    }
+    for front in 0..9 {
+        let mut cl = c.client(front);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(cl.get(k), Got::Hit(stall_value(k, 3, i)), "key {k}");
+        }
+    }
+    let agent = c.client(4).stats("inec");
+    assert!(
+        agent["stripe_4"].contains("agent=4"),
+        "{}",
+        agent["stripe_4"]
+    );
+    assert!(
+        stand_in["writes_with_holes"].parse::<u64>().unwrap() >= 10,
+        "node 5 stood in and wrote around the stalled node: {stand_in:?}"
+    );
+}
+
+/// A member stalled during writes misses their records; once it is back the agent fills them
+/// in, so that m more nodes may then die without losing the values acknowledged meanwhile.
+#[test]
+fn writes_missed_by_a_stalled_member_are_filled_in() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let keys = keys_of_stripe(4, 10);
+    let mut cl = c.client(1);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(cl.set(k, &stall_value(k, 1, i)), "STORED\r\n");
+    }
+    // Node 6 holds position 2 of stripe 4 (a coded chunk and a replica).
+    c.signal(6, "STOP");
+    std::thread::sleep(Duration::from_millis(1500));
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(cl.set(k, &stall_value(k, 2, i)), "STORED\r\n");
+    }
+    c.signal(6, "CONT");
+    c.wait_whole();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let s = c.client(4).stats("inec");
+        if s["holes_pending"] == "0" && s["holes_filled"].parse::<u64>().unwrap() >= 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "holes not filled: {s:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Three other members of stripe 4 die, the agent among them: node 6's filled-in records
+    // are needed for every coded value (6 of 9 chunks left) and some replicas.
+    for node in [4, 5, 7] {
+        c.kill(node);
+    }
+    let mut cl = c.client(1);
+    for (i, k) in keys.iter().enumerate() {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = cl.get(k);
+            if got == Got::Hit(stall_value(k, 2, i)) {
+                break;
+            }
+            // Until the others see the dead nodes down, a request may fail; never other bytes.
+            assert!(matches!(got, Got::Error(_)), "key {k}: {got:?}");
+            assert!(Instant::now() < deadline, "key {k}: {got:?}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
 }

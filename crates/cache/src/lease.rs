@@ -1,0 +1,169 @@
+//! The agent's lease: at most one node leads a Mem Stripe at a time, even when a node stalls
+//! (a stopped process, an overloaded machine) and the others take it for dead.
+//!
+//! Heartbeats are the lease. A node answers a peer's heartbeat with a **grant** when it sees
+//! that peer up. With `term` the down-after time:
+//!
+//! - **Holding.** A node leads a stripe only while every member *behind* it in the stripe's
+//!   order (those that would take over if it went down) has granted it within `term`, counted
+//!   from when the heartbeat was *sent* (so a late answer never stretches the lease), unless
+//!   that member is not running (its connection was refused) or has not answered at all for
+//!   `2 × term` (a dead host).
+//! - **Taking over.** A node takes a stripe over from the members *ahead* of it that it sees
+//!   down only once it has not granted any of them for `term` (or their connection was
+//!   refused): by then their leases have run out, so they have stopped.
+//! - **Lapses.** A grant that arrives when the one before has run out ends a lapse: the node
+//!   may have been replaced meanwhile, so an index it built before is stale and is rebuilt
+//!   from the members' records.
+//! - **Giving back.** A node that starts granting a peer again (it saw it down, now up) first
+//!   waits for the operations under way at it to finish, so the returning agent, which
+//!   rebuilds its index after the lapse, sees every write the stand-in acknowledged.
+//!
+//! On one host this is safe against stalls; a partition between hosts (each side sees the
+//! other silent for `2 × term`) can still give two leaders: split-brain-safe leadership across
+//! hosts needs a coordination service (DESIGN.md §7).
+
+use std::time::{Duration, Instant};
+
+/// What a node knows of one peer for the lease.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerLease {
+    /// Its connection was refused since its last answer: it is not running.
+    pub refused: bool,
+    /// The send time of the latest heartbeat of ours it answered with a grant.
+    pub grant_from: Option<Instant>,
+    /// When a grant from it last arrived after the one before had run out (or was the first).
+    pub renewed_after_lapse: Option<Instant>,
+    /// When we last answered its heartbeat with a grant.
+    pub granted_to: Option<Instant>,
+    /// Whether our latest answer to it was a grant.
+    pub granting: bool,
+}
+
+impl PeerLease {
+    /// Whether the peer's grant holds at `now`, or it cannot lead anyway (not running; silent
+    /// for `2 × term`: `last_ok` is its latest answer of any kind).
+    pub fn holds(&self, up: bool, last_ok: Instant, now: Instant, term: Duration) -> bool {
+        self.refused
+            || self
+                .grant_from
+                .is_some_and(|g| now.saturating_duration_since(g) < term)
+            || (!up && now.saturating_duration_since(last_ok) >= term * 2)
+    }
+
+    /// Whether the peer's own lease from us has run out by `now`, so that it has stopped
+    /// leading (or it is not running).
+    pub fn released(&self, now: Instant, term: Duration) -> bool {
+        self.refused
+            || self
+                .granted_to
+                .is_none_or(|g| now.saturating_duration_since(g) >= term)
+    }
+
+    /// A grant answering our heartbeat sent at `sent` arrived at `now`.
+    pub fn on_grant(&mut self, sent: Instant, now: Instant, term: Duration) {
+        let lapsed = self
+            .grant_from
+            .is_none_or(|g| now.saturating_duration_since(g) >= term);
+        if lapsed {
+            self.renewed_after_lapse = Some(now);
+        }
+        if self.grant_from.is_none_or(|g| sent > g) {
+            self.grant_from = Some(sent);
+        }
+        self.refused = false;
+    }
+
+    /// We answer its heartbeat at `now`, granting or not. Returns whether this grant follows
+    /// a refusal (the caller first lets its operations under way finish).
+    pub fn answer(&mut self, grant: bool, now: Instant) -> bool {
+        let resumed = grant && !self.granting;
+        self.granting = grant;
+        if grant {
+            self.granted_to = Some(now);
+        }
+        resumed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T: Duration = Duration::from_millis(1000);
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn a_grant_holds_for_a_term_from_its_heartbeat_send_time() {
+        let b = Instant::now();
+        let mut p = PeerLease::default();
+        assert!(!p.holds(true, b, b, T), "no grant yet");
+        // Sent at 0, answered at 400: holds until 1000, not 1400.
+        p.on_grant(b, at(b, 400), T);
+        assert!(p.holds(true, b, at(b, 999), T));
+        assert!(!p.holds(true, b, at(b, 1000), T));
+        // A late answer to an older heartbeat does not move the lease back.
+        p.on_grant(at(b, 300), at(b, 500), T);
+        p.on_grant(at(b, 100), at(b, 600), T);
+        assert_eq!(p.grant_from, Some(at(b, 300)));
+    }
+
+    #[test]
+    fn refused_or_long_silent_peers_cannot_lead_and_do_not_block() {
+        let b = Instant::now();
+        let mut p = PeerLease::default();
+        p.on_grant(b, b, T);
+        let later = at(b, 1500);
+        assert!(
+            !p.holds(false, b, later, T),
+            "silent for 1.5 terms: maybe stalled"
+        );
+        assert!(
+            p.holds(false, b, at(b, 2000), T),
+            "silent for 2 terms: gone"
+        );
+        assert!(
+            !p.holds(true, b, at(b, 2000), T),
+            "answers without granting"
+        );
+        p.refused = true;
+        assert!(p.holds(false, b, later, T));
+        // A grant clears the refusal.
+        p.on_grant(later, later, T);
+        assert!(!p.refused);
+    }
+
+    #[test]
+    fn a_grant_after_the_lease_ran_out_is_a_lapse() {
+        let b = Instant::now();
+        let mut p = PeerLease::default();
+        p.on_grant(b, at(b, 10), T);
+        assert_eq!(p.renewed_after_lapse, Some(at(b, 10)), "the first grant");
+        p.on_grant(at(b, 100), at(b, 110), T);
+        p.on_grant(at(b, 900), at(b, 1090), T);
+        assert_eq!(p.renewed_after_lapse, Some(at(b, 10)), "never ran out");
+        // The lease from 900 ran out at 1900; a heartbeat sent at 1500 but answered at 2100
+        // (the peer stalled in between) ends a lapse even though 1500 - 900 < term.
+        p.on_grant(at(b, 1500), at(b, 2100), T);
+        assert_eq!(p.renewed_after_lapse, Some(at(b, 2100)));
+    }
+
+    #[test]
+    fn a_peer_is_released_a_term_after_our_last_grant() {
+        let b = Instant::now();
+        let mut p = PeerLease::default();
+        assert!(p.released(b, T), "never granted");
+        assert!(p.answer(true, b), "the first grant resumes");
+        assert!(!p.answer(true, at(b, 100)));
+        assert!(!p.released(at(b, 1099), T));
+        assert!(!p.answer(false, at(b, 200)), "refusing");
+        assert!(p.released(at(b, 1100), T));
+        assert!(p.answer(true, at(b, 1200)), "granting again after refusing");
+        assert!(!p.released(at(b, 1300), T));
+        p.refused = true;
+        assert!(p.released(at(b, 1300), T));
+    }
+}
