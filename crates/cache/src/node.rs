@@ -1584,14 +1584,7 @@ impl Node {
         // records go out as peer messages.
         let mut planned = false;
         if kind == Kind::Coded {
-            // TriEC's encode would need a start for each of its layer-3 members: its writes
-            // stay on peer messages.
-            let path = if self.cfg.scheme == Scheme::Triec {
-                None
-            } else {
-                self.plan_path(stripe, self.n())
-            };
-            match path {
+            match self.plan_path(stripe, self.n()) {
                 Some(x) => {
                     let meta = WriteMeta {
                         value_bytes: value.len() as u64,

@@ -4,7 +4,8 @@
 //! - **Writes and normal reads** of coded values run templates every node installs for its own
 //!   parts at start-up, locally (no message): for each stripe it is a member of, the scheme's
 //!   encode plan (`graph::build`, RS/LRC/PPR/ECPipe: the agent's `ec-send`) and the normal-read
-//!   plan (each remote data member `send`s its chunk to the agent). The agent *launches* a run
+//!   plan (each remote data member `send`s its chunk to the agent; TriEC: its tripartite encode,
+//!   whose parity members get a start of their own). The agent *launches* a run
 //!   from its own host ([`engine::Launcher`]): a write's chunk frames carry each member's start
 //!   and the member's `Done` is its ack; a read sends each data member one quiet `start` and
 //!   gets its chunk back. The run's chunk size travels in the start, so one template per
@@ -159,7 +160,7 @@ pub struct PlanCounters {
     pub write_plan_runs: AtomicU64,
     pub read_plan_runs: AtomicU64,
     /// Writes and normal reads that went over peer messages instead (a member down, an
-    /// acting agent, a replicated value, TriEC writes, or a failed run: the reason is logged).
+    /// acting agent, a replicated value, or a failed run: the reason is logged).
     pub write_plan_fallbacks: AtomicU64,
     pub read_plan_fallbacks: AtomicU64,
     /// Runs of other agents this node's host took part in (one start each, attached to a
@@ -284,17 +285,15 @@ pub fn read_parts(placement: &Placement, k: usize, stripe: usize) -> Vec<VertexP
 }
 
 /// The write parts of `stripe`: the scheme's encode plan with the stripe's placement (the
-/// designated agent node `stripe` holds the data chunks). `None` for TriEC, whose layer-3
-/// members would each need a start of their own (its writes stay on peer messages).
+/// designated agent node `stripe` holds the data chunks). TriEC's is its tripartite encode:
+/// the agent sends each data member its chunk, each data member stores it and sends its
+/// products to the parity members, which add them up and store the parity.
 pub fn write_parts(
     code: Code,
     scheme: Scheme,
     placement: &Placement,
     stripe: usize,
 ) -> Result<Option<Vec<VertexPart>>, String> {
-    if scheme == Scheme::Triec {
-        return Ok(None);
-    }
     let mut spec = PlanSpec::new(scheme, code, graph::Request::Encode, STARTUP_CHUNK_BYTES);
     spec.placement = graph::Placement {
         nodes: placement.members(stripe),
@@ -906,11 +905,22 @@ mod tests {
         assert!(write
             .iter()
             .any(|p| p.node == 3 && p.outputs[0].store.is_some()));
-        assert!(
-            write_parts(Code::rs(6, 3).unwrap(), Scheme::Triec, &placement, 4)
-                .unwrap()
-                .is_none()
-        );
+        // TriEC: the agent feeds the data members, which feed the parity members (nodes 1..4
+        // hold positions 6..9 of stripe 4) and store their chunks.
+        let triec = write_parts(Code::rs(6, 3).unwrap(), Scheme::Triec, &placement, 4)
+            .unwrap()
+            .unwrap();
+        for node in [1, 2, 3] {
+            let parity = triec
+                .iter()
+                .find(|p| p.node == node && p.outputs.iter().any(|o| o.store.is_some()))
+                .expect("a parity part");
+            assert_eq!(
+                parity.inputs.len(),
+                6,
+                "node {node}: one product per data member"
+            );
+        }
     }
 
     #[test]
