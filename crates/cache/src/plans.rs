@@ -10,10 +10,12 @@
 //!   and the member's `Done` is its ack; a read sends each data member one quiet `start` and
 //!   gets its chunk back. The run's chunk size travels in the start, so one template per
 //!   stripe and kind serves every value size.
-//! - **Degraded reads** run the configured scheme's repair plan, built and installed (by the
-//!   agent's [`engine::PlanRunner`], `Install` messages) once per (stripe, lost positions,
-//!   chunk size class) and launched from the agent's host like the others: one quiet `start`
-//!   per other participant, then the plan's data edges.
+//! - **Degraded reads** run the configured scheme's repair plan, launched from the agent's
+//!   host like the others: one quiet `start` per other participant, then the plan's data
+//!   edges. The repair of one lost data chunk at the designated agent is a start-up template
+//!   too (every scheme but ECPipe, whose sliced plan depends on the chunk size); other loss
+//!   patterns are built and installed (by the agent's [`engine::PlanRunner`], `Install`
+//!   messages) once per (stripe, lost positions, chunk size class).
 //!
 //! Every run's `start` carries [`RunPayload`]: the key and version whose chunks the members
 //! read from their stores (CRC, key, version and position checked there) or, for a write, the
@@ -201,6 +203,53 @@ pub fn startup_template(kind: RunKind, stripe: usize) -> u64 {
     STARTUP_TEMPLATE_BASE | ((kind as u64) << 32) | stripe as u64
 }
 
+/// The start-up repair template of `stripe` for the loss of data position `position` alone.
+pub fn startup_repair_template(stripe: usize, position: usize) -> u64 {
+    debug_assert!(stripe < 1 << 24 && position < 1 << 8);
+    STARTUP_TEMPLATE_BASE | (2 << 32) | ((position as u64) << 24) | stripe as u64
+}
+
+/// Whether a template is a repair's (installed at start-up or on first use).
+pub fn is_repair_template(id: u64) -> bool {
+    id < STARTUP_TEMPLATE_BASE || (id >> 32) & 0xff == 2
+}
+
+/// Whether `scheme`'s repair of one chunk is a plan of one slice, so that a template built
+/// for one chunk size serves every size (runs resize it). ECPipe's pipeline cuts a chunk in a
+/// fixed number of slices: its repair templates stay per size class, installed on first use.
+pub fn repair_unsliced(scheme: Scheme) -> bool {
+    scheme != Scheme::Ecpipe
+}
+
+/// The repair parts of `stripe` for the loss of `lost` (rebuilt at the designated agent).
+pub fn repair_parts(
+    code: Code,
+    scheme: Scheme,
+    placement: &Placement,
+    stripe: usize,
+    lost: &[usize],
+) -> Result<(Vec<VertexPart>, Vec<usize>), String> {
+    let agent = placement.node_of(stripe, 0);
+    let mut spec = PlanSpec::new(
+        scheme,
+        code,
+        graph::Request::Repair {
+            lost: lost.to_vec(),
+            target: Target::Node(agent),
+        },
+        STARTUP_CHUNK_BYTES,
+    );
+    spec.placement = graph::Placement {
+        nodes: placement.members(stripe),
+        agent,
+    };
+    let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+    let parts = plan
+        .parts(stripe as u64)
+        .map_err(|e| format!("repair plan lowering failed: {e}"))?;
+    Ok((parts, plan.nodes()))
+}
+
 /// The template chunk size start-up plans are built with (runs give their own).
 const STARTUP_CHUNK_BYTES: usize = 4096;
 
@@ -225,6 +274,9 @@ pub struct PlanExec {
     /// Whether this node's start-up templates are installed: writes and reads of the stripes
     /// it leads as designated agent.
     startup: std::sync::OnceLock<bool>,
+    /// Participants of the start-up repair templates of the stripes this node is the
+    /// designated agent of, by (stripe, lost data position).
+    startup_repairs: Mutex<HashMap<(usize, usize), Vec<usize>>>,
     /// Frames of runners dropped after a failure.
     old_runner_frames: [AtomicU64; 2],
     pub counters: PlanCounters,
@@ -330,6 +382,7 @@ impl PlanExec {
             engine: std::sync::OnceLock::new(),
             launcher: std::sync::OnceLock::new(),
             startup: std::sync::OnceLock::new(),
+            startup_repairs: Mutex::new(HashMap::new()),
             old_runner_frames: [AtomicU64::new(0), AtomicU64::new(0)],
             counters: PlanCounters::default(),
         }
@@ -357,6 +410,20 @@ impl PlanExec {
             )];
             if let Some(parts) = write_parts(code, scheme, placement, stripe)? {
                 templates.push((startup_template(RunKind::Write, stripe), parts));
+            }
+            // The repair of each data position alone (a degraded read of one chunk), for
+            // the schemes whose template serves every chunk size.
+            if repair_unsliced(scheme) {
+                for p in 0..code.k() {
+                    let (parts, nodes) = repair_parts(code, scheme, placement, stripe, &[p])?;
+                    if placement.node_of(stripe, 0) == me {
+                        self.startup_repairs
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert((stripe, p), nodes);
+                    }
+                    templates.push((startup_repair_template(stripe, p), parts));
+                }
             }
             for (id, parts) in templates {
                 let mine: Vec<VertexPart> = parts.into_iter().filter(|p| p.node == me).collect();
@@ -541,9 +608,26 @@ impl PlanExec {
         chunk_bytes: usize,
     ) -> Result<Vec<Vec<u8>>, String> {
         let launcher = self.launcher()?;
-        let class = class_bytes(chunk_bytes);
-        let tkey = (stripe, lost.to_vec(), class);
-        let (template, nodes) = self.repair_template(code, scheme, members, agent, &tkey)?;
+        // One data chunk lost at the designated agent: the start-up template, resized to the
+        // run's chunk size. Otherwise a template per (loss pattern, size class), on first use.
+        let startup = match lost {
+            [p] if members.first() == Some(&agent) => self
+                .startup_repairs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get(&(stripe, *p))
+                .map(|nodes| (startup_repair_template(stripe, *p), nodes.clone())),
+            _ => None,
+        };
+        let (class, run_bytes, (template, nodes)) = match startup {
+            Some(t) => (chunk_bytes, Some(chunk_bytes), t),
+            None => {
+                let class = class_bytes(chunk_bytes);
+                let tkey = (stripe, lost.to_vec(), class);
+                let t = self.repair_template(code, scheme, members, agent, &tkey)?;
+                (class, None, t)
+            }
+        };
         let nonce = self.nonce();
         let payload = RunPayload {
             kind: RunKind::Read,
@@ -568,7 +652,7 @@ impl PlanExec {
             acks: Vec::new(),
             mode: engine_mode(mode),
             timeout: RUN_TIMEOUT,
-            chunk_bytes: None,
+            chunk_bytes: run_bytes,
             payload,
         });
         c.degraded_plan_runs_in_flight
@@ -764,7 +848,7 @@ impl Application for CacheApp {
                 )
             });
         }
-        if !self.repair_input_delay.is_zero() && run.template < STARTUP_TEMPLATE_BASE {
+        if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
             std::thread::sleep(self.repair_input_delay);
         }
         let rec = node
@@ -845,6 +929,26 @@ impl Application for CacheApp {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn startup_template_ids_never_meet() {
+        let mut seen = std::collections::HashSet::new();
+        for stripe in [0usize, 1, 8, 1000] {
+            for id in [
+                startup_template(RunKind::Read, stripe),
+                startup_template(RunKind::Write, stripe),
+            ] {
+                assert!(!is_repair_template(id));
+                assert!(seen.insert(id));
+            }
+            for p in [0usize, 1, 5, 11] {
+                let id = startup_repair_template(stripe, p);
+                assert!(is_repair_template(id) && id >= STARTUP_TEMPLATE_BASE);
+                assert!(seen.insert(id), "stripe {stripe} position {p}");
+            }
+        }
+        assert!(is_repair_template(repair_template_id(3, 7)));
+    }
 
     #[test]
     fn repair_template_ids_of_agents_never_meet() {

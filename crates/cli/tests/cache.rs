@@ -642,13 +642,13 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     let placement = cache::placement::Placement::new(n, n);
     let key = "counted";
     let agent = placement.stripe_of(key.as_bytes());
-    // Every node installed its parts of the write template of each of its n stripes, and of
-    // the read template of those where it is the agent or holds a data chunk.
+    // Every node installed its parts of the write template of each of its n stripes, of
+    // the read template of those where it is the agent or holds a data chunk, and of the
+    // repair templates of one lost data chunk it takes part in.
     let startup = c.sum_stat("startup_templates");
-    assert_eq!(
-        startup,
-        (n * (n + k)) as u64,
-        "templates installed at start-up"
+    assert!(
+        startup > (n * (n + k)) as u64,
+        "templates installed at start-up: {startup}"
     );
     let mut cl = c.client(agent);
     // Warm up: the agent builds its index of the stripe on first use.
@@ -681,11 +681,11 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
     let (m3, _) = count();
     assert_eq!(m3 - m2, 2 * (k - 1) as u64 + 2, "forwarded read");
-    // A degraded read of data position 1 (after a first one installed its repair plan): the
-    // normal read of the k-2 data chunks left over peer messages (a request and a chunk
-    // each), then the repair plan: one start to each helper but the agent and its data
-    // edge to the agent (RS: the k helpers 0, 2.. k; LRC: the local group's 0, 2 and its
-    // local parity).
+    // A degraded read of data position 1 (the repair template of one lost data chunk was
+    // installed at start-up; a first read warms the connections): the normal read of the
+    // k-2 data chunks left over peer messages (a request and a chunk each), then the repair
+    // plan: one start to each helper but the agent and its data edge to the agent (RS: the
+    // k helpers 0, 2.. k; LRC: the local group's 0, 2 and its local parity).
     assert_eq!(cl.mg_degraded(key, 1), Got::Hit(vec![2u8; 8192]));
     let installed = c.sum_stat("plan_templates_installed");
     let (m4, p4) = count();
@@ -695,9 +695,9 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(p5 - p4, 2 * (k - 2) as u64, "degraded read: peer messages");
     assert_eq!(m5 - m4, 2 * (k - 2) as u64 + 2 * helpers, "degraded read");
     assert_eq!(c.sum_stat("degraded_plan_fallbacks"), 0);
-    // Only the degraded read installed a template after start-up, and only once.
-    assert_eq!(installed, 1);
-    assert_eq!(c.sum_stat("plan_templates_installed"), 1);
+    // No template was installed after start-up, not even for the degraded reads.
+    assert_eq!(installed, 0);
+    assert_eq!(c.sum_stat("plan_templates_installed"), 0);
     assert_eq!(c.sum_stat("startup_templates"), startup);
     assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
     assert_eq!(c.sum_stat("read_plan_fallbacks"), 0);
@@ -719,7 +719,7 @@ fn messages_per_triec_write() {
     let placement = cache::placement::Placement::new(n, n);
     let key = "counted";
     let agent = placement.stripe_of(key.as_bytes());
-    assert_eq!(c.sum_stat("startup_templates"), (n * (n + k)) as u64);
+    assert!(c.sum_stat("startup_templates") > (n * (n + k)) as u64);
     let mut cl = c.client(agent);
     assert_eq!(cl.set(key, &[1u8; 8192]), "STORED\r\n");
     let (m0, p0) = (
@@ -1073,7 +1073,7 @@ fn concurrent_degraded_reads_at_one_agent() {
     let mut cl = c.client(0);
     for (k, v) in keys.iter().zip(&values) {
         assert_eq!(cl.set(k, v), "STORED\r\n");
-        // Installs the repair template of (stripe 0, position 1 lost, size class) once.
+        // Runs the start-up repair template of (stripe 0, position 1 lost) once.
         assert!(cl.mg_degraded(k, 1) == Got::Hit(v.clone()));
     }
     let stat = |name: &str| c.client(0).stats("inec")[name].parse::<u64>().unwrap();
@@ -1093,7 +1093,7 @@ fn concurrent_degraded_reads_at_one_agent() {
     assert_eq!(stat("degraded_plan_runs") - runs0, 2);
     assert_eq!(stat("degraded_plan_fallbacks"), 0);
     assert_eq!(stat("degraded_plan_runs_in_flight_max"), 2);
-    assert_eq!(stat("plan_templates_installed"), 1);
+    assert_eq!(stat("plan_templates_installed"), 0);
 }
 
 /// Why the network-namespace test cannot run here, if it cannot.
