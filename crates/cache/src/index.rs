@@ -76,6 +76,16 @@ pub fn charge(
     }
 }
 
+/// Bit `p` of a hole mask (0 for positions past 63: holes are tracked for the first 64
+/// positions of a stripe).
+pub fn bit(p: usize) -> u64 {
+    if p < 64 {
+        1 << p
+    } else {
+        0
+    }
+}
+
 /// Bits `0..positions`.
 pub fn position_mask(positions: usize) -> u64 {
     if positions >= 64 {
@@ -423,6 +433,7 @@ mod tests {
         ix.clear_holes(b"a", 7, 0b101);
         assert_eq!(ix.holes(u64::MAX, 10), vec![(b"a".to_vec(), 7, 1 << 8)]);
         assert_eq!(position_mask(3), 0b111);
+        assert_eq!((bit(2), bit(63), bit(64), bit(200)), (4, 1 << 63, 0, 0));
         assert_eq!(position_mask(64), u64::MAX);
     }
 

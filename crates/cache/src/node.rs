@@ -954,7 +954,7 @@ impl Node {
                     Ok(data) => {
                         // The recovering node stores it.
                         self.with_index(stripe, |ix| {
-                            ix.clear_holes(&key, e.version, 1 << position)
+                            ix.clear_holes(&key, e.version, index::bit(position as usize))
                         });
                         AgentResult::Record(record::encode(
                             &self.header(&key, &e, position as usize),
@@ -1114,7 +1114,7 @@ impl Node {
         let holes = bad
             .iter()
             .filter(|(_, corrupt)| !corrupt)
-            .fold(0u64, |m, (p, _)| m | (1 << p));
+            .fold(0u64, |m, (p, _)| m | index::bit(*p));
         if holes != 0 {
             self.with_index(stripe, |ix| ix.mark_holes(key, e.version, holes));
         }
@@ -1671,7 +1671,7 @@ impl Node {
         let mut nacks = Vec::new();
         for (p, r) in sent.into_iter().zip(self.call(calls)) {
             match r {
-                Ok(Response::Ack) => stored |= 1 << p,
+                Ok(Response::Ack) => stored |= index::bit(p),
                 Ok(Response::Nack(why)) => nacks.push(why),
                 Ok(other) => nacks.push(format!("unexpected reply {other:?}")),
                 Err(_) => {} // marked down: counted below
@@ -1856,7 +1856,7 @@ impl Node {
                     let node = self.placement.node_of(s, p);
                     view[node].0 && view[node].1
                 })
-                .fold(0u64, |m, p| m | (1 << p));
+                .fold(0u64, |m, p| m | index::bit(p));
             let todo = {
                 let g = lock(&self.stripes[s]);
                 match g.as_ref() {
@@ -1875,12 +1875,12 @@ impl Node {
                 let Some(e) = self.lookup(s, &key).filter(|e| e.version == version) else {
                     continue;
                 };
-                for p in (0..e.positions).filter(|&p| holes & e.holes & (1 << p) != 0) {
+                for p in (0..e.positions).filter(|&p| holes & e.holes & index::bit(p) != 0) {
                     let Ok(data) = self.repair_chunk(s, &key, &e, p) else {
                         continue;
                     };
                     if self.write_back(s, &key, &e, p, &data) {
-                        self.with_index(s, |ix| ix.clear_holes(&key, version, 1 << p));
+                        self.with_index(s, |ix| ix.clear_holes(&key, version, index::bit(p)));
                         bump(&self.counters.holes_filled);
                         done += data.len() as u64;
                     }

@@ -46,6 +46,8 @@ struct ConnCounts {
     total: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
+    /// Worker threads running requests (memcached's `threads`).
+    workers: AtomicU64,
 }
 
 /// Serves peers on `peer` (a thread per connection).
@@ -110,6 +112,9 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
         .register(&mut listener, LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let counts = Arc::new(ConnCounts::default());
+    counts
+        .workers
+        .store(cfg.workers.max(1) as u64, Ordering::Relaxed);
     let (job_tx, job_rx) = mpsc::channel::<Job>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     let (done_tx, done_rx) = mpsc::channel::<(Token, Vec<u8>, bool)>();
@@ -771,7 +776,7 @@ fn general_stats(node: &Node, counts: &ConnCounts, out: &mut Vec<u8>) {
     compose::stat(out, "bytes_read", g(&counts.bytes_read));
     compose::stat(out, "bytes_written", g(&counts.bytes_written));
     compose::stat(out, "limit_maxbytes", node.cfg.memory_bytes);
-    compose::stat(out, "threads", 1);
+    compose::stat(out, "threads", g(&counts.workers));
     compose::stat(out, "bytes", bytes);
     compose::stat(out, "curr_items", items);
     compose::stat(out, "total_items", g(&c.total_items));

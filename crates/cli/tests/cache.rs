@@ -287,8 +287,9 @@ impl Client {
 
     fn stats(&mut self, group: &str) -> HashMap<String, String> {
         self.w
-            .write_all(format!("stats {group}\r\n").as_bytes())
+            .write_all(format!("stats {group}").trim_end().as_bytes())
             .unwrap();
+        self.w.write_all(b"\r\n").unwrap();
         let mut m = HashMap::new();
         loop {
             let l = self.line();
@@ -798,6 +799,8 @@ fn expiry_touch_and_flush_follow_memcached() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     let mut a = c.client(1);
     let mut b = c.client(2);
+    // memcached's `threads`: the worker threads (`-t 4`).
+    assert_eq!(a.stats("")["threads"], "4");
     let big = vec![3u8; 5000];
     // Negative exptime: stored and gone at once.
     assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
