@@ -5,7 +5,9 @@
 //! that peer up. With `term` the down-after time:
 //!
 //! - **Holding.** A node leads a stripe only while every member *behind* it in the stripe's
-//!   order (those that would take over if it went down) has granted it within `term`, counted
+//!   order that could take over if it went down (one with at most m positions before its own
+//!   that are not recovering: with more down, no operation of the stripe succeeds) has granted
+//!   it within `term`, counted
 //!   from when the heartbeat was *sent* (so a late answer never stretches the lease), unless
 //!   that member is not running (its connection was refused) or has not answered at all for
 //!   `2 × term` (a dead host).

@@ -368,27 +368,40 @@ impl Node {
 
     /// The lease rules of `lease.rs` for `stripe`, at this node (its agent in its view): the
     /// members ahead of it in the stripe's order that it sees down have been released (those
-    /// up are recovering, or this node would not be the agent), those behind it grant.
+    /// up are recovering, or this node would not be the agent), and those behind it that could
+    /// take the stripe over grant. A member can lead only when every position before its own
+    /// is down or recovering in its view, and with more than m positions down every operation
+    /// fails, so a member with more than m positions before it that are not recovering can
+    /// never serve in this node's place: its grant is not needed (a stalled node pauses the m
+    /// stripes it follows the agent of, not all of them).
     fn lease_holds(&self, stripe: usize) -> bool {
         let term = self.cfg.down_after;
         let now = Instant::now();
         let peers = lock(&self.peers);
         let mut ahead = true;
+        let mut seen = Vec::with_capacity(self.n());
+        // Positions so far whose node is not recovering (it is ready, or down).
+        let mut before = 0usize;
         for p in 0..self.n() {
             let node = self.placement.node_of(stripe, p);
+            let recovering = node != self.cfg.id && peers[node].up && !peers[node].ready;
+            let first = !seen.contains(&node);
+            seen.push(node);
             if node == self.cfg.id {
                 ahead = false;
-                continue;
+            } else if first {
+                let s = &peers[node];
+                let ok = if ahead {
+                    recovering || s.lease.released(now, term)
+                } else {
+                    before > self.parity() || s.lease.holds(s.up, s.last_ok, now, term)
+                };
+                if !ok {
+                    return false;
+                }
             }
-            let s = &peers[node];
-            let ok = if ahead {
-                // Up but not ready (recovering): it leads nothing until handed the stripe.
-                (s.up && !s.ready) || s.lease.released(now, term)
-            } else {
-                s.lease.holds(s.up, s.last_ok, now, term)
-            };
-            if !ok {
-                return false;
+            if !recovering {
+                before += 1;
             }
         }
         true
