@@ -108,8 +108,8 @@ impl Simd for Gfni512 {
 
 impl Simd for Gfni256 {
     const VECTOR_BYTES: usize = 32;
-    // Two vectors per step: 10 accumulators, 2 inputs, a matrix and a product fit the 16
-    // registers.
+    // Steps of V vectors: B·V accumulators, the B matrices of a source (or, for five
+    // outputs, one at a time), an input and a product fit the 16 registers (see `dot`).
     const MAX_BLOCK: usize = 5;
     const XOR_ROWS_IN_BLOCKS: bool = false;
     const ANY_LENGTH: bool = false;
@@ -143,7 +143,21 @@ impl Simd for Gfni256 {
         // SAFETY: the token proves GFNI and AVX2; the caller upholds `Simd::dot`'s contract,
         // which (with no XOR rows) is `dot_gfni256`'s.
         unsafe {
-            dispatch_block!(dot_gfni256, dsts.len(), add, (coef, srcs, dsts, len), [1 2 3 4 5])
+            // Vectors per step by block size: one output 8 (256 bytes, the loop's own
+            // instructions paid once per eight products), two 4, three 3, four and five 2.
+            match (dsts.len(), add) {
+                (1, false) => dot_gfni256::<1, 8, false>(coef, srcs, dsts, len),
+                (1, true) => dot_gfni256::<1, 8, true>(coef, srcs, dsts, len),
+                (2, false) => dot_gfni256::<2, 4, false>(coef, srcs, dsts, len),
+                (2, true) => dot_gfni256::<2, 4, true>(coef, srcs, dsts, len),
+                (3, false) => dot_gfni256::<3, 3, false>(coef, srcs, dsts, len),
+                (3, true) => dot_gfni256::<3, 3, true>(coef, srcs, dsts, len),
+                (4, false) => dot_gfni256::<4, 2, false>(coef, srcs, dsts, len),
+                (4, true) => dot_gfni256::<4, 2, true>(coef, srcs, dsts, len),
+                (5, false) => dot_gfni256::<5, 2, false>(coef, srcs, dsts, len),
+                (5, true) => dot_gfni256::<5, 2, true>(coef, srcs, dsts, len),
+                (b, _) => unreachable!("block of {b} outputs"),
+            }
         }
     }
 
@@ -328,105 +342,134 @@ unsafe fn masked_step<const B: usize, const ADD: bool>(
     }
 }
 
-/// The products of the 32 bytes at offset `p` of every source with a block of `B` outputs.
+/// One step of `$v` vectors at offset `$p` of [`dot_gfni256`]: evaluates to the accumulators
+/// `[[__m256i; $v]; B]` of the block's `B` outputs (`B` is the caller's const parameter).
 ///
-/// # Safety
+/// The first source sets the accumulators (no zeroing, no XOR into zeros); the others are
+/// taken two per loop iteration, so that the loop's own instructions (pointer and coefficient
+/// updates, the branch), which compete with the vector instructions for the same ports, are
+/// paid once per two sources. A macro, not a function, so that the step stays part of the
+/// kernel's loop with its accumulators in registers (as in [`super::avx2`]).
 ///
-/// Every source has 32 readable bytes at `p`; the CPU has GFNI and AVX2.
-#[inline]
-#[target_feature(enable = "gfni,avx,avx2")]
-unsafe fn products256<const B: usize>(
-    coef: &[[u64; B]],
-    srcs: &[*const u8],
-    p: usize,
-) -> [__m256i; B] {
-    let mut acc = [_mm256_setzero_si256(); B];
-    // for each source s: x = s[p..p+32]; acc[i] ^= affine(x, M[i][s])
-    for (c, &s) in coef.iter().zip(srcs) {
-        // SAFETY: the caller guarantees 32 readable bytes at `s + p`.
-        let x = unsafe { avx2::load(s.add(p)) };
-        for i in 0..B {
-            let m = _mm256_set1_epi64x(c[i] as i64);
-            acc[i] = _mm256_xor_si256(acc[i], _mm256_gf2p8affine_epi64_epi8::<0>(x, m));
+/// Safety (of the caller): every source has `32·$v` readable bytes at `$p`;
+/// `$coef.len() == $srcs.len()` and `$srcs` is not empty; GFNI and AVX2.
+macro_rules! step256 {
+    ($v:expr, $far:expr; $coef:expr, $srcs:expr, $p:expr) => {{
+        let (coef, srcs, p, far): (&[[u64; B]], &[*const u8], usize, bool) =
+            ($coef, $srcs, $p, $far);
+        let mut acc = [[_mm256_setzero_si256(); $v]; B];
+        source256!($v, true; &coef[0], srcs[0], p, far, acc);
+        let (c2, s2) = (coef[1..].chunks_exact(2), srcs[1..].chunks_exact(2));
+        let (c1, s1) = (c2.remainder(), s2.remainder());
+        for (c, s) in c2.zip(s2) {
+            source256!($v, false; &c[0], s[0], p, far, acc);
+            source256!($v, false; &c[1], s[1], p, far, acc);
         }
-    }
-    acc
+        for (c, &s) in c1.iter().zip(s1) {
+            source256!($v, false; c, s, p, far, acc);
+        }
+        acc
+    }};
 }
 
-/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs.
+/// The contribution of one source `$s` with matrices `$c` at offset `$p`, `$v` vectors:
+/// `$acc[i][v] (^)= affine($s[$p + 32·v ..], $c[i])` (`=` for the first source); the source
+/// prefetched (one prefetch per line of the step) if `$far`.
+///
+/// Safety (of the caller): `$s` has `32·$v` readable bytes at `$p`; GFNI and AVX2.
+macro_rules! source256 {
+    ($v:expr, $first:expr; $c:expr, $s:expr, $p:expr, $far:expr, $acc:ident) => {{
+        let (c, s, p): (&[u64; B], *const u8, usize) = ($c, $s, $p);
+        if $far {
+            for l in 0..(32 * ($v as usize)).div_ceil(64) {
+                prefetch(s, p + 64 * l);
+            }
+        }
+        // for each vector v: x = s[p + 32·v ..]; for each output i: acc[i][v] (^)= affine(x, M[i])
+        let mut m = [_mm256_setzero_si256(); B];
+        for (mi, &ci) in m.iter_mut().zip(c) {
+            *mi = _mm256_set1_epi64x(ci as i64);
+        }
+        for v in 0..$v {
+            // SAFETY: the caller guarantees 32·V readable bytes at `s + p`.
+            let x = unsafe { avx2::load(s.add(p + 32 * v)) };
+            for (a, &mi) in $acc.iter_mut().zip(&m) {
+                let prod = _mm256_gf2p8affine_epi64_epi8::<0>(x, mi);
+                a[v] = if $first {
+                    prod
+                } else {
+                    _mm256_xor_si256(a[v], prod)
+                };
+            }
+        }
+    }};
+}
+
+/// `dsts[i] (^)= Σ_j coef[j][i] · srcs[j]` for a block of `B` outputs, `V` vectors per step
+/// of the main loop.
 ///
 /// # Safety
 ///
-/// The CPU has GFNI and AVX2; `len ≥ 32`; `coef.len() == srcs.len() * B`, `dsts.len() == B`;
-/// every source is readable and every destination readable and writable for `len` bytes; the
-/// destinations overlap nothing else.
+/// The CPU has GFNI and AVX2; `len ≥ 32`; `coef.len() == srcs.len() * B`, `dsts.len() == B`,
+/// `srcs` is not empty; every source is readable and every destination readable and writable
+/// for `len` bytes; the destinations overlap nothing else.
 #[target_feature(enable = "gfni,avx,avx2")]
-unsafe fn dot_gfni256<const B: usize, const ADD: bool>(
+unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
     coef: &[u64],
     srcs: &[*const u8],
     dsts: &[*mut u8],
     len: usize,
 ) {
     let (coef, rest) = coef.as_chunks::<B>();
-    assert!(rest.is_empty() && coef.len() == srcs.len() && len >= 32);
+    assert!(rest.is_empty() && coef.len() == srcs.len() && !srcs.is_empty() && len >= 32);
     let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
-    // for p in steps of 64 bytes (two vectors, a and b):
-    //     for each source s: for each output i: acc[i] ^= affine(s[p..], M[i][s])
-    //     dst[i][p..p+64] (^)= acc[i]
+    // for p in steps of 32·V bytes: acc = step(p); dst[i][p ..] (^)= acc[i]
     let mut p = 0;
-    // Outputs set (not added to), of a mebibyte or more, 64-byte aligned: non-temporal
-    // stores, a whole line per output and step (see `STREAM_MIN_BYTES`).
-    let stream =
-        !ADD && len >= STREAM_MIN_BYTES && dsts.iter().all(|&d| (d as usize).is_multiple_of(64));
-    while p + 64 <= len {
-        let mut acc_a = [_mm256_setzero_si256(); B];
-        let mut acc_b = [_mm256_setzero_si256(); B];
-        for (c, &s) in coef.iter().zip(srcs) {
-            // SAFETY: `p + 64 ≤ len` bytes of every source are readable.
-            let (xa, xb) = unsafe { (avx2::load(s.add(p)), avx2::load(s.add(p + 32))) };
-            // One prefetch per line (see `PREFETCH_AHEAD`).
-            prefetch(s, p);
-            for i in 0..B {
-                let m = _mm256_set1_epi64x(c[i] as i64);
-                acc_a[i] = _mm256_xor_si256(acc_a[i], _mm256_gf2p8affine_epi64_epi8::<0>(xa, m));
-                acc_b[i] = _mm256_xor_si256(acc_b[i], _mm256_gf2p8affine_epi64_epi8::<0>(xb, m));
-            }
-        }
-        for i in 0..B {
-            let d = dsts[i];
-            // SAFETY: `p + 64 ≤ len` bytes of every destination are readable and writable.
-            unsafe {
-                if ADD {
-                    acc_a[i] = _mm256_xor_si256(acc_a[i], avx2::load(d.add(p)));
-                    acc_b[i] = _mm256_xor_si256(acc_b[i], avx2::load(d.add(p + 32)));
-                }
-                if stream {
-                    // `d + p` is 64-byte aligned: `d` is, and `p` a multiple of 64.
-                    _mm256_stream_si256(d.add(p).cast(), acc_a[i]);
-                    _mm256_stream_si256(d.add(p + 32).cast(), acc_b[i]);
-                } else {
-                    avx2::store(d.add(p), acc_a[i]);
-                    avx2::store(d.add(p + 32), acc_b[i]);
+    // Outputs set (not added to), of a mebibyte or more, 64-byte aligned, written a whole line
+    // per step: non-temporal stores (see `STREAM_MIN_BYTES`).
+    let stream = !ADD
+        && V.is_multiple_of(2)
+        && len >= STREAM_MIN_BYTES
+        && dsts.iter().all(|&d| (d as usize).is_multiple_of(64));
+    let far = len >= PREFETCH_MIN_LEN;
+    while p + 32 * V <= len {
+        // Safety of the step: `p + 32·V ≤ len`; the caller's guarantees.
+        let acc = step256!(V, far; coef, srcs, p);
+        for (&d, a) in dsts.iter().zip(&acc) {
+            for (v, &a) in a.iter().enumerate() {
+                // SAFETY: `p + 32·V ≤ len` bytes of every destination are readable and
+                // writable.
+                unsafe {
+                    let at = d.add(p + 32 * v);
+                    if stream {
+                        // `at` is 32-byte aligned: `d` is 64-byte aligned, `p` a multiple of
+                        // 64 (V is even).
+                        _mm256_stream_si256(at.cast(), a);
+                    } else if ADD {
+                        avx2::store(at, _mm256_xor_si256(a, avx2::load(at)));
+                    } else {
+                        avx2::store(at, a);
+                    }
                 }
             }
         }
-        p += 64;
+        p += 32 * V;
     }
     if stream {
         // Order the stream stores before anything the caller does next.
         _mm_sfence();
     }
-    // One more full vector if 32 or more bytes are left, then the last r < 32 bytes through
-    // the vector at len - 32, changing only its last r bytes.
+    // Then single vectors; the last r < 32 bytes through the vector at len - 32, changing
+    // only its last r bytes.
     while p < len {
         let (q, mask) = if p + 32 <= len {
             (p, _mm256_set1_epi8(-1))
         } else {
             (len - 32, avx2::tail_mask(len - p))
         };
-        // SAFETY: `q + 32 ≤ len`; the caller's guarantees.
-        let acc = unsafe { products256::<B>(coef, srcs, q) };
-        for (&d, a) in dsts.iter().zip(acc) {
+        // Safety of the step: `q + 32 ≤ len`; the caller's guarantees.
+        let acc = step256!(1, false; coef, srcs, q);
+        for (&d, [a]) in dsts.iter().zip(acc) {
             // SAFETY: `q + 32 ≤ len` bytes of `d` are readable and writable.
             unsafe {
                 let old = avx2::load(d.add(q));

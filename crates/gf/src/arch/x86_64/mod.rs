@@ -55,10 +55,10 @@ pub(crate) const STREAM_MIN_BYTES: usize = 1 << 20;
 /// one thread: AVX2 5–30% faster with it, at no cost from L1 (4 KiB).
 pub(crate) const PREFETCH_AHEAD: usize = 1024;
 
-/// Regions shorter than this are not prefetched by the GFNI-512 kernel: its loop has the
-/// fewest instructions per byte, so the prefetches cost it most, and such regions (a few
+/// Regions shorter than this are not prefetched by the GFNI kernels: their loops have the
+/// fewest instructions per byte, so the prefetches cost them most, and such regions (a few
 /// chunks of at most 16 KiB) are in L1 already when a call is repeated (measured there: 4 KiB
-/// decode1 6–16% slower with prefetches).
+/// decode1 6–16% slower with prefetches on GFNI-512, 5–10% on GFNI-256).
 pub(crate) const PREFETCH_MIN_LEN: usize = 16 << 10;
 
 /// Prefetches the line `PREFETCH_AHEAD` bytes past `s + p` into L1. A prefetch never faults,
