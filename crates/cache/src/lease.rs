@@ -88,9 +88,79 @@ impl PeerLease {
     }
 }
 
+/// What a stripe's agent needs of another member for its lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// A member ahead of the agent: its own lease must have run out.
+    Released,
+    /// A member behind the agent that could take over: its grant.
+    Grant,
+    /// A recovering member ahead (it leads nothing until handed the stripe), or one behind
+    /// with more than `tolerated` non-recovering positions before its own (it would need
+    /// them all down, and then no operation of the stripe succeeds).
+    Nothing,
+}
+
+/// For the stripe's members in position order (`(node, recovering)`, a node's later positions
+/// included), what the agent `me` needs of each other node, at its first position.
+pub fn needs(order: &[(usize, bool)], me: usize, tolerated: usize) -> Vec<(usize, Need)> {
+    let mut out: Vec<(usize, Need)> = Vec::new();
+    let mut ahead = true;
+    // Positions so far whose node is not recovering (it is ready, or down).
+    let mut before = 0usize;
+    for &(node, recovering) in order {
+        if node == me {
+            ahead = false;
+        } else if !out.iter().any(|&(n, _)| n == node) {
+            let need = match (ahead, recovering) {
+                (true, true) => Need::Nothing,
+                (true, false) => Need::Released,
+                (false, _) if before > tolerated => Need::Nothing,
+                (false, _) => Need::Grant,
+            };
+            out.push((node, need));
+        }
+        if !recovering || node == me {
+            before += 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_agent_needs_grants_from_the_members_that_could_take_over() {
+        use Need::*;
+        // RS(6,3) on 9 nodes, stripe 0, node 0 leads: positions 1..=3 could take over.
+        let order: Vec<(usize, bool)> = (0..9).map(|n| (n, false)).collect();
+        let got = needs(&order, 0, 3);
+        let want: Vec<(usize, Need)> = (1..9)
+            .map(|n| (n, if n <= 3 { Grant } else { Nothing }))
+            .collect();
+        assert_eq!(got, want);
+        // Node 2 recovering: it cannot lead, and it does not count, so node 4 could.
+        let mut order2 = order.clone();
+        order2[2].1 = true;
+        let got = needs(&order2, 0, 3);
+        assert_eq!(&got[..4], &[(1, Grant), (2, Grant), (3, Grant), (4, Grant)]);
+        assert_eq!(got[4], (5, Nothing));
+        // Node 2 stands in (0 and 1 down): they must be released; 3 could take over, 4 not.
+        let got = needs(&order, 2, 3);
+        assert_eq!(
+            &got[..4],
+            &[(0, Released), (1, Released), (3, Grant), (4, Nothing)]
+        );
+        // A recovering node ahead needs nothing.
+        let got = needs(&order2, 3, 3);
+        assert_eq!(&got[..3], &[(0, Released), (1, Released), (2, Nothing)]);
+        // Two nodes holding every position of a stripe (N < n): each needs the other's grant.
+        let order3: Vec<(usize, bool)> = (0..9).map(|p| (p % 2, false)).collect();
+        assert_eq!(needs(&order3, 0, 3), vec![(1, Grant)]);
+        assert_eq!(needs(&order3, 1, 3), vec![(0, Released)]);
+    }
 
     const T: Duration = Duration::from_millis(1000);
 

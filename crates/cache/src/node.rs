@@ -16,7 +16,7 @@ use graph::Scheme;
 use proto::StoreMode;
 
 use crate::index::{self, Entry, Gone, StripeIndex};
-use crate::lease::PeerLease;
+use crate::lease::{self, PeerLease};
 use crate::member::ChunkStore;
 use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 use crate::placement::{fnv1a_64, Placement};
@@ -378,33 +378,23 @@ impl Node {
         let term = self.cfg.down_after;
         let now = Instant::now();
         let peers = lock(&self.peers);
-        let mut ahead = true;
-        let mut seen = Vec::with_capacity(self.n());
-        // Positions so far whose node is not recovering (it is ready, or down).
-        let mut before = 0usize;
-        for p in 0..self.n() {
-            let node = self.placement.node_of(stripe, p);
-            let recovering = node != self.cfg.id && peers[node].up && !peers[node].ready;
-            let first = !seen.contains(&node);
-            seen.push(node);
-            if node == self.cfg.id {
-                ahead = false;
-            } else if first {
+        let order: Vec<(usize, bool)> = (0..self.n())
+            .map(|p| {
+                let node = self.placement.node_of(stripe, p);
                 let s = &peers[node];
-                let ok = if ahead {
-                    recovering || s.lease.released(now, term)
-                } else {
-                    before > self.parity() || s.lease.holds(s.up, s.last_ok, now, term)
-                };
-                if !ok {
-                    return false;
+                (node, node != self.cfg.id && s.up && !s.ready)
+            })
+            .collect();
+        lease::needs(&order, self.cfg.id, self.parity())
+            .into_iter()
+            .all(|(node, need)| {
+                let s = &peers[node];
+                match need {
+                    lease::Need::Released => s.lease.released(now, term),
+                    lease::Need::Grant => s.lease.holds(s.up, s.last_ok, now, term),
+                    lease::Need::Nothing => true,
                 }
-            }
-            if !recovering {
-                before += 1;
-            }
-        }
-        true
+            })
     }
 
     /// Drops this node's index of `stripe` if its lease lapsed after the index was built: the
