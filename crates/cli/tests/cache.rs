@@ -1263,6 +1263,17 @@ fn keys_of_stripe(stripe: usize, count: usize) -> Vec<String> {
         .collect()
 }
 
+/// Writes generation `generation` of every key through `cl`; each must be acknowledged.
+fn set_all(cl: &mut Client, keys: &[String], generation: u64) {
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            cl.set(k, &stall_value(k, generation, i)),
+            "STORED\r\n",
+            "{k}, generation {generation}"
+        );
+    }
+}
+
 fn stall_value(key: &str, generation: u64, i: usize) -> Vec<u8> {
     let len = if i.is_multiple_of(2) { 8192 } else { 100 };
     format!("{key}:{generation}:")
@@ -1282,18 +1293,10 @@ fn stalled_agent_is_replaced_and_resumes_without_stale_or_lost_values() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     let keys = keys_of_stripe(4, 10);
     let mut cl = c.client(1);
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(cl.set(k, &stall_value(k, 1, i)), "STORED\r\n");
-    }
+    set_all(&mut cl, &keys, 1);
     c.signal(4, "STOP");
     std::thread::sleep(Duration::from_millis(1500));
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(
-            cl.set(k, &stall_value(k, 2, i)),
-            "STORED\r\n",
-            "write while the agent is stalled"
-        );
-    }
+    set_all(&mut cl, &keys, 2);
     let stand_in = c.client(5).stats("inec");
     c.signal(4, "CONT");
     c.wait_whole();
@@ -1310,9 +1313,7 @@ fn stalled_agent_is_replaced_and_resumes_without_stale_or_lost_values() {
     // The agent leads again (its stripe's state names it) and holds no stale index: a write
     // through it and a read through every node agree.
     let mut cl = c.client(4);
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(cl.set(k, &stall_value(k, 3, i)), "STORED\r\n");
-    }
+    set_all(&mut cl, &keys, 3);
     for front in 0..9 {
         let mut cl = c.client(front);
         for (i, k) in keys.iter().enumerate() {
@@ -1338,15 +1339,11 @@ fn writes_missed_by_a_stalled_member_are_filled_in() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     let keys = keys_of_stripe(4, 10);
     let mut cl = c.client(1);
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(cl.set(k, &stall_value(k, 1, i)), "STORED\r\n");
-    }
+    set_all(&mut cl, &keys, 1);
     // Node 6 holds position 2 of stripe 4 (a coded chunk and a replica).
     c.signal(6, "STOP");
     std::thread::sleep(Duration::from_millis(1500));
-    for (i, k) in keys.iter().enumerate() {
-        assert_eq!(cl.set(k, &stall_value(k, 2, i)), "STORED\r\n");
-    }
+    set_all(&mut cl, &keys, 2);
     c.signal(6, "CONT");
     c.wait_whole();
     let deadline = Instant::now() + Duration::from_secs(30);
