@@ -1193,6 +1193,7 @@ impl Node {
                         key,
                         e.version,
                         chunk_bytes,
+                        &|n| self.is_up(n),
                     ) {
                         Ok(chunks) => {
                             x.counters.read_plan_runs.fetch_add(1, Ordering::Relaxed);
@@ -1343,6 +1344,7 @@ impl Node {
             key,
             e.version,
             chunk_bytes,
+            &|n| self.is_up(n),
         ) {
             Ok(o) => o,
             Err(reason) => {
@@ -1604,6 +1606,7 @@ impl Node {
                         version,
                         value,
                         meta,
+                        &|n| self.is_up(n),
                     ) {
                         Ok(()) => {
                             x.counters.write_plan_runs.fetch_add(1, Ordering::Relaxed);

@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex, Weak};
 use std::time::Duration;
 
 use codes::Code;
@@ -44,8 +44,11 @@ use crate::record::{self, Header, Kind};
 /// The smallest chunk size class of a repair template.
 pub const MIN_CLASS_BYTES: usize = 64;
 
-/// How long a participant may take for its part of a degraded read.
+/// How long a participant may take for its part of a run.
 pub const RUN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How often a waiting run checks whether a participant went down.
+const DOWN_CHECK: Duration = Duration::from_millis(50);
 
 /// The template chunk size for chunks of `bytes`.
 pub fn class_bytes(bytes: usize) -> usize {
@@ -172,6 +175,8 @@ pub struct PlanCounters {
     pub plan_inputs: AtomicU64,
     /// Chunks this node's host stored as records for writes.
     pub plan_records_stored: AtomicU64,
+    /// Runs this node gave up because a participant went down before it finished.
+    pub runs_given_up: AtomicU64,
     /// Degraded reads this node (as agent) has on the engine now, and the most at once.
     pub degraded_plan_runs_in_flight: AtomicU64,
     pub degraded_plan_runs_in_flight_max: AtomicU64,
@@ -279,6 +284,8 @@ pub struct PlanExec {
     startup_repairs: Mutex<HashMap<(usize, usize), Vec<usize>>>,
     /// Frames of runners dropped after a failure.
     old_runner_frames: [AtomicU64; 2],
+    /// Runs given up (a participant went down), by nonce, with when.
+    abandoned: Mutex<HashMap<u64, std::time::Instant>>,
     pub counters: PlanCounters,
 }
 
@@ -384,6 +391,7 @@ impl PlanExec {
             startup: std::sync::OnceLock::new(),
             startup_repairs: Mutex::new(HashMap::new()),
             old_runner_frames: [AtomicU64::new(0), AtomicU64::new(0)],
+            abandoned: Mutex::new(HashMap::new()),
             counters: PlanCounters::default(),
         }
     }
@@ -449,6 +457,47 @@ impl PlanExec {
         }
     }
 
+    /// Launches a run and waits for it; gives it up (an error) as soon as one of its other
+    /// participants is down in this node's view (`up`), instead of waiting out its timeout for
+    /// a node that stalled or died. A run given up still ends at its host (its timeout, or
+    /// the loss of the node); the chunks it delivers meanwhile are dropped.
+    fn run(
+        &self,
+        launcher: &Launcher,
+        l: Launch,
+        nonce: u64,
+        up: &dyn Fn(usize) -> bool,
+    ) -> Result<(), String> {
+        let nodes = l.nodes.clone();
+        let rx = launcher.launch(l);
+        loop {
+            match rx.recv_timeout(DOWN_CHECK) {
+                Ok(r) => return r,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err("the host did not finish the launch".into())
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    if let Some(&n) = nodes.iter().find(|&&n| !up(n)) {
+                        self.abandon(nonce);
+                        self.counters.runs_given_up.fetch_add(1, Ordering::Relaxed);
+                        return Err(format!("node {n} went down during the run (given up)"));
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops the chunks a given-up run delivers from now on (forgotten after twice the run
+    /// timeout, when its host has long ended it).
+    fn abandon(&self, nonce: u64) {
+        let now = std::time::Instant::now();
+        let mut a = self.abandoned.lock().unwrap_or_else(|p| p.into_inner());
+        a.retain(|_, at| now.duration_since(*at) < RUN_TIMEOUT * 2);
+        a.insert(nonce, now);
+        drop(a);
+        self.take_outputs(nonce);
+    }
+
     fn nonce(&self) -> u64 {
         self.next_nonce.fetch_add(1, Ordering::Relaxed)
     }
@@ -476,6 +525,7 @@ impl PlanExec {
         version: u64,
         value: &[u8],
         meta: WriteMeta,
+        up: &dyn Fn(usize) -> bool,
     ) -> Result<(), String> {
         let launcher = self.launcher()?;
         let k = code.k();
@@ -510,15 +560,20 @@ impl PlanExec {
         .encode();
         let agent = placement.node_of(stripe, 0);
         let members = others(placement.members(stripe), agent);
-        let r = launcher.run(Launch {
-            template: startup_template(RunKind::Write, stripe),
-            nodes: members.clone(),
-            acks: members,
-            mode: engine_mode(mode),
-            timeout: RUN_TIMEOUT,
-            chunk_bytes: Some(chunk_bytes),
-            payload,
-        });
+        let r = self.run(
+            launcher,
+            Launch {
+                template: startup_template(RunKind::Write, stripe),
+                nodes: members.clone(),
+                acks: members,
+                mode: engine_mode(mode),
+                timeout: RUN_TIMEOUT,
+                chunk_bytes: Some(chunk_bytes),
+                payload,
+            },
+            nonce,
+            up,
+        );
         self.inputs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -540,6 +595,7 @@ impl PlanExec {
         key: &[u8],
         version: u64,
         chunk_bytes: usize,
+        up: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<(usize, Vec<u8>)>, String> {
         let launcher = self.launcher()?;
         let agent = placement.node_of(stripe, 0);
@@ -564,15 +620,20 @@ impl PlanExec {
             write: None,
         }
         .encode();
-        let r = launcher.run(Launch {
-            template: startup_template(RunKind::Read, stripe),
-            nodes: members,
-            acks: Vec::new(),
-            mode: engine_mode(mode),
-            timeout: RUN_TIMEOUT,
-            chunk_bytes: Some(chunk_bytes),
-            payload,
-        });
+        let r = self.run(
+            launcher,
+            Launch {
+                template: startup_template(RunKind::Read, stripe),
+                nodes: members,
+                acks: Vec::new(),
+                mode: engine_mode(mode),
+                timeout: RUN_TIMEOUT,
+                chunk_bytes: Some(chunk_bytes),
+                payload,
+            },
+            nonce,
+            up,
+        );
         let outs = self.take_outputs(nonce);
         r?;
         positions
@@ -606,6 +667,7 @@ impl PlanExec {
         key: &[u8],
         version: u64,
         chunk_bytes: usize,
+        up: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<Vec<u8>>, String> {
         let launcher = self.launcher()?;
         // One data chunk lost at the designated agent: the start-up template, resized to the
@@ -646,15 +708,20 @@ impl PlanExec {
             + 1;
         c.degraded_plan_runs_in_flight_max
             .fetch_max(now, Ordering::Relaxed);
-        let ran = launcher.run(Launch {
-            template,
-            nodes: others(nodes, agent),
-            acks: Vec::new(),
-            mode: engine_mode(mode),
-            timeout: RUN_TIMEOUT,
-            chunk_bytes: run_bytes,
-            payload,
-        });
+        let ran = self.run(
+            launcher,
+            Launch {
+                template,
+                nodes: others(nodes, agent),
+                acks: Vec::new(),
+                mode: engine_mode(mode),
+                timeout: RUN_TIMEOUT,
+                chunk_bytes: run_bytes,
+                payload,
+            },
+            nonce,
+            up,
+        );
         c.degraded_plan_runs_in_flight
             .fetch_sub(1, Ordering::Relaxed);
         // The agent's host filed its outputs before the launch finished.
@@ -788,6 +855,14 @@ impl PlanExec {
     }
 
     fn deliver(&self, nonce: u64, index: u32, bytes: Arc<Vec<u8>>) {
+        if self
+            .abandoned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(&nonce)
+        {
+            return;
+        }
         self.outputs
             .lock()
             .unwrap_or_else(|p| p.into_inner())

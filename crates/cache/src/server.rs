@@ -861,6 +861,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         plan(|c| &c.degraded_plan_runs_in_flight_max),
     );
     compose::stat(out, "startup_templates", plan(|c| &c.startup_templates));
+    compose::stat(out, "runs_given_up", plan(|c| &c.runs_given_up));
     compose::stat(out, "write_plan_runs", plan(|c| &c.write_plan_runs));
     compose::stat(
         out,
