@@ -1209,6 +1209,9 @@ impl Node {
                                  of its plan: {reason}",
                                 self.cfg.id
                             );
+                            // A member marked down meanwhile (the run was given up for it) is
+                            // not asked again: the read goes degraded without it.
+                            first.retain(|&p| usable(p));
                         }
                     }
                 } else if let (Some(x), None) = (self.plans.get(), degrade) {
