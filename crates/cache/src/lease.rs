@@ -14,9 +14,11 @@
 //! - **Taking over.** A node takes a stripe over from the members *ahead* of it that it sees
 //!   down only once it has not granted any of them for `term` (or their connection was
 //!   refused): by then their leases have run out, so they have stopped.
-//! - **Lapses.** A grant that arrives when the one before has run out ends a lapse: the node
-//!   may have been replaced meanwhile, so an index it built before is stale and is rebuilt
-//!   from the members' records.
+//! - **Lapses.** A grant says how long the granting member has seen the node up without a
+//!   break. A member that saw it down since the node built its index of a stripe may have led
+//!   that stripe meanwhile, so the index is stale and is rebuilt from the members' records. (A
+//!   member that never saw it down could not have taken over, however late its grants came:
+//!   the node's own heartbeat thread being slow does not cost a rebuild.)
 //! - **Giving back.** A node that starts granting a peer again (it saw it down, now up) first
 //!   waits for the operations under way at it to finish, so the returning agent, which
 //!   rebuilds its index after the lapse, sees every write the stand-in acknowledged.
@@ -34,8 +36,9 @@ pub struct PeerLease {
     pub refused: bool,
     /// The send time of the latest heartbeat of ours it answered with a grant.
     pub grant_from: Option<Instant>,
-    /// When a grant from it last arrived after the one before had run out (or was the first).
-    pub renewed_after_lapse: Option<Instant>,
+    /// Since when it has seen us up without a break, as its latest grant says (an estimate no
+    /// earlier than the truth: the grant's travel time is counted as up time's end).
+    pub sees_us_up_since: Option<Instant>,
     /// When we last answered its heartbeat with a grant.
     pub granted_to: Option<Instant>,
     /// Whether our latest answer to it was a grant.
@@ -62,18 +65,24 @@ impl PeerLease {
                 .is_none_or(|g| now.saturating_duration_since(g) >= term)
     }
 
-    /// A grant answering our heartbeat sent at `sent` arrived at `now`.
-    pub fn on_grant(&mut self, sent: Instant, now: Instant, term: Duration) {
-        let lapsed = self
-            .grant_from
-            .is_none_or(|g| now.saturating_duration_since(g) >= term);
-        if lapsed {
-            self.renewed_after_lapse = Some(now);
+    /// A grant answering our heartbeat sent at `sent` arrived at `now`; the peer has seen us up
+    /// for `up_for` without a break.
+    pub fn on_grant(&mut self, sent: Instant, now: Instant, up_for: Duration) {
+        let since = now.checked_sub(up_for).unwrap_or(now);
+        if self.sees_us_up_since.is_none_or(|s| since > s) {
+            self.sees_us_up_since = Some(since);
         }
         if self.grant_from.is_none_or(|g| sent > g) {
             self.grant_from = Some(sent);
         }
         self.refused = false;
+    }
+
+    /// Whether the peer may have led in our place since `built`: it saw us down since. (One
+    /// that never granted us cannot have stood in while we led: leading needs its grant, or
+    /// its death; when it first grants, its answer tells since when it sees us up.)
+    pub fn may_have_led_since(&self, built: Instant) -> bool {
+        self.sees_us_up_since.is_some_and(|s| s >= built)
     }
 
     /// We answer its heartbeat at `now`, granting or not. Returns whether this grant follows
@@ -173,13 +182,14 @@ mod tests {
         let b = Instant::now();
         let mut p = PeerLease::default();
         assert!(!p.holds(true, b, b, T), "no grant yet");
+        let up = Duration::from_secs(60);
         // Sent at 0, answered at 400: holds until 1000, not 1400.
-        p.on_grant(b, at(b, 400), T);
+        p.on_grant(b, at(b, 400), up);
         assert!(p.holds(true, b, at(b, 999), T));
         assert!(!p.holds(true, b, at(b, 1000), T));
         // A late answer to an older heartbeat does not move the lease back.
-        p.on_grant(at(b, 300), at(b, 500), T);
-        p.on_grant(at(b, 100), at(b, 600), T);
+        p.on_grant(at(b, 300), at(b, 500), up);
+        p.on_grant(at(b, 100), at(b, 600), up);
         assert_eq!(p.grant_from, Some(at(b, 300)));
     }
 
@@ -187,7 +197,7 @@ mod tests {
     fn refused_or_long_silent_peers_cannot_lead_and_do_not_block() {
         let b = Instant::now();
         let mut p = PeerLease::default();
-        p.on_grant(b, b, T);
+        p.on_grant(b, b, Duration::ZERO);
         let later = at(b, 1500);
         assert!(
             !p.holds(false, b, later, T),
@@ -204,23 +214,28 @@ mod tests {
         p.refused = true;
         assert!(p.holds(false, b, later, T));
         // A grant clears the refusal.
-        p.on_grant(later, later, T);
+        p.on_grant(later, later, Duration::ZERO);
         assert!(!p.refused);
     }
 
     #[test]
-    fn a_grant_after_the_lease_ran_out_is_a_lapse() {
-        let b = Instant::now();
+    fn only_a_peer_that_saw_us_down_may_have_led() {
+        let b = at(Instant::now(), 100_000);
         let mut p = PeerLease::default();
-        p.on_grant(b, at(b, 10), T);
-        assert_eq!(p.renewed_after_lapse, Some(at(b, 10)), "the first grant");
-        p.on_grant(at(b, 100), at(b, 110), T);
-        p.on_grant(at(b, 900), at(b, 1090), T);
-        assert_eq!(p.renewed_after_lapse, Some(at(b, 10)), "never ran out");
-        // The lease from 900 ran out at 1900; a heartbeat sent at 1500 but answered at 2100
-        // (the peer stalled in between) ends a lapse even though 1500 - 900 < term.
-        p.on_grant(at(b, 1500), at(b, 2100), T);
-        assert_eq!(p.renewed_after_lapse, Some(at(b, 2100)));
+        assert!(!p.may_have_led_since(b), "no grant yet");
+        // Up for 50 s as of its grant at b: it did not see us down since b - 50 s.
+        p.on_grant(b, b, Duration::from_secs(50));
+        assert!(!p.may_have_led_since(at(b, 0)));
+        // Late grants of an unbroken run change nothing, however late they come.
+        p.on_grant(at(b, 5000), at(b, 9000), Duration::from_secs(59));
+        assert!(!p.may_have_led_since(at(b, 0)));
+        // It saw us down and up again: up for 1 s as of 20 s.
+        p.on_grant(at(b, 20_000), at(b, 20_000), Duration::from_secs(1));
+        assert!(
+            p.may_have_led_since(at(b, 0)),
+            "index built before the break"
+        );
+        assert!(!p.may_have_led_since(at(b, 19_500)), "index built after it");
     }
 
     #[test]

@@ -88,6 +88,8 @@ struct PeerState {
     ready: bool,
     incarnation: u64,
     last_ok: Instant,
+    /// Since when this node has seen it up without a break.
+    up_since: Instant,
     lease: PeerLease,
 }
 
@@ -234,6 +236,7 @@ impl Node {
                 ready: true,
                 incarnation: 0,
                 last_ok: now,
+                up_since: now,
                 lease: PeerLease::default(),
             })
             .collect();
@@ -400,21 +403,30 @@ impl Node {
     /// Drops this node's index of `stripe` if its lease lapsed after the index was built: the
     /// stripe may have been led by another node meanwhile.
     fn drop_stale_index(&self, stripe: usize) {
-        let lapsed = {
-            let peers = lock(&self.peers);
-            (0..self.n())
-                .map(|p| self.placement.node_of(stripe, p))
-                .filter(|&n| n != self.cfg.id)
-                .filter_map(|n| peers[n].lease.renewed_after_lapse)
-                .max()
+        let Some(built) = lock(&self.stripes[stripe]).as_ref().map(|ix| ix.built_at) else {
+            return;
         };
-        let mut ix = lock(&self.stripes[stripe]);
-        if ix
-            .as_ref()
-            .is_some_and(|ix| lapsed.is_some_and(|l| l >= ix.built_at))
-        {
-            bump(&self.counters.lease_lapses);
-            *ix = None;
+        let stale = {
+            let peers = lock(&self.peers);
+            let order: Vec<(usize, bool)> = (0..self.n())
+                .map(|p| {
+                    let node = self.placement.node_of(stripe, p);
+                    let s = &peers[node];
+                    (node, node != self.cfg.id && s.up && !s.ready)
+                })
+                .collect();
+            lease::needs(&order, self.cfg.id, self.parity())
+                .into_iter()
+                .any(|(node, need)| {
+                    need == lease::Need::Grant && peers[node].lease.may_have_led_since(built)
+                })
+        };
+        if stale {
+            let mut ix = lock(&self.stripes[stripe]);
+            if ix.as_ref().is_some_and(|ix| ix.built_at == built) {
+                bump(&self.counters.lease_lapses);
+                *ix = None;
+            }
         }
     }
 
@@ -440,6 +452,7 @@ impl Node {
                         incarnation,
                         ready,
                         grant,
+                        up_for_ms,
                     }) => {
                         // A peer's engine is connected to on its first answer (its engine
                         // host listens before its peer port answers), and again when it
@@ -449,13 +462,17 @@ impl Node {
                                 x.connect(i);
                             }
                         }
+                        if !p.up {
+                            p.up_since = now;
+                        }
                         p.up = true;
                         p.ready = ready;
                         p.incarnation = incarnation;
                         p.last_ok = now;
                         p.lease.refused = false;
                         if grant {
-                            p.lease.on_grant(sent, now, self.cfg.down_after);
+                            p.lease
+                                .on_grant(sent, now, Duration::from_millis(up_for_ms));
                         }
                     }
                     Err(PeerError::Io { ref source, .. })
@@ -581,13 +598,20 @@ impl Node {
                         drop(lock(l));
                     }
                 }
+                let mut up_for_ms = 0;
                 if from < self.cfg.node_count && from != self.cfg.id {
-                    lock(&self.peers)[from].lease.answer(grant, Instant::now());
+                    let now = Instant::now();
+                    let mut peers = lock(&self.peers);
+                    peers[from].lease.answer(grant, now);
+                    up_for_ms = now
+                        .saturating_duration_since(peers[from].up_since)
+                        .as_millis() as u64;
                 }
                 Response::Heartbeat {
                     incarnation: self.incarnation,
                     ready: self.is_ready(),
                     grant,
+                    up_for_ms,
                 }
             }
             Request::Put {

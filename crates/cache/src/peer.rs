@@ -165,6 +165,8 @@ pub enum Response {
         ready: bool,
         /// The answering node sees the asking node up: a grant of the asking node's lease.
         grant: bool,
+        /// With a grant: for how long (ms) it has seen the asking node up without a break.
+        up_for_ms: u64,
     },
     Record(Option<Vec<u8>>),
     /// Headers, each encoded as a record without data.
@@ -585,11 +587,13 @@ pub fn encode_response(res: &Response) -> Vec<u8> {
             incarnation,
             ready,
             grant,
+            up_for_ms,
         } => {
             w.u8(3)
                 .u64(*incarnation)
                 .u8(u8::from(*ready))
-                .u8(u8::from(*grant));
+                .u8(u8::from(*grant))
+                .u64(*up_for_ms);
         }
         Response::Record(r) => {
             match r {
@@ -622,6 +626,7 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
                 incarnation: r.u64()?,
                 ready: r.u8()? != 0,
                 grant: r.u8()? != 0,
+                up_for_ms: r.u64()?,
             },
             4 => Response::Record(match r.u8()? {
                 0 => None,
@@ -907,7 +912,8 @@ mod tests {
             Response::Heartbeat {
                 incarnation: 5,
                 ready: true,
-                grant: false,
+                grant: true,
+                up_for_ms: 12_345,
             },
             Response::Record(None),
             Response::Record(Some(vec![1])),
