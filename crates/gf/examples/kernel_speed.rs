@@ -17,7 +17,10 @@
 //! - `heap`: back to back 16 bytes apart (stride `chunk_bytes + 16`), as `malloc` places
 //!   blocks on the heap: different misalignments, the same L1 and L2 sets;
 //! - `stagger`: page-aligned plus a different multiple of 64 bytes for each chunk, so the
-//!   chunks map to different L1 sets.
+//!   chunks map to different L1 sets;
+//! - `delta:D`: the inputs as `page`, the outputs D bytes further (D < 4096): every output lies
+//!   D bytes after every input modulo 4096 (the 4K aliasing of a kernel's loads with its
+//!   stores: see `walk_back` in `src/arch/x86_64/mod.rs`).
 //!
 //! `SHIFT=16` adds 16 bytes to every chunk's address in a region (as `malloc` does to a block
 //! from `mmap`: all chunks misaligned alike); `SHIFT=step16` adds 16·(j mod 4) + 64·j to
@@ -109,7 +112,14 @@ fn main() {
                     "heap" => Some(16 + j * (chunk_bytes + 16)),
                     "stagger" => Some(j * (pages + 4096) + 64 * ((7 * j) % 64)),
                     "vec" => None,
-                    p => panic!("unknown PLACE={p}"),
+                    p => match p.strip_prefix("delta:") {
+                        // Inputs as `page`, outputs D bytes further (modulo 4096).
+                        Some(d) => Some(
+                            j * (pages + 4096)
+                                + usize::from(j >= k) * d.parse::<usize>().expect("PLACE=delta:D"),
+                        ),
+                        None => panic!("unknown PLACE={p}"),
+                    },
                 }
                 .map(|o| o + shift(j) + 64 * usize::from(shift(1) > 0) * j)
             };

@@ -470,3 +470,63 @@ fn dot_prod_outputs_over_a_mebibyte_aligned_alike() {
         }
     }
 }
+
+/// The kernels walk a region backwards when the outputs lie a little after the inputs modulo
+/// 4096 (as `malloc` places blocks allocated one after another), forwards otherwise: both
+/// orders, with chunks back to back in one allocation 16 bytes apart, outputs after the
+/// inputs and before them, every block size, set and added to.
+#[test]
+fn dot_prod_walks_either_way() {
+    let kernels = kernels();
+    let mut rng = SmallRng::seed_from_u64(9);
+    for &(rows, cols) in &[(1, 5), (2, 3), (3, 6), (4, 10), (6, 4), (8, 3)] {
+        let m = random_matrix(&mut rng, rows, cols);
+        for len in [32, 100, 255, 1000, 4096 + 37, 3 * 4096] {
+            let stride = len + 16;
+            for outputs_first in [false, true] {
+                for add in [false, true] {
+                    let mut region = vec![0u8; (rows + cols) * stride];
+                    rng.fill(&mut region[..]);
+                    let mut chunks: Vec<&mut [u8]> =
+                        region.chunks_mut(stride).map(|c| &mut c[..len]).collect();
+                    let (ins, outs) = if outputs_first {
+                        let (o, i) = chunks.split_at_mut(rows);
+                        (i, o)
+                    } else {
+                        chunks.split_at_mut(cols)
+                    };
+                    let ins: Vec<&[u8]> = ins.iter().map(|c| &c[..]).collect();
+                    let mut expected: Vec<Vec<u8>> = outs.iter().map(|o| o.to_vec()).collect();
+                    {
+                        let mut e: Vec<&mut [u8]> =
+                            expected.iter_mut().map(|v| &mut v[..]).collect();
+                        if add {
+                            Kernel::reference().dot_prod_add(&m, &ins, &mut e);
+                        } else {
+                            Kernel::reference().dot_prod(&m, &ins, &mut e);
+                        }
+                    }
+                    for &kernel in &kernels {
+                        let start: Vec<Vec<u8>> = outs.iter().map(|o| o.to_vec()).collect();
+                        let mut o: Vec<&mut [u8]> = outs.iter_mut().map(|c| &mut c[..]).collect();
+                        if add {
+                            kernel.dot_prod_add(&m, &ins, &mut o);
+                        } else {
+                            kernel.dot_prod(&m, &ins, &mut o);
+                        }
+                        for (s, (o, e)) in start.iter().zip(o.iter_mut().zip(&expected)) {
+                            assert_eq!(
+                                &o[..],
+                                &e[..],
+                                "{} {rows}x{cols} len {len} outputs first {outputs_first} add {add}",
+                                kernel.name()
+                            );
+                            // Back to the starting contents for the next kernel.
+                            o.copy_from_slice(s);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

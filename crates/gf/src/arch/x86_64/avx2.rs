@@ -9,7 +9,9 @@
 use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
-use super::{dispatch_block, prefetch, Blocking, Blockings, Simd, STREAM_MIN_BYTES, TAIL_MASK};
+use super::{
+    dispatch_block, prefetch_dir, walk_back, Blocking, Blockings, Simd, STREAM_MIN_BYTES, TAIL_MASK,
+};
 use crate::{field, Matrix};
 
 /// Proof that the CPU has AVX2.
@@ -170,21 +172,21 @@ fn tables(t: &Tables) -> (__m256i, __m256i) {
 /// Safety (of the caller): every source has `32·$v` readable bytes at `$p`;
 /// `$xmask.len() == $srcs.len() == $coef.len()` and `$srcs` is not empty; AVX2.
 macro_rules! step {
-    ($v:expr; $coef:expr, $xmask:expr, $srcs:expr, $p:expr) => {{
-        let (coef, xmask, srcs, p): (&[[Tables; B]], &[u8], &[*const u8], usize) =
-            ($coef, $xmask, $srcs, $p);
+    ($v:expr, $back:expr; $coef:expr, $xmask:expr, $srcs:expr, $p:expr) => {{
+        let (coef, xmask, srcs, p, back): (&[[Tables; B]], &[u8], &[*const u8], usize, bool) =
+            ($coef, $xmask, $srcs, $p, $back);
         let mut acc = [[_mm256_setzero_si256(); $v]; B];
         let mut xacc = [[_mm256_setzero_si256(); $v]; X];
-        source!($v, true; &coef[0], xmask[0], srcs[0], p, acc, xacc);
+        source!($v, true; &coef[0], xmask[0], srcs[0], p, back, acc, xacc);
         let (coef, xmask, srcs) = (&coef[1..], &xmask[1..], &srcs[1..]);
         let (c2, m2, s2) = (coef.chunks_exact(2), xmask.chunks_exact(2), srcs.chunks_exact(2));
         let (c1, m1, s1) = (c2.remainder(), m2.remainder(), s2.remainder());
         for ((c, m), s) in c2.zip(m2).zip(s2) {
-            source!($v, false; &c[0], m[0], s[0], p, acc, xacc);
-            source!($v, false; &c[1], m[1], s[1], p, acc, xacc);
+            source!($v, false; &c[0], m[0], s[0], p, back, acc, xacc);
+            source!($v, false; &c[1], m[1], s[1], p, back, acc, xacc);
         }
         for ((c, &m), &s) in c1.iter().zip(m1).zip(s1) {
-            source!($v, false; c, m, s, p, acc, xacc);
+            source!($v, false; c, m, s, p, back, acc, xacc);
         }
         (acc, xacc)
     }};
@@ -196,8 +198,9 @@ macro_rules! step {
 ///
 /// Safety (of the caller): `$s` has `32·$v` readable bytes at `$p`; AVX2.
 macro_rules! source {
-    ($v:expr, $first:expr; $c:expr, $m:expr, $s:expr, $p:expr, $acc:ident, $xacc:ident) => {{
-        let (c, m, s, p): (&[Tables; B], u8, *const u8, usize) = ($c, $m, $s, $p);
+    ($v:expr, $first:expr; $c:expr, $m:expr, $s:expr, $p:expr, $back:expr, $acc:ident, $xacc:ident) => {{
+        let (c, m, s, p, back): (&[Tables; B], u8, *const u8, usize, bool) =
+            ($c, $m, $s, $p, $back);
         let nibble = _mm256_set1_epi8(0x0f);
         // x = s[p .. p + 32·V]
         // for each XOR row r with bit r of m: xacc[r] ^= x
@@ -212,7 +215,7 @@ macro_rules! source {
         // 32-byte step: each line is prefetched twice, which costs a load slot, of which
         // there are spare).
         for l in 0..($v as usize).div_ceil(2) {
-            prefetch(s, p + 64 * l);
+            prefetch_dir(s, p + 64 * l, back);
         }
         for (r, xa) in $xacc.iter_mut().enumerate() {
             if m & (1 << r) != 0 {
@@ -284,6 +287,36 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
     dsts: &[*mut u8],
     len: usize,
 ) {
+    // SAFETY: the caller's guarantees, which are `dot_avx2_dir`'s.
+    unsafe {
+        if walk_back(ADD, srcs, dsts) {
+            dot_avx2_dir::<B, X, V, ADD, true>(coef, xmask, srcs, dsts, len)
+        } else {
+            dot_avx2_dir::<B, X, V, ADD, false>(coef, xmask, srcs, dsts, len)
+        }
+    }
+}
+
+/// [`dot_avx2`] with the steps of the main loop taken backwards (from the end of the region
+/// to its start) if `BACK`, forwards if not (see [`walk_back`]).
+///
+/// # Safety
+///
+/// As [`dot_avx2`].
+#[target_feature(enable = "avx2")]
+unsafe fn dot_avx2_dir<
+    const B: usize,
+    const X: usize,
+    const V: usize,
+    const ADD: bool,
+    const BACK: bool,
+>(
+    coef: &[Tables],
+    xmask: &[u8],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
     let (coef, rest) = coef.as_chunks::<B>();
     assert!(
         rest.is_empty()
@@ -301,11 +334,13 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
         && len >= STREAM_MIN_BYTES
         && dsts.iter().all(|&d| (d as usize).is_multiple_of(64))
         && nt_enabled();
-    // for p in steps of 32·V bytes: (acc, xacc) = step(p); dst[·][p ..] (^)= acc, xacc
-    let mut p = 0;
-    while p + 32 * V <= len {
+    // for p in steps of 32·V bytes, forwards or backwards (see `walk_back`):
+    //     (acc, xacc) = step(p); dst[·][p ..] (^)= acc, xacc
+    let steps = len / (32 * V);
+    for i in 0..steps {
+        let p = 32 * V * if BACK { steps - 1 - i } else { i };
         // Safety of the step: `p + 32·V ≤ len`; the caller's guarantees.
-        let (acc, xacc) = step!(V; coef, xmask, srcs, p);
+        let (acc, xacc) = step!(V, BACK; coef, xmask, srcs, p);
         // SAFETY: `p + 32·V ≤ len`; the caller's guarantees.
         unsafe {
             for (&d, a) in pdsts.iter().zip(&acc).chain(xdsts.iter().zip(&xacc)) {
@@ -320,7 +355,6 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
                 }
             }
         }
-        p += 32 * V;
     }
     if stream {
         // Order the stream stores before anything the caller does next.
@@ -328,6 +362,7 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
     }
     // Then single vectors; the last r < 32 bytes through the vector at len - 32, changing
     // only its last r bytes.
+    let mut p = 32 * V * steps;
     while p < len {
         let (q, mask) = if p + 32 <= len {
             (p, _mm256_set1_epi8(-1))
@@ -335,7 +370,7 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
             (len - 32, tail_mask(len - p))
         };
         // SAFETY: `q + 32 ≤ len`; the caller's guarantees.
-        let (acc, xacc) = step!(1; coef, xmask, srcs, q);
+        let (acc, xacc) = step!(1, false; coef, xmask, srcs, q);
         for (&d, [a]) in pdsts.iter().zip(acc).chain(xdsts.iter().zip(xacc)) {
             // SAFETY: `q + 32 ≤ len` bytes of `d` are readable and writable.
             unsafe {

@@ -16,7 +16,8 @@ use std::sync::OnceLock;
 use super::avx2::{self, xor_avx2};
 use super::avx512::{self, aligned_head, head_mask, load_masked, store_masked, xor3, xor_avx512};
 use super::{
-    dispatch_block, prefetch, Blocking, Blockings, Simd, PREFETCH_MIN_LEN, STREAM_MIN_BYTES,
+    dispatch_block, prefetch, prefetch_dir, walk_back, Blocking, Blockings, Simd, PREFETCH_MIN_LEN,
+    STREAM_MIN_BYTES,
 };
 use crate::{field, Matrix};
 
@@ -354,19 +355,19 @@ unsafe fn masked_step<const B: usize, const ADD: bool>(
 /// Safety (of the caller): every source has `32·$v` readable bytes at `$p`;
 /// `$coef.len() == $srcs.len()` and `$srcs` is not empty; GFNI and AVX2.
 macro_rules! step256 {
-    ($v:expr, $far:expr; $coef:expr, $srcs:expr, $p:expr) => {{
-        let (coef, srcs, p, far): (&[[u64; B]], &[*const u8], usize, bool) =
-            ($coef, $srcs, $p, $far);
+    ($v:expr, $far:expr, $back:expr; $coef:expr, $srcs:expr, $p:expr) => {{
+        let (coef, srcs, p, far, back): (&[[u64; B]], &[*const u8], usize, bool, bool) =
+            ($coef, $srcs, $p, $far, $back);
         let mut acc = [[_mm256_setzero_si256(); $v]; B];
-        source256!($v, true; &coef[0], srcs[0], p, far, acc);
+        source256!($v, true; &coef[0], srcs[0], p, far, back, acc);
         let (c2, s2) = (coef[1..].chunks_exact(2), srcs[1..].chunks_exact(2));
         let (c1, s1) = (c2.remainder(), s2.remainder());
         for (c, s) in c2.zip(s2) {
-            source256!($v, false; &c[0], s[0], p, far, acc);
-            source256!($v, false; &c[1], s[1], p, far, acc);
+            source256!($v, false; &c[0], s[0], p, far, back, acc);
+            source256!($v, false; &c[1], s[1], p, far, back, acc);
         }
         for (c, &s) in c1.iter().zip(s1) {
-            source256!($v, false; c, s, p, far, acc);
+            source256!($v, false; c, s, p, far, back, acc);
         }
         acc
     }};
@@ -378,11 +379,11 @@ macro_rules! step256 {
 ///
 /// Safety (of the caller): `$s` has `32·$v` readable bytes at `$p`; GFNI and AVX2.
 macro_rules! source256 {
-    ($v:expr, $first:expr; $c:expr, $s:expr, $p:expr, $far:expr, $acc:ident) => {{
+    ($v:expr, $first:expr; $c:expr, $s:expr, $p:expr, $far:expr, $back:expr, $acc:ident) => {{
         let (c, s, p): (&[u64; B], *const u8, usize) = ($c, $s, $p);
         if $far {
             for l in 0..(32 * ($v as usize)).div_ceil(64) {
-                prefetch(s, p + 64 * l);
+                prefetch_dir(s, p + 64 * l, $back);
             }
         }
         // for each vector v: x = s[p + 32·v ..]; for each output i: acc[i][v] (^)= affine(x, M[i])
@@ -420,11 +421,33 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
     dsts: &[*mut u8],
     len: usize,
 ) {
+    // SAFETY: the caller's guarantees, which are `dot_gfni256_dir`'s.
+    unsafe {
+        if walk_back(ADD, srcs, dsts) {
+            dot_gfni256_dir::<B, V, ADD, true>(coef, srcs, dsts, len)
+        } else {
+            dot_gfni256_dir::<B, V, ADD, false>(coef, srcs, dsts, len)
+        }
+    }
+}
+
+/// [`dot_gfni256`] with the steps of the main loop taken backwards (from the end of the region
+/// to its start) if `BACK`, forwards if not (see [`walk_back`]).
+///
+/// # Safety
+///
+/// As [`dot_gfni256`].
+#[target_feature(enable = "gfni,avx,avx2")]
+unsafe fn dot_gfni256_dir<const B: usize, const V: usize, const ADD: bool, const BACK: bool>(
+    coef: &[u64],
+    srcs: &[*const u8],
+    dsts: &[*mut u8],
+    len: usize,
+) {
     let (coef, rest) = coef.as_chunks::<B>();
     assert!(rest.is_empty() && coef.len() == srcs.len() && !srcs.is_empty() && len >= 32);
     let dsts: [*mut u8; B] = dsts.try_into().expect("block size");
     // for p in steps of 32·V bytes: acc = step(p); dst[i][p ..] (^)= acc[i]
-    let mut p = 0;
     // Outputs set (not added to), of a mebibyte or more, 64-byte aligned, written a whole line
     // per step: non-temporal stores (see `STREAM_MIN_BYTES`).
     let stream = !ADD
@@ -432,9 +455,11 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
         && len >= STREAM_MIN_BYTES
         && dsts.iter().all(|&d| (d as usize).is_multiple_of(64));
     let far = len >= PREFETCH_MIN_LEN;
-    while p + 32 * V <= len {
+    let steps = len / (32 * V);
+    for i in 0..steps {
+        let p = 32 * V * if BACK { steps - 1 - i } else { i };
         // Safety of the step: `p + 32·V ≤ len`; the caller's guarantees.
-        let acc = step256!(V, far; coef, srcs, p);
+        let acc = step256!(V, far, BACK; coef, srcs, p);
         for (&d, a) in dsts.iter().zip(&acc) {
             for (v, &a) in a.iter().enumerate() {
                 // SAFETY: `p + 32·V ≤ len` bytes of every destination are readable and
@@ -453,7 +478,6 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
                 }
             }
         }
-        p += 32 * V;
     }
     if stream {
         // Order the stream stores before anything the caller does next.
@@ -461,6 +485,7 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
     }
     // Then single vectors; the last r < 32 bytes through the vector at len - 32, changing
     // only its last r bytes.
+    let mut p = 32 * V * steps;
     while p < len {
         let (q, mask) = if p + 32 <= len {
             (p, _mm256_set1_epi8(-1))
@@ -468,7 +493,7 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
             (len - 32, avx2::tail_mask(len - p))
         };
         // Safety of the step: `q + 32 ≤ len`; the caller's guarantees.
-        let acc = step256!(1, false; coef, srcs, q);
+        let acc = step256!(1, false, false; coef, srcs, q);
         for (&d, [a]) in dsts.iter().zip(acc) {
             // SAFETY: `q + 32 ≤ len` bytes of `d` are readable and writable.
             unsafe {

@@ -75,6 +75,68 @@ pub(crate) fn prefetch(s: *const u8, p: usize) {
     }
 }
 
+/// Prefetches the line `PREFETCH_AHEAD` bytes ahead of `s + p` in the direction of the walk:
+/// past it, or before it if `back` (see [`walk_back`]). Never faults, as [`prefetch`].
+#[inline(always)]
+pub(crate) fn prefetch_dir(s: *const u8, p: usize, back: bool) {
+    let at = if back {
+        s.wrapping_add(p).wrapping_sub(PREFETCH_AHEAD)
+    } else {
+        s.wrapping_add(p + PREFETCH_AHEAD)
+    };
+    // SAFETY: as in `prefetch`: a hint, which cannot fault.
+    unsafe { std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast()) }
+}
+
+/// How far (bytes, in the direction of the walk) a load may run ahead of a store still in
+/// the CPU's store buffer and be mistaken for depending on it (see [`walk_back`]).
+const ALIAS_WINDOW: usize = 2048;
+
+/// Whether a kernel pass should walk its region from the end to the start rather than from
+/// the start to the end, to keep its loads clear of "4K aliasing".
+///
+/// A load whose address has the same low 12 bits as an earlier store still in the store
+/// buffer (to another address) waits as if it depended on it. A pass stores the outputs at
+/// offset p and goes on to load the inputs at p + step, p + 2·step, … (and the outputs too
+/// when it adds to them); if an output lies a little after an input modulo 4096 (δ = (dst −
+/// src) mod 4096 small and positive), those loads have the low bits of the stores just made,
+/// at every step of the pass. That is where `malloc` puts buffers allocated one after another
+/// from its heap (back to back, 16 bytes of header between them: δ = 16, 32, … for later
+/// buffers), and where the benchmark's 64-byte-aligned heap chunks lie: on an Intel Xeon
+/// (AVX-512 + GFNI) 128 KiB chunks of RS(10,4) so placed encoded 12% (AVX2) to 22%
+/// (GFNI-256) slower than page-aligned ones. Walking backwards, the loads run ahead to lower
+/// addresses, which alias only outputs a little *before* an input (δ near 4096).
+///
+/// So each (input, output) pair costs `ALIAS_WINDOW − d` in the direction in which the
+/// output lies d < `ALIAS_WINDOW` bytes ahead of the input modulo 4096, the nearest costing
+/// most; the pass walks backwards if that costs less in total. Buffers at the same address
+/// modulo 4096 (δ = 0: page-aligned, or Go's 128 KiB buffers) cost nothing either way and
+/// walk forwards.
+#[inline]
+pub(crate) fn walk_back(add: bool, srcs: &[*const u8], dsts: &[*mut u8]) -> bool {
+    const MOD: usize = 4096;
+    let cost = |d: usize| ALIAS_WINDOW.saturating_sub(d);
+    let (mut fwd, mut back) = (0, 0);
+    let mut pair = |s: usize, d: usize| {
+        let delta = d.wrapping_sub(s) % MOD;
+        if delta != 0 {
+            fwd += cost(delta);
+            back += cost(MOD - delta);
+        }
+    };
+    for &d in dsts {
+        for &s in srcs {
+            pair(s as usize, d as usize);
+        }
+        if add {
+            for &o in dsts {
+                pair(o as usize, d as usize);
+            }
+        }
+    }
+    back < fwd
+}
+
 /// Bytes of the stack buffers for short regions; the `VECTOR_BYTES` of every kernel that
 /// needs them.
 const SHORT_BYTES: usize = 32;
