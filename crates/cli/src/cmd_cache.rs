@@ -594,7 +594,26 @@ fn up(a: UpArgs) -> Result<()> {
     } else {
         None
     };
-    let result = start(&a, dir, code, n, netns.is_some());
+    // Ports chosen here are free when chosen but released before the nodes bind them: another
+    // program may take one meanwhile. Then the nodes are stopped and other ports chosen.
+    let mut attempts = 0;
+    let result = loop {
+        attempts += 1;
+        let r = start(&a, dir, code, n, netns.is_some());
+        match &r {
+            Err(e)
+                if netns.is_none()
+                    && a.base_port.is_none()
+                    && attempts < 3
+                    && format!("{e:#}").contains("Address already in use") =>
+            {
+                eprintln!(
+                    "cache up: a chosen port was taken before its node bound it; choosing others"
+                );
+            }
+            _ => break r,
+        }
+    };
     if let (Err(_), Some(made)) = (&result, &netns) {
         made.remove();
     }
