@@ -594,8 +594,9 @@ fn up(a: UpArgs) -> Result<()> {
     } else {
         None
     };
-    // Ports chosen here are free when chosen but released before the nodes bind them: another
-    // program may take one meanwhile. Then the nodes are stopped and other ports chosen.
+    // Ports chosen here are free when chosen but released before the nodes bind them: if a
+    // program other than a `cache up` (those take turns, below) takes one meanwhile, the nodes
+    // are stopped and other ports chosen.
     let mut attempts = 0;
     let result = loop {
         attempts += 1;
@@ -622,6 +623,23 @@ fn up(a: UpArgs) -> Result<()> {
 
 /// Starts the nodes of `up` (in namespaces `inec-ns<i>` already made when `netns`).
 fn start(a: &UpArgs, dir: &Path, code: Code, n: usize, netns: bool) -> Result<()> {
+    // Ports are chosen free, then released for the nodes to bind: two `cache up`s at once (or
+    // a benchmark's and a test's) could pick each other's ports in between. A lock file taken
+    // from the choice until every node answers keeps them apart on this host.
+    let _ports = if netns || a.base_port.is_some() {
+        None
+    } else {
+        let path = std::env::temp_dir().join("inec-cache-ports.lock");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .with_context(|| format!("opening {}", path.display()))?;
+        f.lock()
+            .with_context(|| format!("locking {}", path.display()))?;
+        Some(f)
+    };
     let mut members = Vec::new();
     // Free ports: every listener is held until all are chosen, so no port is picked twice.
     let mut held = Vec::new();

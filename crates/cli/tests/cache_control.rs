@@ -138,3 +138,42 @@ fn kill_restart_and_recover_a_node() {
     assert!(!dir.exists(), "the drop removes the directory");
     assert!(bench::cache::server::pids_naming(&dir.join("cluster.txt")).is_empty());
 }
+
+/// Several `inec cache up` at once on one host (parallel tests, a benchmark beside a test):
+/// each chooses free ports and releases them for its nodes to bind, so without taking turns
+/// two could pick the same port in between and one would fail with "Address already in use".
+#[test]
+fn concurrent_cache_ups_do_not_take_each_others_ports() {
+    let inec = env!("CARGO_BIN_EXE_inec");
+    let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
+    let children: Vec<_> = dirs
+        .iter()
+        .map(|d| {
+            std::process::Command::new(inec)
+                .args(["cache", "up", "--nodes", "9", "--dir"])
+                .arg(d.path())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<_> = children
+        .into_iter()
+        .map(|c| c.wait_with_output().unwrap())
+        .collect();
+    for d in &dirs {
+        let _ = std::process::Command::new(inec)
+            .args(["cache", "down", "--dir"])
+            .arg(d.path())
+            .output();
+    }
+    for (i, o) in outs.iter().enumerate() {
+        assert!(
+            o.status.success(),
+            "cache up {i}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!String::from_utf8_lossy(&o.stderr).contains("choosing others"));
+    }
+}
