@@ -423,7 +423,18 @@ impl PlanExec {
             // the schemes whose template serves every chunk size.
             if repair_unsliced(scheme) {
                 for p in 0..code.k() {
-                    let (parts, nodes) = repair_parts(code, scheme, placement, stripe, &[p])?;
+                    // A plan graph cannot build here is built (and fails) on first use instead,
+                    // and the read falls back to the agent's repair: never a reason not to start.
+                    let (parts, nodes) = match repair_parts(code, scheme, placement, stripe, &[p]) {
+                        Ok(r) => r,
+                        Err(e) => {
+                            eprintln!(
+                                "node {me}: no start-up repair template for stripe {stripe} \
+                                 position {p}: {e}"
+                            );
+                            continue;
+                        }
+                    };
                     if placement.node_of(stripe, 0) == me {
                         self.startup_repairs
                             .lock()
