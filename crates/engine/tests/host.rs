@@ -307,6 +307,20 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
         n.launcher().install(2, mine(&read)).unwrap();
     }
     let counts = || -> Vec<(u64, u64)> { nodes.iter().map(|n| n.engine.frame_counts()).collect() };
+    // A sender counts a frame once its send returned, which can be after the receiver acted
+    // on it (and the launch finished): read the counts once they have stopped moving.
+    let settled = || -> Vec<(u64, u64)> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut last = counts();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = counts();
+            if now == last || Instant::now() > deadline {
+                return now;
+            }
+            last = now;
+        }
+    };
     assert_eq!(counts(), vec![(0, 0); 3]);
     let key = b"k".to_vec();
     // The run's chunk size (12) differs from the template's (8).
@@ -332,7 +346,7 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
             assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "mode {i}");
         }
         // One frame out to each member (its chunk, carrying the start) and one back (done).
-        let after = counts();
+        let after = settled();
         assert_eq!(after[0].0 - before[0].0, 2);
         assert_eq!(after[0].1 - before[0].1, 2);
         for n in 1..3 {
@@ -362,7 +376,7 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
         let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
         assert_eq!(*got, vec![n as u8; 12]);
     }
-    let after = counts();
+    let after = settled();
     assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
     // A member without the chunk answers (quiet runs report failures) and the launch fails.
     let err = nodes[0]
