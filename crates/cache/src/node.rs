@@ -381,14 +381,7 @@ impl Node {
         let term = self.cfg.down_after;
         let now = Instant::now();
         let peers = lock(&self.peers);
-        let order: Vec<(usize, bool)> = (0..self.n())
-            .map(|p| {
-                let node = self.placement.node_of(stripe, p);
-                let s = &peers[node];
-                (node, node != self.cfg.id && s.up && !s.ready)
-            })
-            .collect();
-        lease::needs(&order, self.cfg.id, self.parity())
+        self.lease_needs(stripe, &peers)
             .into_iter()
             .all(|(node, need)| {
                 let s = &peers[node];
@@ -400,6 +393,19 @@ impl Node {
             })
     }
 
+    /// What this node, leading `stripe`, needs of each other member for its lease
+    /// (`lease::needs` over the stripe's members in position order, in this node's view).
+    fn lease_needs(&self, stripe: usize, peers: &[PeerState]) -> Vec<(usize, lease::Need)> {
+        let order: Vec<(usize, bool)> = (0..self.n())
+            .map(|p| {
+                let node = self.placement.node_of(stripe, p);
+                let s = &peers[node];
+                (node, node != self.cfg.id && s.up && !s.ready)
+            })
+            .collect();
+        lease::needs(&order, self.cfg.id, self.parity())
+    }
+
     /// Drops this node's index of `stripe` if its lease lapsed after the index was built: the
     /// stripe may have been led by another node meanwhile.
     fn drop_stale_index(&self, stripe: usize) {
@@ -408,14 +414,7 @@ impl Node {
         };
         let stale = {
             let peers = lock(&self.peers);
-            let order: Vec<(usize, bool)> = (0..self.n())
-                .map(|p| {
-                    let node = self.placement.node_of(stripe, p);
-                    let s = &peers[node];
-                    (node, node != self.cfg.id && s.up && !s.ready)
-                })
-                .collect();
-            lease::needs(&order, self.cfg.id, self.parity())
+            self.lease_needs(stripe, &peers)
                 .into_iter()
                 .any(|(node, need)| {
                     need == lease::Need::Grant && peers[node].lease.may_have_led_since(built)
