@@ -1,8 +1,9 @@
 //! klauspost/reedsolomon v1.14 with `WithCauchyMatrix` (our Go peer program) computes the same
-//! parity bytes as our Cauchy code. Needs `go`; skipped, saying so, when it is missing.
+//! parity bytes as our Cauchy code, and with `WithCustomMatrix` those of our `rs-xor` code.
+//! Needs `go`; skipped, saying so, when it is missing.
 
 use bench::codec::{data, klauspost};
-use codes::{Code, Codec};
+use codes::{Code, Codec, MatrixKind};
 
 fn go_available() -> bool {
     std::process::Command::new("go")
@@ -12,7 +13,12 @@ fn go_available() -> bool {
 }
 
 fn our_parity<D: AsRef<[u8]>>(k: usize, m: usize, data: &[D]) -> Vec<Vec<u8>> {
-    let codec = Codec::new(Code::rs(k, m).unwrap());
+    code_parity(Code::rs(k, m).unwrap(), data)
+}
+
+fn code_parity<D: AsRef<[u8]>>(code: Code, data: &[D]) -> Vec<Vec<u8>> {
+    let m = code.parity_count();
+    let codec = Codec::new(code);
     let len = data[0].as_ref().len();
     let mut parity = vec![vec![0u8; len]; m];
     let ins: Vec<&[u8]> = data.iter().map(|d| d.as_ref()).collect();
@@ -51,12 +57,12 @@ fn klauspost_cauchy_parity_equals_ours() {
                     c
                 })
                 .collect();
-            let theirs = peer.parity(k, m, len, seed, "random").unwrap();
+            let theirs = peer.parity(k, m, len, seed, "random", None).unwrap();
             assert_eq!(theirs, our_parity(k, m, &d), "rs({k},{m}) len {len}");
         }
     }
     // The fixed vector of the issue: byte b of data chunk j = 31·j + 7·b + 1.
-    let theirs = peer.parity(4, 3, 16, 0, "pattern").unwrap();
+    let theirs = peer.parity(4, 3, 16, 0, "pattern", None).unwrap();
     let d: Vec<Vec<u8>> = (0..4)
         .map(|j| (0..16).map(|b| (31 * j + 7 * b + 1) as u8).collect())
         .collect();
@@ -76,7 +82,7 @@ fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
         for pattern in ["fresh", "cached"] {
             for threads in [1, 2] {
                 let (id, reply) = peer
-                    .prepare(k, m, len, sets, seed, op, pattern, threads)
+                    .prepare(k, m, len, sets, seed, op, pattern, threads, None)
                     .unwrap();
                 assert!(reply.verified);
                 let st = data::Stripes::new(seed, k, k + m, len, 1);
@@ -88,4 +94,56 @@ fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
             }
         }
     }
+}
+
+/// The peer's `parity_matrix` (`WithCustomMatrix`) with our `rs-xor` rows gives our `rs-xor`
+/// parity, and its prepared benchmarks of that code verify.
+#[test]
+fn klauspost_custom_matrix_parity_equals_ours() {
+    if !go_available() {
+        eprintln!(
+            "SKIPPED klauspost_custom_matrix_parity_equals_ours: no `go` toolchain on the PATH"
+        );
+        return;
+    }
+    let bin = klauspost::build("go").expect("build the Go peer");
+    let mut peer = klauspost::Peer::start(&bin).expect("start the Go peer");
+    let seed = 5;
+    for (k, m) in [(4, 3), (6, 3), (10, 4), (12, 4)] {
+        let code = Code::rs_with(k, m, MatrixKind::CauchyXor).unwrap();
+        let g = code.generator();
+        let rows: Vec<Vec<u8>> = g[k * k..].chunks(k).map(|r| r.to_vec()).collect();
+        for len in [1, 64, 4096 + 3] {
+            let d: Vec<Vec<u8>> = (0..k)
+                .map(|j| {
+                    let mut c = vec![0u8; len];
+                    data::fill(seed, 0, j as u64, &mut c);
+                    c
+                })
+                .collect();
+            let theirs = peer.parity(k, m, len, seed, "random", Some(&rows)).unwrap();
+            assert_eq!(theirs, code_parity(code, &d), "{code} len {len}");
+        }
+        for op in ["encode", "decode1", "decodem"] {
+            let (id, reply) = peer
+                .prepare(k, m, 4096, 2, seed, op, "fresh", 1, Some(&rows))
+                .unwrap();
+            assert!(reply.verified, "{code} {op}");
+            let st = data::Stripes::new(seed, k, k + m, 4096, 1);
+            let want: Vec<u32> = code_parity(code, &st.sets[0][..k])
+                .iter()
+                .map(|c| crc32c::crc32c(c))
+                .collect();
+            assert_eq!(reply.parity_crc32c, want, "{code} {op}");
+            peer.drop_bench(id).unwrap();
+        }
+    }
+    // A matrix of the wrong shape is refused with a message.
+    let err = peer
+        .parity(4, 3, 16, 0, "random", Some(&[vec![1u8; 4]]))
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("parity_matrix has 1 rows"),
+        "{err:#}"
+    );
 }

@@ -1,7 +1,8 @@
 //! The value parsers every subcommand shares, so that a code, a size or a list is spelled the
 //! same way everywhere:
 //!
-//! - a code is `rs:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (`codes::Code`'s own spelling);
+//! - a code is `rs:K,M`, `rs-xor:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (`codes::Code`'s own
+//!   spelling);
 //! - a size is a number of bytes with an optional unit: `4096`, `64KiB`, `1MiB`, `1GiB`
 //!   (`codes::size`);
 //! - a list is given by repeating the flag: `--code rs:6,3 --code lrc:6,2,2`.
@@ -11,10 +12,13 @@ use std::io::IsTerminal;
 use codes::chunk_file::MAX_CHUNK_BYTES;
 use codes::Code;
 
-/// `--code`: `rs:K,M`, `rs-vand:K,M` or `lrc:K,L,R`.
+/// `--code`: `rs:K,M`, `rs-xor:K,M`, `rs-vand:K,M` or `lrc:K,L,R`.
 pub fn code(s: &str) -> Result<Code, String> {
     s.parse::<Code>().map_err(|e| {
-        format!("{e} (a code is rs:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3 or lrc:6,2,2)")
+        format!(
+            "{e} (a code is rs:K,M, rs-xor:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3 or \
+             lrc:6,2,2)"
+        )
     })
 }
 

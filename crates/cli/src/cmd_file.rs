@@ -39,9 +39,10 @@ pub struct EncodeArgs {
     /// Directory for the chunk files (created if missing).
     #[arg(short, long, value_name = "DIR")]
     pub output: PathBuf,
-    /// The code: rs:K,M (Reed-Solomon, ISA-L's Cauchy matrix), rs-vand:K,M (ISA-L's
-    /// Vandermonde matrix, refused where it is not MDS) or lrc:K,L,R (Azure LRC: K data chunks
-    /// in L local groups, R global parities).
+    /// The code: rs:K,M (Reed-Solomon, ISA-L's Cauchy matrix), rs-xor:K,M (that matrix scaled
+    /// so that the first parity is the XOR of the data: faster encode and one-chunk repair),
+    /// rs-vand:K,M (ISA-L's Vandermonde matrix, refused where it is not MDS) or lrc:K,L,R
+    /// (Azure LRC: K data chunks in L local groups, R global parities).
     #[arg(long, value_name = "CODE", value_parser = args::code,
           conflicts_with_all = ["k", "m", "lrc", "matrix"])]
     pub code: Option<Code>,
@@ -126,8 +127,8 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
     let Some(code) = a.code()? else {
         crate::usage_error(
             "encode",
-            "no code given: pass --code rs:K,M (Reed-Solomon), rs-vand:K,M or lrc:K,L,R \
-             (Azure LRC), e.g. --code rs:6,3",
+            "no code given: pass --code rs:K,M (Reed-Solomon), rs-xor:K,M, rs-vand:K,M or \
+             lrc:K,L,R (Azure LRC), e.g. --code rs:6,3",
         );
     };
     let dir = ChunkDir::new(&a.output);

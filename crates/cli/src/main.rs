@@ -22,7 +22,7 @@ mod cmd_plan;
     version,
     about = "Erasure coding for distributed storage",
     after_help = "Flags are spelled alike in every subcommand: a code is --code rs:K,M, \
-rs-vand:K,M or lrc:K,L,R; a size takes a unit (4096, 64KiB, 1MiB); a list is given by \
+rs-xor:K,M, rs-vand:K,M or lrc:K,L,R; a size takes a unit (4096, 64KiB, 1MiB); a list is given by \
 repeating its flag (--code rs:6,3 --code lrc:6,2,2).\n\n\
 Exit status: 0 success; 1 failure; 2 usage error. `inec verify`: 0 intact, 1 degraded but \
 recoverable, 3 lost, 2 usage error or nothing to check."

@@ -47,6 +47,7 @@ const HEADER_CRC_OFFSET: usize = HEADER_BYTES - 4;
 const KIND_RS_CAUCHY: u8 = 1;
 const KIND_RS_VANDERMONDE: u8 = 2;
 const KIND_LRC: u8 = 3;
+const KIND_RS_CAUCHY_XOR: u8 = 4;
 
 /// Byte ranges of header fields that version 1 leaves zero.
 const RESERVED: [(usize, usize); 3] = [(13, 14), (22, 24), (48, 60)];
@@ -254,17 +255,17 @@ impl ChunkHeader {
             u16_at(h, 18) as usize,
         );
         let code = match h[12] {
-            KIND_RS_CAUCHY | KIND_RS_VANDERMONDE => {
+            KIND_RS_CAUCHY | KIND_RS_CAUCHY_XOR | KIND_RS_VANDERMONDE => {
                 if c != 0 {
                     return Err(ChunkFileError::NonZeroReserved {
                         offset: 18,
                         value: h[18] | h[19],
                     });
                 }
-                let matrix = if h[12] == KIND_RS_CAUCHY {
-                    MatrixKind::Cauchy
-                } else {
-                    MatrixKind::Vandermonde
+                let matrix = match h[12] {
+                    KIND_RS_CAUCHY => MatrixKind::Cauchy,
+                    KIND_RS_CAUCHY_XOR => MatrixKind::CauchyXor,
+                    _ => MatrixKind::Vandermonde,
                 };
                 Code::rs_with(a, b, matrix)?
             }
@@ -455,6 +456,11 @@ fn code_fields(code: &Code) -> (u8, usize, usize, usize) {
             m,
             matrix: MatrixKind::Vandermonde,
         } => (KIND_RS_VANDERMONDE, k, m, 0),
+        Code::Rs {
+            k,
+            m,
+            matrix: MatrixKind::CauchyXor,
+        } => (KIND_RS_CAUCHY_XOR, k, m, 0),
         Code::Lrc { k, l, r } => (KIND_LRC, k, l, r),
     }
 }
@@ -494,6 +500,7 @@ mod tests {
         let codes = [
             rs63(),
             Code::rs_with(10, 4, MatrixKind::Vandermonde).unwrap(),
+            Code::rs_with(12, 4, MatrixKind::CauchyXor).unwrap(),
             Code::lrc(12, 2, 2).unwrap(),
         ];
         for code in codes {

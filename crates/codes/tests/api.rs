@@ -15,6 +15,8 @@ fn parse_and_print_round_trip() {
     for s in [
         "rs:6,3",
         "rs-vand:10,4",
+        "rs-xor:6,3",
+        "rs-xor:200,56",
         "lrc:12,2,2",
         "lrc:6,3,0",
         "rs:1,1",

@@ -62,7 +62,11 @@ fn rs_any_k_of_n_rebuild_the_stripe() {
     let mut rng = SmallRng::seed_from_u64(1);
     let exhaustive = [(3, 2), (6, 3), (10, 4), (12, 4)];
     for (k, m) in exhaustive {
-        for matrix in [MatrixKind::Cauchy, MatrixKind::Vandermonde] {
+        for matrix in [
+            MatrixKind::Cauchy,
+            MatrixKind::CauchyXor,
+            MatrixKind::Vandermonde,
+        ] {
             let codec = Codec::new(Code::rs_with(k, m, matrix).unwrap());
             let chunks = stripe(&codec, 13, &mut rng);
             for lost in 1..=m {
@@ -84,8 +88,14 @@ fn rs_any_k_of_n_rebuild_the_stripe() {
         }
     }
     // Larger codes: seeded random patterns of up to m losses.
-    for (k, m) in [(20, 8), (32, 16), (200, 56)] {
-        let codec = Codec::new(Code::rs(k, m).unwrap());
+    for (k, m, matrix) in [
+        (20, 8, MatrixKind::Cauchy),
+        (32, 16, MatrixKind::Cauchy),
+        (200, 56, MatrixKind::Cauchy),
+        (32, 16, MatrixKind::CauchyXor),
+        (200, 56, MatrixKind::CauchyXor),
+    ] {
+        let codec = Codec::new(Code::rs_with(k, m, matrix).unwrap());
         let chunks = stripe(&codec, 7, &mut rng);
         let mut all: Vec<usize> = (0..k + m).collect();
         for _ in 0..200 {
@@ -95,6 +105,29 @@ fn rs_any_k_of_n_rebuild_the_stripe() {
             erased.sort_unstable();
             assert_rebuilds(&codec, &chunks, &erased);
         }
+    }
+}
+
+/// `rs-xor`: one lost data chunk is read back from the other data chunks and the first
+/// parity, by an XOR calculator (no products).
+#[test]
+fn rs_xor_repairs_one_data_chunk_by_xor() {
+    let mut rng = SmallRng::seed_from_u64(3);
+    for (k, m) in [(6, 3), (10, 4), (12, 4)] {
+        let codec = Codec::new(Code::rs_with(k, m, MatrixKind::CauchyXor).unwrap());
+        let chunks = stripe(&codec, 100, &mut rng);
+        for lost in 0..k {
+            let available: Vec<usize> = (0..k + m).filter(|&i| i != lost).collect();
+            let reads = codec.repair_set(&available, &[lost]).unwrap();
+            let expect: Vec<usize> = (0..=k).filter(|&i| i != lost).collect();
+            assert_eq!(reads, expect, "rs-xor:{k},{m} lost {lost}");
+            assert!(codec.decoder(&reads, &[lost]).unwrap().is_xor());
+            assert_rebuilds(&codec, &chunks, &[lost]);
+        }
+        // Under plain Cauchy the same repair takes products.
+        let plain = Codec::new(Code::rs(k, m).unwrap());
+        let reads: Vec<usize> = (1..=k).collect();
+        assert!(!plain.decoder(&reads, &[0]).unwrap().is_xor());
     }
 }
 

@@ -92,3 +92,34 @@ fn lrc_generator_follows_design() {
         }
     }
 }
+
+/// `rs-xor`: parity (i, j) = (k XOR j) / ((k + i) XOR j) (ISA-L's Cauchy entry with column j
+/// scaled by the inverse of its first parity entry), so the first parity is the XOR of the
+/// data; every kernel computes it so.
+#[test]
+fn cauchy_xor_parity_follows_its_definition() {
+    use gf::field::{div, mul};
+    for (k, m) in [(4, 3), (6, 3), (10, 4), (12, 4)] {
+        let code = Code::rs_with(k, m, MatrixKind::CauchyXor).unwrap();
+        let data = data(k);
+        let xor: Vec<u8> = (0..16)
+            .map(|b| data.iter().fold(0, |s, d| s ^ d[b]))
+            .collect();
+        let want: Vec<String> = (0..m)
+            .map(|i| {
+                let p: Vec<u8> = (0..16)
+                    .map(|b| {
+                        (0..k).fold(0, |s, j| {
+                            s ^ mul(div((k ^ j) as u8, ((k + i) ^ j) as u8), data[j][b])
+                        })
+                    })
+                    .collect();
+                hex(&p)
+            })
+            .collect();
+        assert_eq!(want[0], hex(&xor));
+        for kernel in Kernel::available() {
+            assert_eq!(parity(code, kernel), want, "{code} {kernel:?}");
+        }
+    }
+}

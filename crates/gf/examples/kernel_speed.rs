@@ -22,6 +22,8 @@
 //!   D bytes after every input modulo 4096 (the 4K aliasing of a kernel's loads with its
 //!   stores: see `walk_back` in `src/arch/x86_64/mod.rs`).
 //!
+//! `XOR_ROWS=r` makes the first r rows of every matrix all ones (XOR rows).
+//!
 //! `SHIFT=16` adds 16 bytes to every chunk's address in a region (as `malloc` does to a block
 //! from `mmap`: all chunks misaligned alike); `SHIFT=step16` adds 16·(j mod 4) + 64·j to
 //! chunk j (the chunks misaligned differently).
@@ -94,8 +96,18 @@ fn main() {
 
     for &chunk_bytes in &chunk_sizes {
         for &(k, m) in &shapes {
-            // A Cauchy-like matrix with no 0 or 1: every product is a real multiplication.
-            let coeffs: Vec<u8> = (0..k * m).map(|_| rng.gen_range(2..=255)).collect();
+            // A Cauchy-like matrix with no 0 or 1: every product is a real multiplication;
+            // with `XOR_ROWS=r`, the first r rows all ones (an `rs-xor` parity, LRC locals).
+            let xor_rows: usize = std::env::var("XOR_ROWS").map_or(0, |v| v.parse().unwrap());
+            let coeffs: Vec<u8> = (0..k * m)
+                .map(|i| {
+                    if i / k < xor_rows {
+                        1
+                    } else {
+                        rng.gen_range(2..=255)
+                    }
+                })
+                .collect();
             let matrix = Matrix::new(m, k, &coeffs);
             // Chunk j (inputs, then outputs) at offset start(j) of one region, or in its own Vec.
             let shift = std::env::var("SHIFT").unwrap_or("0".into());

@@ -230,7 +230,8 @@ fn dot_prod_special_matrices() {
 
 #[test]
 fn dot_prod_xor_rows_beside_product_rows() {
-    // Rows of 0s and 1s (an LRC's local parities) mixed with general rows in every
+    // Rows of 0s and 1s (an LRC's local parities, an `rs-xor` first parity) mixed with
+    // general rows in every
     // proportion: the nibble kernels carry up to two of them in a block of product rows and
     // compute the rest as XOR passes; the GFNI kernels compute them as products.
     let kernels = kernels();
@@ -241,12 +242,19 @@ fn dot_prod_xor_rows_beside_product_rows() {
             if general + xors == 0 {
                 continue;
             }
-            for cols in [1, 5, 12, 33] {
+            // The XOR rows of random 0s and 1s, or all ones (an `rs-xor` parity: the kernels
+            // skip the per-source test then).
+            for (cols, ones) in [1, 5, 12, 33]
+                .into_iter()
+                .flat_map(|c| [(c, false), (c, true)])
+            {
                 let mut coeffs = Vec::new();
                 for r in 0..general + xors {
                     for _ in 0..cols {
                         coeffs.push(if r < general {
                             coefficient(&mut rng)
+                        } else if ones {
+                            1
                         } else {
                             rng.gen_range(0..=1)
                         });

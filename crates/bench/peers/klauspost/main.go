@@ -12,7 +12,11 @@
 //	{"cmd":"parity","k":4,"m":3,"chunk_bytes":16,"seed":1,"fill":"random"|"pattern"}
 //	{"cmd":"prepare","id":1,"k":..,"m":..,"chunk_bytes":..,"sets":..,"seed":..,
 //	 "op":"encode"|"decode1"|"decodem","pattern":"fresh"|"cached","threads":..,
-//	 "isa":"native"|"avx2"|"avx512"|"avx2-gfni"|"avx512-gfni"}
+//	 "isa":"native"|"avx2"|"avx512"|"avx2-gfni"|"avx512-gfni",
+//	 "parity_matrix":[[..k bytes..] × m]}   (optional, also for "parity")
+//
+// Without "parity_matrix" the encoder uses the library's Cauchy matrix (ISA-L's
+// gf_gen_cauchy1_matrix); with it, those m parity rows (WithCustomMatrix).
 //	{"cmd":"run","id":1,"iters":N,"clock":"wall"|"cpu"}     -> {"ns":elapsed}
 //
 // Clock "cpu" times the run by the CPU time of the OS thread running it (the goroutine is
@@ -60,6 +64,8 @@ type request struct {
 	Iters      int    `json:"iters"`
 	Isa        string `json:"isa"`
 	Clock      string `json:"clock"`
+	// Parity rows (m × k) for WithCustomMatrix; none: WithCauchyMatrix.
+	ParityMatrix [][]int `json:"parity_matrix"`
 }
 
 type response struct {
@@ -148,13 +154,33 @@ func kernel(inputs, outputs int, isa string) string {
 	}
 }
 
-func newEncoder(k, m int, cache bool, isa string) (reedsolomon.Encoder, error) {
+func newEncoder(k, m int, cache bool, isa string, parityMatrix [][]int) (reedsolomon.Encoder, error) {
 	opts, err := isaOptions(isa)
 	if err != nil {
 		return nil, err
 	}
+	if parityMatrix == nil {
+		opts = append(opts, reedsolomon.WithCauchyMatrix())
+	} else {
+		if len(parityMatrix) != m {
+			return nil, fmt.Errorf("parity_matrix has %d rows, want %d", len(parityMatrix), m)
+		}
+		rows := make([][]byte, m)
+		for i, row := range parityMatrix {
+			if len(row) != k {
+				return nil, fmt.Errorf("parity_matrix row %d has %d entries, want %d", i, len(row), k)
+			}
+			rows[i] = make([]byte, k)
+			for j, c := range row {
+				if c < 0 || c > 255 {
+					return nil, fmt.Errorf("parity_matrix entry %d is not a byte", c)
+				}
+				rows[i][j] = byte(c)
+			}
+		}
+		opts = append(opts, reedsolomon.WithCustomMatrix(rows))
+	}
 	opts = append(opts,
-		reedsolomon.WithCauchyMatrix(),
 		reedsolomon.WithMaxGoroutines(1),
 		reedsolomon.WithInversionCache(cache))
 	return reedsolomon.New(k, m, opts...)
@@ -215,7 +241,7 @@ func prepare(q request) (*bench, response, error) {
 	if err != nil {
 		return nil, response{}, err
 	}
-	enc, err := newEncoder(q.K, q.M, q.Pattern != "fresh", q.Isa)
+	enc, err := newEncoder(q.K, q.M, q.Pattern != "fresh", q.Isa, q.ParityMatrix)
 	if err != nil {
 		return nil, response{}, err
 	}
@@ -381,7 +407,7 @@ func (b *bench) run(iters int, clock string) (int64, error) {
 }
 
 func parity(q request) (response, error) {
-	enc, err := newEncoder(q.K, q.M, true, "")
+	enc, err := newEncoder(q.K, q.M, true, "", q.ParityMatrix)
 	if err != nil {
 		return response{}, err
 	}

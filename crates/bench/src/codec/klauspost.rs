@@ -143,8 +143,9 @@ impl Peer {
             .ok_or_else(|| BenchError::library(PEER, "no version"))
     }
 
-    /// Full Cauchy parity of one stripe. `fill`: "random" (the seeded stream of set 0) or
-    /// "pattern" (byte b of data chunk j = 31·j + 7·b + 1 mod 256).
+    /// Full parity of one stripe: of the library's Cauchy matrix (ISA-L's), or of the m × k
+    /// `parity_matrix` given (`WithCustomMatrix`). `fill`: "random" (the seeded stream of
+    /// set 0) or "pattern" (byte b of data chunk j = 31·j + 7·b + 1 mod 256).
     pub fn parity(
         &mut self,
         k: usize,
@@ -152,9 +153,11 @@ impl Peer {
         chunk_bytes: usize,
         seed: u64,
         fill: &str,
+        parity_matrix: Option<&[Vec<u8>]>,
     ) -> Result<Vec<Vec<u8>>> {
         let r = self.request(json!({"cmd": "parity", "k": k, "m": m,
-            "chunk_bytes": chunk_bytes, "seed": seed, "fill": fill}))?;
+            "chunk_bytes": chunk_bytes, "seed": seed, "fill": fill,
+            "parity_matrix": parity_matrix}))?;
         r.parity
             .iter()
             .map(|h| decode_hex(h))
@@ -162,8 +165,9 @@ impl Peer {
             .ok_or_else(|| BenchError::library(PEER, "bad hex parity"))
     }
 
-    /// Prepares a benchmark; the program verifies one call of it and reports the CRC32C of
-    /// each parity chunk of set 0. Returns its id and the reply.
+    /// Prepares a benchmark (with the library's Cauchy matrix, or the m × k `parity_matrix`
+    /// given); the program verifies one call of it and reports the CRC32C of each parity chunk
+    /// of set 0. Returns its id and the reply.
     #[allow(clippy::too_many_arguments)]
     pub fn prepare(
         &mut self,
@@ -175,12 +179,14 @@ impl Peer {
         op: &str,
         pattern: &str,
         threads: usize,
+        parity_matrix: Option<&[Vec<u8>]>,
     ) -> Result<(u64, Reply)> {
         let id = self.next_id;
         self.next_id += 1;
         let r = self.request(json!({"cmd": "prepare", "id": id, "k": k, "m": m,
             "chunk_bytes": chunk_bytes, "sets": sets, "seed": seed, "op": op,
-            "pattern": pattern, "threads": threads, "isa": self.isa}))?;
+            "pattern": pattern, "threads": threads, "isa": self.isa,
+            "parity_matrix": parity_matrix}))?;
         if !r.verified {
             return Err(BenchError::library(PEER, "it did not verify its output"));
         }

@@ -11,14 +11,15 @@ impl From<reed_solomon_simd::Error> for BenchError {
         BenchError::library("reed-solomon-simd", e.to_string())
     }
 }
-use codes::Code;
+use codes::{Code, MatrixKind};
 use gf::{field, Kernel, Matrix};
 
 /// Whose parity a library's buffer sets hold. Libraries of one family share buffer sets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
-    /// ISA-L `gf_gen_cauchy1_matrix` parity (RS), or Azure LRC parity as DESIGN.md §4 defines
-    /// it: inec, ISA-L, klauspost with `WithCauchyMatrix`, the XOR roofline.
+    /// ISA-L `gf_gen_cauchy1_matrix` parity (RS; `rs-xor`: its columns scaled), or Azure LRC
+    /// parity as DESIGN.md §4 defines it: inec, ISA-L, klauspost with `WithCauchyMatrix` (or
+    /// `WithCustomMatrix` for `rs-xor`), the XOR roofline.
     Cauchy,
     /// reed-solomon-erasure's own matrix.
     Erasure,
@@ -76,6 +77,17 @@ pub fn reference_generator(code: Code) -> Vec<u8> {
         g[j * k + j] = 1;
     }
     match code {
+        Code::Rs {
+            matrix: MatrixKind::CauchyXor,
+            ..
+        } => {
+            // ISA-L's Cauchy entry inv(i XOR j), column j scaled by 1 / inv(k XOR j).
+            for i in k..n {
+                for j in 0..k {
+                    g[i * k + j] = field::div((k ^ j) as u8, (i ^ j) as u8);
+                }
+            }
+        }
         Code::Rs { .. } => {
             for i in k..n {
                 for j in 0..k {
@@ -182,7 +194,7 @@ impl Library for Inec {
 // ISA-L
 
 /// ISA-L 2.31: `ec_encode_data` with tables from `ec_init_tables`; RS with its own
-/// `gf_gen_cauchy1_matrix`, LRC with the reference generator; decode matrices by
+/// `gf_gen_cauchy1_matrix`, `rs-xor` and LRC with the reference generator; decode matrices by
 /// `gf_invert_matrix` of the survivors' rows, as ISA-L's examples do.
 #[cfg(feature = "isal")]
 #[derive(Debug)]
@@ -197,8 +209,12 @@ impl Isal {
     /// ISA-L for `code`, its kernels at the level `isa` (checked by the caller).
     pub fn new(code: Code, isa: crate::isal::Isa) -> Isal {
         let generator = match code {
-            Code::Rs { k, m, .. } => crate::isal::gen_cauchy1_matrix(k, m),
-            Code::Lrc { .. } => reference_generator(code),
+            Code::Rs {
+                k,
+                m,
+                matrix: MatrixKind::Cauchy,
+            } => crate::isal::gen_cauchy1_matrix(k, m),
+            _ => reference_generator(code),
         };
         Isal {
             code,

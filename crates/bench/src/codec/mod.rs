@@ -403,8 +403,9 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
         )
     }) {
         return Err(BenchError::Settings(format!(
-            "{c}: the codec benchmark compares RS with ISA-L's Cauchy matrix (rs:K,M) and \
-             Azure LRC (lrc:K,L,R); the Vandermonde matrix is not benchmarked"
+            "{c}: the codec benchmark compares RS with ISA-L's Cauchy matrix (rs:K,M) or that \
+             matrix with an XOR first parity (rs-xor:K,M) and Azure LRC (lrc:K,L,R); the \
+             Vandermonde matrix is not benchmarked"
         )));
     }
     let sizes = match (a.chunk_bytes.is_empty(), a.quick) {
@@ -1136,6 +1137,20 @@ fn run_cell<'a>(
     }
     let mut peer_id = None;
     if let Some(p) = peer.as_deref_mut() {
+        // `rs-xor` through `WithCustomMatrix` with the reference rows; `rs` through the
+        // library's own Cauchy matrix (checked against ours below).
+        let custom: Option<Vec<Vec<u8>>> = match code {
+            Code::Rs {
+                matrix: MatrixKind::CauchyXor,
+                ..
+            } => Some(
+                libs::reference_generator(code)[k * k..]
+                    .chunks(k)
+                    .map(|r| r.to_vec())
+                    .collect(),
+            ),
+            _ => None,
+        };
         let prepared = p.prepare(
             k,
             m,
@@ -1145,6 +1160,7 @@ fn run_cell<'a>(
             cell.op.name(),
             cell.pattern.name(),
             cell.threads,
+            custom.as_deref(),
         );
         match prepared {
             Ok((id, reply)) => {
@@ -1156,7 +1172,7 @@ fn run_cell<'a>(
                 if reply.parity_crc32c != want {
                     failed.insert(
                         "klauspost",
-                        "its parity differs from the ISA-L Cauchy parity".into(),
+                        "its parity differs from the reference parity".into(),
                     );
                 } else {
                     let kernel = reply.kernel.unwrap_or_default();
