@@ -8,7 +8,11 @@ use std::collections::BTreeSet;
 #[test]
 fn tiny_run_writes_json_lines_with_the_required_fields() {
     let args = CodecArgs {
-        codes: vec!["rs:3,2".parse().unwrap(), "lrc:4,2,1".parse().unwrap()],
+        codes: vec![
+            "rs:3,2".parse().unwrap(),
+            "rs-xor:3,2".parse().unwrap(),
+            "lrc:4,2,1".parse().unwrap(),
+        ],
         chunk_bytes: vec![4096],
         threads: vec![1, 2],
         rounds: Some(1),
@@ -48,7 +52,7 @@ fn tiny_run_writes_json_lines_with_the_required_fields() {
         }
         let code = v["code"].as_str().unwrap();
         match code {
-            "rs" => assert_eq!(v["m"], 2),
+            "rs" | "rs-xor" => assert_eq!(v["m"], 2),
             "lrc" => {
                 assert_eq!(v["l"], 2);
                 assert_eq!(v["r"], 1);
@@ -80,8 +84,8 @@ fn tiny_run_writes_json_lines_with_the_required_fields() {
             v["threads"].to_string(),
         ));
     }
-    // 2 codes × (encode + 2 decodes × 2 patterns) × hot/cold × 1, 2 threads.
-    assert_eq!(cells.len(), 2 * 5 * 2 * 2);
+    // 3 codes × (encode + 2 decodes × 2 patterns) × hot/cold × 1, 2 threads.
+    assert_eq!(cells.len(), 3 * 5 * 2 * 2);
     for lib in [
         "inec",
         "xor-roofline",

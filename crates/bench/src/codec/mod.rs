@@ -142,10 +142,21 @@ impl Clock {
     }
 }
 
-/// The kind of a code as the JSON rows name it (`rs`, `lrc`).
+/// The kind of a code as the JSON rows name it (`rs`, `rs-xor`, `lrc`; as `Code` spells it).
 fn code_kind(code: Code) -> &'static str {
     match code {
-        Code::Rs { .. } => "rs",
+        Code::Rs {
+            matrix: MatrixKind::Cauchy,
+            ..
+        } => "rs",
+        Code::Rs {
+            matrix: MatrixKind::CauchyXor,
+            ..
+        } => "rs-xor",
+        Code::Rs {
+            matrix: MatrixKind::Vandermonde,
+            ..
+        } => "rs-vand",
         Code::Lrc { .. } => "lrc",
     }
 }
