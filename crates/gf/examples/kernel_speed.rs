@@ -22,7 +22,8 @@
 //!   D bytes after every input modulo 4096 (the 4K aliasing of a kernel's loads with its
 //!   stores: see `walk_back` in `src/arch/x86_64/mod.rs`).
 //!
-//! `XOR_ROWS=r` makes the first r rows of every matrix all ones (XOR rows).
+//! `XOR_ROWS=r` makes the first r rows of every matrix all ones (XOR rows); `LOCAL_ROWS=l`
+//! makes the first l rows an LRC's local parities (row g: ones over the g-th of l groups).
 //!
 //! `SHIFT=16` adds 16 bytes to every chunk's address in a region (as `malloc` does to a block
 //! from `mmap`: all chunks misaligned alike); `SHIFT=step16` adds 16·(j mod 4) + 64·j to
@@ -99,9 +100,15 @@ fn main() {
             // A Cauchy-like matrix with no 0 or 1: every product is a real multiplication;
             // with `XOR_ROWS=r`, the first r rows all ones (an `rs-xor` parity, LRC locals).
             let xor_rows: usize = std::env::var("XOR_ROWS").map_or(0, |v| v.parse().unwrap());
+            // With `LOCAL_ROWS=l`, the first l rows are an LRC's local parities: row g all
+            // ones over the g-th of l equal groups of the inputs, zeros elsewhere.
+            let local_rows: usize = std::env::var("LOCAL_ROWS").map_or(0, |v| v.parse().unwrap());
             let coeffs: Vec<u8> = (0..k * m)
                 .map(|i| {
-                    if i / k < xor_rows {
+                    let (r, c) = (i / k, i % k);
+                    if r < local_rows {
+                        u8::from(c * local_rows / k == r)
+                    } else if r < xor_rows {
                         1
                     } else {
                         rng.gen_range(2..=255)

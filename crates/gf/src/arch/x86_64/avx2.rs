@@ -10,7 +10,8 @@ use std::arch::x86_64::*;
 use std::sync::OnceLock;
 
 use super::{
-    dispatch_block, prefetch_dir, walk_back, Blocking, Blockings, Simd, STREAM_MIN_BYTES, TAIL_MASK,
+    dispatch_block, prefetch_dir, walk_back, Blocking, Blockings, Simd, STREAM_MIN_BYTES,
+    TAIL_MASK, TILE,
 };
 use crate::{field, Matrix};
 
@@ -162,48 +163,95 @@ fn tables(t: &Tables) -> (__m256i, __m256i) {
 /// rows and the `X` XOR rows (`B`, `X` are the caller's const parameters), as
 /// `([[__m256i; $v]; B], [[__m256i; $v]; X])`.
 ///
-/// The first source sets the accumulators (no zeroing, no XOR into zeros); the others are
-/// taken two per loop iteration, so that the loop's own instructions (index, pointer and
-/// coefficient updates, the branch), which compete with the vector instructions for the same
-/// ports, are paid once per two sources. A macro, not a function, so that the step is always
-/// part of the kernel's loop: as a function, the compiler stopped inlining it once it held
-/// the unrolled copies, and the accumulators went through memory.
+/// The sources come in runs of equal XOR-row bits (`$runs`: start, end, bits; see
+/// [`xor_runs`]), and each run's loop is written for its bits as a constant, so that no source
+/// tests its bits: the test in the loop made the compiler select between the input and zero
+/// with branches and spill accumulators (an LRC(12,2,2) encode, two product and two XOR rows,
+/// ran 0.9× as fast as an RS(12,4) encode's four product rows on an Intel Xeon; an
+/// `rs-xor:6,3` encode 0.88× as fast as `rs:6,3`'s). The first source sets the accumulators
+/// (no zeroing, no XOR into zeros); the others are taken two per loop iteration (see
+/// [`run`]). A macro, not a function, so that the step is always part of the kernel's loop:
+/// as a function, the compiler stopped inlining it once it held the unrolled copies, and the
+/// accumulators went through memory.
 ///
 /// Safety (of the caller): every source has `32·$v` readable bytes at `$p`;
-/// `$xmask.len() == $srcs.len() == $coef.len()` and `$srcs` is not empty; AVX2.
+/// `$coef.len() == $srcs.len()`, the runs cover `0..$srcs.len()` in order and `$srcs` is not
+/// empty; AVX2.
 macro_rules! step {
-    ($v:expr, $back:expr; $coef:expr, $xmask:expr, $srcs:expr, $p:expr) => {{
-        let (coef, xmask, srcs, p, back): (&[[Tables; B]], &[u8], &[*const u8], usize, bool) =
-            ($coef, $xmask, $srcs, $p, $back);
+    ($v:expr, $back:expr; $coef:expr, $runs:expr, $srcs:expr, $p:expr) => {{
+        let (coef, runs, srcs, p, back): (
+            &[[Tables; B]],
+            &[(usize, usize, u8)],
+            &[*const u8],
+            usize,
+            bool,
+        ) = ($coef, $runs, $srcs, $p, $back);
         let mut acc = [[_mm256_setzero_si256(); $v]; B];
         let mut xacc = [[_mm256_setzero_si256(); $v]; X];
-        source!($v, true; &coef[0], xmask[0], srcs[0], p, back, acc, xacc);
-        let (coef, xmask, srcs) = (&coef[1..], &xmask[1..], &srcs[1..]);
-        let (c2, m2, s2) = (coef.chunks_exact(2), xmask.chunks_exact(2), srcs.chunks_exact(2));
-        let (c1, m1, s1) = (c2.remainder(), m2.remainder(), s2.remainder());
-        for ((c, m), s) in c2.zip(m2).zip(s2) {
-            source!($v, false; &c[0], m[0], s[0], p, back, acc, xacc);
-            source!($v, false; &c[1], m[1], s[1], p, back, acc, xacc);
-        }
-        for ((c, &m), &s) in c1.iter().zip(m1).zip(s1) {
-            source!($v, false; c, m, s, p, back, acc, xacc);
+        if !RUNS {
+            // Every source with every XOR-row bit (no XOR rows, or all-ones rows): one run,
+            // one loop (the runs' dispatch below cost RS(6,3) encodes 10–15 % and
+            // `rs-xor:6,3` encodes about 10 % on an Intel Xeon).
+            run!($v, (1u8 << X) - 1, true; coef, srcs, p, back, acc, xacc);
+        } else {
+            let (start, end, bits) = runs[0];
+            by_bits!($v, bits, true; &coef[start..end], &srcs[start..end], p, back, acc, xacc);
+            for &(start, end, bits) in &runs[1..] {
+                by_bits!($v, bits, false; &coef[start..end], &srcs[start..end], p, back, acc, xacc);
+            }
         }
         (acc, xacc)
     }};
 }
 
-/// The contribution of one source `$s` with tables `$c` and XOR-row bits `$m` at offset `$p`:
-/// `$acc[i] (^)= $c[i] · $s[$p ..]` (`=` for the first source), and `$xacc[r] ^= $s[$p ..]`
-/// for each XOR row `r` with bit `r` of `$m`; `$v` vectors.
+/// [`run`] with the XOR-row bits `$bits` (a variable) made a constant in each arm. Bits
+/// beyond the block's X ≤ 2 XOR rows do not occur.
+macro_rules! by_bits {
+    ($v:expr, $bits:expr, $first:expr; $c:expr, $s:expr, $p:expr, $back:expr, $acc:ident, $xacc:ident) => {{
+        match $bits {
+            0 => run!($v, 0, $first; $c, $s, $p, $back, $acc, $xacc),
+            1 => run!($v, 1, $first; $c, $s, $p, $back, $acc, $xacc),
+            2 => run!($v, 2, $first; $c, $s, $p, $back, $acc, $xacc),
+            _ => run!($v, 3, $first; $c, $s, $p, $back, $acc, $xacc),
+        }
+    }};
+}
+
+/// The sources `$s` (tables `$c`) of one run, every one with the XOR-row bits `$bits` (a
+/// constant): the first sets the accumulators if `$first`, the others are taken two per loop
+/// iteration, so that the loop's own instructions (index, pointer and coefficient updates,
+/// the branch), which compete with the vector instructions for the same ports, are paid once
+/// per two sources.
+macro_rules! run {
+    ($v:expr, $bits:expr, $first:expr; $c:expr, $s:expr, $p:expr, $back:expr, $acc:ident, $xacc:ident) => {{
+        let (mut c, mut s): (&[[Tables; B]], &[*const u8]) = ($c, $s);
+        if $first {
+            source!($v, true, $bits; &c[0], s[0], $p, $back, $acc, $xacc);
+            (c, s) = (&c[1..], &s[1..]);
+        }
+        let (c2, s2) = (c.chunks_exact(2), s.chunks_exact(2));
+        let (c1, s1) = (c2.remainder(), s2.remainder());
+        for (c, s) in c2.zip(s2) {
+            source!($v, false, $bits; &c[0], s[0], $p, $back, $acc, $xacc);
+            source!($v, false, $bits; &c[1], s[1], $p, $back, $acc, $xacc);
+        }
+        for (c, &s) in c1.iter().zip(s1) {
+            source!($v, false, $bits; c, s, $p, $back, $acc, $xacc);
+        }
+    }};
+}
+
+/// The contribution of one source `$s` with tables `$c` and XOR-row bits `$bits` (a
+/// constant) at offset `$p`: `$acc[i] (^)= $c[i] · $s[$p ..]` (`=` for the first source), and
+/// `$xacc[r] ^= $s[$p ..]` for each XOR row `r` with bit `r` of `$bits`; `$v` vectors.
 ///
 /// Safety (of the caller): `$s` has `32·$v` readable bytes at `$p`; AVX2.
 macro_rules! source {
-    ($v:expr, $first:expr; $c:expr, $m:expr, $s:expr, $p:expr, $back:expr, $acc:ident, $xacc:ident) => {{
-        let (c, m, s, p, back): (&[Tables; B], u8, *const u8, usize, bool) =
-            ($c, $m, $s, $p, $back);
+    ($v:expr, $first:expr, $bits:expr; $c:expr, $s:expr, $p:expr, $back:expr, $acc:ident, $xacc:ident) => {{
+        let (c, s, p, back): (&[Tables; B], *const u8, usize, bool) = ($c, $s, $p, $back);
         let nibble = _mm256_set1_epi8(0x0f);
         // x = s[p .. p + 32·V]
-        // for each XOR row r with bit r of m: xacc[r] ^= x
+        // for each XOR row r with bit r of bits: xacc[r] ^= x
         // lo = x & 15; hi = (x >> 4) & 15
         // for each product row i: acc[i] (^)= pshufb(T_lo[i], lo) ^ pshufb(T_hi[i], hi)
         let mut x = [_mm256_setzero_si256(); $v];
@@ -218,11 +266,7 @@ macro_rules! source {
             prefetch_dir(s, p + 64 * l, back);
         }
         for (r, xa) in $xacc.iter_mut().enumerate() {
-            // With every XOR bit set for every source (`XALL`, the caller's const parameter:
-            // an all-ones row), no test: the test made the compiler select between `x` and
-            // zero with branches and spill accumulators (0.88× of the same block without
-            // its XOR row on an Intel Xeon, instead of faster).
-            if XALL || m & (1 << r) != 0 {
+            if ($bits as u8) & (1 << r) != 0 {
                 for (a, &xv) in xa.iter_mut().zip(&x) {
                     *a = _mm256_xor_si256(*a, xv);
                 }
@@ -249,6 +293,23 @@ macro_rules! source {
             }
         }
     }};
+}
+
+/// The runs of equal XOR-row bits of `xmask` (at most [`TILE`] sources): `(start, end, bits)`
+/// in order, in the first `n` entries of the array, `n` returned beside it.
+fn xor_runs(xmask: &[u8]) -> ([(usize, usize, u8); TILE], usize) {
+    assert!(xmask.len() <= TILE, "a tile has at most {TILE} sources");
+    let mut runs = [(0, 0, 0); TILE];
+    let mut n = 0;
+    for (i, &bits) in xmask.iter().enumerate() {
+        if n > 0 && runs[n - 1].2 == bits {
+            runs[n - 1].1 = i + 1;
+        } else {
+            runs[n] = (i, i + 1, bits);
+            n += 1;
+        }
+    }
+    (runs, n)
 }
 
 /// `dst[p .. p + 32·V] (^)= a`.
@@ -291,11 +352,11 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
     dsts: &[*mut u8],
     len: usize,
 ) {
-    // Whether every source feeds every XOR row (X ≤ 2).
-    let xall = xmask.iter().all(|&m| m == (1u8 << X) - 1);
+    // Whether the sources differ in their XOR-row bits (X ≤ 2): if not, one run.
+    let runs = xmask.iter().any(|&m| m != (1u8 << X) - 1);
     // SAFETY: the caller's guarantees, which are `dot_avx2_dir`'s.
     unsafe {
-        match (walk_back(ADD, srcs, dsts), xall) {
+        match (walk_back(ADD, srcs, dsts), runs) {
             (true, true) => dot_avx2_dir::<B, X, V, ADD, true, true>(coef, xmask, srcs, dsts, len),
             (true, false) => {
                 dot_avx2_dir::<B, X, V, ADD, true, false>(coef, xmask, srcs, dsts, len)
@@ -311,8 +372,8 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
 }
 
 /// [`dot_avx2`] with the steps of the main loop taken backwards (from the end of the region
-/// to its start) if `BACK`, forwards if not (see [`walk_back`]); `XALL` if every source has
-/// every XOR-row bit (`xmask[·] == 2^X − 1`).
+/// to its start) if `BACK`, forwards if not (see [`walk_back`]); `RUNS` if the sources differ
+/// in their XOR-row bits (if not, every source has all X of them).
 ///
 /// # Safety
 ///
@@ -324,7 +385,7 @@ unsafe fn dot_avx2_dir<
     const V: usize,
     const ADD: bool,
     const BACK: bool,
-    const XALL: bool,
+    const RUNS: bool,
 >(
     coef: &[Tables],
     xmask: &[u8],
@@ -342,6 +403,8 @@ unsafe fn dot_avx2_dir<
             && len >= 32
     );
     let (pdsts, xdsts) = dsts.split_at(B);
+    let (runs, nruns) = xor_runs(xmask);
+    let runs = &runs[..nruns];
     // Outputs set (not added to), of a mebibyte or more, 64-byte aligned, written a whole
     // line per step: non-temporal stores (see `STREAM_MIN_BYTES`).
     let stream = !ADD
@@ -355,7 +418,7 @@ unsafe fn dot_avx2_dir<
     for i in 0..steps {
         let p = 32 * V * if BACK { steps - 1 - i } else { i };
         // Safety of the step: `p + 32·V ≤ len`; the caller's guarantees.
-        let (acc, xacc) = step!(V, BACK; coef, xmask, srcs, p);
+        let (acc, xacc) = step!(V, BACK; coef, runs, srcs, p);
         // SAFETY: `p + 32·V ≤ len`; the caller's guarantees.
         unsafe {
             for (&d, a) in pdsts.iter().zip(&acc).chain(xdsts.iter().zip(&xacc)) {
@@ -385,7 +448,7 @@ unsafe fn dot_avx2_dir<
             (len - 32, tail_mask(len - p))
         };
         // SAFETY: `q + 32 ≤ len`; the caller's guarantees.
-        let (acc, xacc) = step!(1, false; coef, xmask, srcs, q);
+        let (acc, xacc) = step!(1, false; coef, runs, srcs, q);
         for (&d, [a]) in pdsts.iter().zip(acc).chain(xdsts.iter().zip(xacc)) {
             // SAFETY: `q + 32 ≤ len` bytes of `d` are readable and writable.
             unsafe {
