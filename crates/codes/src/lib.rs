@@ -149,7 +149,8 @@ pub enum CodeError {
     CodeStringTooLong { len: usize, max: usize },
     /// A code string without the `name:` prefix.
     #[error(
-        "cannot parse {input:?} as a code: expected rs:K,M, rs-xor:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3"
+        "cannot parse {input:?} as a code: expected rs:K,M, rs-xor:K,M, rs-vand:K,M or \
+         lrc:K,L,R, e.g. rs:6,3"
     )]
     Unparsable { input: String },
     /// A code name other than `rs`, `rs-xor`, `rs-vand` and `lrc`.
@@ -377,8 +378,8 @@ impl fmt::Display for Code {
 impl FromStr for Code {
     type Err = CodeError;
 
-    /// Parses `rs:K,M`, `rs-xor:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (surrounding spaces allowed), then checks
-    /// the parameters as the constructors do.
+    /// Parses `rs:K,M`, `rs-xor:K,M`, `rs-vand:K,M` or `lrc:K,L,R` (surrounding spaces
+    /// allowed), then checks the parameters as the constructors do.
     fn from_str(s: &str) -> Result<Code, CodeError> {
         if s.len() > MAX_CODE_STRING_BYTES {
             return Err(CodeError::CodeStringTooLong {

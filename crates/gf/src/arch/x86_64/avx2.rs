@@ -167,12 +167,12 @@ fn tables(t: &Tables) -> (__m256i, __m256i) {
 /// [`xor_runs`]), and each run's loop is written for its bits as a constant, so that no source
 /// tests its bits: the test in the loop made the compiler select between the input and zero
 /// with branches and spill accumulators (an LRC(12,2,2) encode, two product and two XOR rows,
-/// ran 0.9× as fast as an RS(12,4) encode's four product rows on an Intel Xeon; an
-/// `rs-xor:6,3` encode 0.88× as fast as `rs:6,3`'s). The first source sets the accumulators
-/// (no zeroing, no XOR into zeros); the others are taken two per loop iteration (see
-/// [`run`]). A macro, not a function, so that the step is always part of the kernel's loop:
-/// as a function, the compiler stopped inlining it once it held the unrolled copies, and the
-/// accumulators went through memory.
+/// ran 0.65–1.0× as fast as an RS(12,4) encode's four product rows on an Intel Xeon, and
+/// 1.28–1.36× with the runs; an `rs-xor:6,3` encode 0.88× as fast as `rs:6,3`'s). The first
+/// source sets the accumulators (no zeroing, no XOR into zeros); the others are taken two per
+/// loop iteration (see [`run`]). A macro, not a function, so that the step is always part of
+/// the kernel's loop: as a function, the compiler stopped inlining it once it held the
+/// unrolled copies, and the accumulators went through memory.
 ///
 /// Safety (of the caller): every source has `32·$v` readable bytes at `$p`;
 /// `$coef.len() == $srcs.len()`, the runs cover `0..$srcs.len()` in order and `$srcs` is not
