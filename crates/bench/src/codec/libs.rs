@@ -326,8 +326,18 @@ impl std::fmt::Debug for Erasure {
 
 impl Erasure {
     pub fn new(code: Code) -> Result<Erasure> {
-        let Code::Rs { k, m, .. } = code else {
-            return Err(BenchError::library("reed-solomon-erasure", "RS codes only"));
+        // Its own matrix: it runs in the rows of `rs` (whose parity it does not share either,
+        // see `Family`), not in those of `rs-xor`, which are about that matrix.
+        let Code::Rs {
+            k,
+            m,
+            matrix: MatrixKind::Cauchy,
+        } = code
+        else {
+            return Err(BenchError::library(
+                "reed-solomon-erasure",
+                "rs:K,M codes only",
+            ));
         };
         Ok(Erasure {
             rs: reed_solomon_erasure::galois_8::ReedSolomon::new(k, m)
@@ -421,8 +431,18 @@ pub struct Simd {
 
 impl Simd {
     pub fn new(code: Code) -> Result<Simd> {
-        let Code::Rs { k, m, .. } = code else {
-            return Err(BenchError::library("reed-solomon-simd", "RS codes only"));
+        // Its own matrix: it runs in the rows of `rs` (whose parity it does not share either,
+        // see `Family`), not in those of `rs-xor`, which are about that matrix.
+        let Code::Rs {
+            k,
+            m,
+            matrix: MatrixKind::Cauchy,
+        } = code
+        else {
+            return Err(BenchError::library(
+                "reed-solomon-simd",
+                "rs:K,M codes only",
+            ));
         };
         Ok(Simd { k, m })
     }
