@@ -352,28 +352,28 @@ unsafe fn dot_avx2<const B: usize, const X: usize, const V: usize, const ADD: bo
     dsts: &[*mut u8],
     len: usize,
 ) {
-    // Whether the sources differ in their XOR-row bits (X ≤ 2): if not, one run.
-    let runs = xmask.iter().any(|&m| m != (1u8 << X) - 1);
+    assert_eq!(xmask.len(), srcs.len());
+    let (runs, nruns) = xor_runs(xmask);
+    let runs = &runs[..nruns];
+    // Whether the sources differ in their XOR-row bits (X ≤ 2): if not, one plain loop.
+    let many = !matches!(runs, [(_, _, bits)] if *bits == (1u8 << X) - 1);
     // SAFETY: the caller's guarantees, which are `dot_avx2_dir`'s.
     unsafe {
-        match (walk_back(ADD, srcs, dsts), runs) {
-            (true, true) => dot_avx2_dir::<B, X, V, ADD, true, true>(coef, xmask, srcs, dsts, len),
-            (true, false) => {
-                dot_avx2_dir::<B, X, V, ADD, true, false>(coef, xmask, srcs, dsts, len)
-            }
-            (false, true) => {
-                dot_avx2_dir::<B, X, V, ADD, false, true>(coef, xmask, srcs, dsts, len)
-            }
+        match (walk_back(ADD, srcs, dsts), many) {
+            (true, true) => dot_avx2_dir::<B, X, V, ADD, true, true>(coef, runs, srcs, dsts, len),
+            (true, false) => dot_avx2_dir::<B, X, V, ADD, true, false>(coef, runs, srcs, dsts, len),
+            (false, true) => dot_avx2_dir::<B, X, V, ADD, false, true>(coef, runs, srcs, dsts, len),
             (false, false) => {
-                dot_avx2_dir::<B, X, V, ADD, false, false>(coef, xmask, srcs, dsts, len)
+                dot_avx2_dir::<B, X, V, ADD, false, false>(coef, runs, srcs, dsts, len)
             }
         }
     }
 }
 
 /// [`dot_avx2`] with the steps of the main loop taken backwards (from the end of the region
-/// to its start) if `BACK`, forwards if not (see [`walk_back`]); `RUNS` if the sources differ
-/// in their XOR-row bits (if not, every source has all X of them).
+/// to its start) if `BACK`, forwards if not (see [`walk_back`]). `runs` are the sources' runs
+/// of equal XOR-row bits ([`xor_runs`]); `RUNS` if there is more than one or its bits are not
+/// all X (if not, every source has all X of them and the step is one plain loop).
 ///
 /// # Safety
 ///
@@ -388,7 +388,7 @@ unsafe fn dot_avx2_dir<
     const RUNS: bool,
 >(
     coef: &[Tables],
-    xmask: &[u8],
+    runs: &[(usize, usize, u8)],
     srcs: &[*const u8],
     dsts: &[*mut u8],
     len: usize,
@@ -398,13 +398,11 @@ unsafe fn dot_avx2_dir<
         rest.is_empty()
             && !srcs.is_empty()
             && coef.len() == srcs.len()
-            && xmask.len() == srcs.len()
+            && runs.last().is_some_and(|r| r.1 == srcs.len())
             && dsts.len() == B + X
             && len >= 32
     );
     let (pdsts, xdsts) = dsts.split_at(B);
-    let (runs, nruns) = xor_runs(xmask);
-    let runs = &runs[..nruns];
     // Outputs set (not added to), of a mebibyte or more, 64-byte aligned, written a whole
     // line per step: non-temporal stores (see `STREAM_MIN_BYTES`).
     let stream = !ADD
