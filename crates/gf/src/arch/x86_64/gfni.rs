@@ -436,7 +436,8 @@ unsafe fn dot_gfni256<const B: usize, const V: usize, const ADD: bool>(
 /// to its start) if `BACK`, forwards if not (see [`walk_back`]), and the sources prefetched
 /// if `FAR` (regions of [`PREFETCH_MIN_LEN`] or more). `FAR` is a constant rather than a
 /// variable because the compiler kept the variable's test in the loop, once per source: with
-/// it, an Intel Xeon ran an RS(10,4) 4 KiB encode 3–5 % slower, RS(3,2) 5–8 %.
+/// it, an Intel Xeon ran an RS(10,4) 4 KiB encode 1–6 % slower, RS(3,2) 5–9 % (three
+/// alternated runs of `kernel_speed`).
 ///
 /// # Safety
 ///
