@@ -17,6 +17,7 @@
 //
 // Without "parity_matrix" the encoder uses the library's Cauchy matrix (ISA-L's
 // gf_gen_cauchy1_matrix); with it, those m parity rows (WithCustomMatrix).
+//
 //	{"cmd":"run","id":1,"iters":N,"clock":"wall"|"cpu"}     -> {"ns":elapsed}
 //
 // Clock "cpu" times the run by the CPU time of the OS thread running it (the goroutine is
@@ -257,7 +258,7 @@ func prepare(q request) (*bench, response, error) {
 	for s := range b.sets {
 		stripe := make([][]byte, n)
 		for i := range stripe {
-			stripe[i] = make([]byte, q.ChunkBytes)
+			stripe[i] = place(q.ChunkBytes, i)
 			if i < q.K {
 				fill(q.Seed, uint64(s), uint64(i), stripe[i])
 			}
@@ -404,6 +405,19 @@ func (b *bench) run(iters int, clock string) (int64, error) {
 		}
 	}
 	return time.Since(start).Nanoseconds(), nil
+}
+
+// place returns n zero bytes at 64·(slot mod 64) bytes past a page boundary, as the Rust
+// side's Chunk::placed (crates/bench/src/codec/data.rs) places chunk `slot` of a stripe, so
+// that every library runs on the same layout. Go's heap does not move objects, so the
+// address stays where it was measured.
+func place(n, slot int) []byte {
+	const page = 4096
+	off := 64 * (slot % (page / 64))
+	buf := make([]byte, n+off+page)
+	start := (page - int(uintptr(unsafe.Pointer(&buf[0]))%page)) % page
+	start += off
+	return buf[start : start+n : start+n]
 }
 
 func parity(q request) (response, error) {

@@ -22,28 +22,48 @@ pub fn fill(seed: u64, set: u64, chunk: u64, buf: &mut [u8]) {
     }
 }
 
-/// One cache line: the unit chunk buffers are allocated in, so that every chunk starts on a
-/// 64-byte boundary.
+/// One memory page: the unit chunk buffers are allocated in, so that every chunk starts at a
+/// chosen offset from a page boundary.
 #[derive(Clone, Copy, Debug, bytemuck::Pod, bytemuck::Zeroable)]
-#[repr(C, align(64))]
-struct Line([u8; 64]);
+#[repr(C, align(4096))]
+struct Page([u8; PAGE]);
 
-/// A chunk buffer that starts on a 64-byte boundary, as storage systems and the peer libraries'
-/// own allocators (klauspost `AllocAligned`, ISA-L's examples with `posix_memalign`) place
-/// them. A plain `Vec<u8>` of 4 KiB–1 MiB starts 16 bytes past a line (glibc), which makes
-/// every 64-byte access of every library split a cache line; the benchmark gives every
-/// library the same aligned buffers instead.
+const PAGE: usize = 4096;
+
+/// Chunk slots (see [`Chunk::placed`]) before the offsets repeat: 64 lines of a page.
+const SLOTS: usize = PAGE / 64;
+
+/// A chunk buffer at a fixed place relative to the pages: `64 · (slot mod 64)` bytes past a
+/// page boundary. Storage systems and the peer libraries' own allocators (klauspost
+/// `AllocAligned`, ISA-L's examples with `posix_memalign`) give 64-byte-aligned buffers, but
+/// where those fall relative to each other depends on the allocator's history: in one
+/// `--quick` run the 128 KiB buffers came from fresh `mmap`s (every chunk at the same offset in
+/// its page), in another from the heap after earlier cells freed theirs, and a cell's figures
+/// (inec's, ISA-L's and the XOR pass's, which share the buffers) moved by up to a quarter
+/// between the two while klauspost's, in the Go peer's own buffers, did not. The benchmark
+/// therefore places chunk i of a stripe at offset `64 · i` in its own pages, so that the
+/// chunks of a stripe use different L1 sets at equal positions, and the Go peer places its
+/// chunks the same way (`place` in `peers/klauspost/main.go`): every library gets the same
+/// layout in every run.
 #[derive(Clone, Debug)]
 pub struct Chunk {
-    lines: Vec<Line>,
+    pages: Vec<Page>,
+    offset: usize,
     len: usize,
 }
 
 impl Chunk {
-    /// `len` zero bytes.
+    /// `len` zero bytes in slot 0 (at a page boundary).
     pub fn zeroed(len: usize) -> Chunk {
+        Chunk::placed(len, 0)
+    }
+
+    /// `len` zero bytes at `64 · (slot mod 64)` bytes past a page boundary.
+    pub fn placed(len: usize, slot: usize) -> Chunk {
+        let offset = 64 * (slot % SLOTS);
         Chunk {
-            lines: vec![Line([0; 64]); len.div_ceil(64)],
+            pages: vec![Page([0; PAGE]); (offset + len).div_ceil(PAGE)],
+            offset,
             len,
         }
     }
@@ -52,13 +72,13 @@ impl Chunk {
 impl std::ops::Deref for Chunk {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &bytemuck::cast_slice(&self.lines)[..self.len]
+        &bytemuck::cast_slice(&self.pages)[self.offset..self.offset + self.len]
     }
 }
 
 impl std::ops::DerefMut for Chunk {
     fn deref_mut(&mut self) -> &mut [u8] {
-        &mut bytemuck::cast_slice_mut(&mut self.lines)[..self.len]
+        &mut bytemuck::cast_slice_mut(&mut self.pages)[self.offset..self.offset + self.len]
     }
 }
 
@@ -101,7 +121,7 @@ impl Stripes {
             .map(|s| {
                 (0..=n)
                     .map(|i| {
-                        let mut c = Chunk::zeroed(chunk_bytes);
+                        let mut c = Chunk::placed(chunk_bytes, i);
                         if i < k {
                             fill(seed, s as u64, i as u64, &mut c);
                         }
@@ -184,15 +204,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn chunks_start_on_a_cache_line_and_have_their_length() {
+    fn chunks_lie_at_their_slot_offset_and_have_their_length() {
         for len in [0, 1, 63, 64, 65, 4096, 131_072 + 7] {
-            let mut c = Chunk::zeroed(len);
-            assert_eq!(c.len(), len);
-            assert_eq!(c.as_ptr() as usize % 64, 0, "len {len}");
-            c.fill(7);
-            let d = c.clone();
-            assert_eq!(d.as_ptr() as usize % 64, 0);
-            assert!(d == c && d.iter().all(|&b| b == 7));
+            for slot in [0, 1, 5, 63, 64, 70] {
+                let mut c = Chunk::placed(len, slot);
+                assert_eq!(c.len(), len);
+                let want = 64 * (slot % 64);
+                assert_eq!(c.as_ptr() as usize % 4096, want, "len {len} slot {slot}");
+                c.fill(7);
+                let d = c.clone();
+                assert_eq!(d.as_ptr() as usize % 4096, want);
+                assert!(d == c && d.iter().all(|&b| b == 7));
+            }
+        }
+    }
+
+    #[test]
+    fn a_stripes_chunks_take_consecutive_slots() {
+        let st = Stripes::new(1, 3, 5, 1000, 2);
+        for set in &st.sets {
+            assert_eq!(set.len(), 6);
+            for (i, c) in set.iter().enumerate() {
+                assert_eq!(c.as_ptr() as usize % 4096, 64 * i);
+                assert_eq!(c.len(), 1000);
+            }
         }
     }
 
