@@ -36,13 +36,13 @@ const SLOTS: usize = PAGE / 64;
 /// A chunk buffer at a fixed place relative to the pages: `64 · (slot mod 64)` bytes past a
 /// page boundary. Storage systems and the peer libraries' own allocators (klauspost
 /// `AllocAligned`, ISA-L's examples with `posix_memalign`) give 64-byte-aligned buffers, but
-/// where those fall relative to each other depends on the allocator's history: in one
-/// `--quick` run the 128 KiB buffers came from fresh `mmap`s (every chunk at the same offset in
-/// its page), in another from the heap after earlier cells freed theirs, and a cell's figures
-/// (inec's, ISA-L's and the XOR pass's, which share the buffers) moved by up to a quarter
-/// between the two while klauspost's, in the Go peer's own buffers, did not. The benchmark
-/// therefore places chunk i of a stripe at offset `64 · i` in its own pages, so that the
-/// chunks of a stripe use different L1 sets at equal positions, and the Go peer places its
+/// where those fall relative to each other depends on the allocator's history: a 128 KiB cell
+/// run alone got its buffers from fresh `mmap`s (every chunk at the same offset in its page),
+/// the same cell late in a `--quick` run got them from the heap, where earlier cells had freed
+/// theirs, and its figures (inec's, ISA-L's and the XOR pass's, which share the buffers) were
+/// up to a quarter lower there while klauspost's, in the Go peer's own buffers, were not. The
+/// benchmark therefore places chunk i of a stripe at offset `64 · i` in its own pages, so that
+/// the chunks of a stripe use different L1 sets at equal positions, and the Go peer places its
 /// chunks the same way (`place` in `peers/klauspost/main.go`): every library gets the same
 /// layout in every run.
 #[derive(Clone, Debug)]
