@@ -8,6 +8,8 @@
 //!   Libraries of one parity family share buffer sets ([`libs::Family`]): inec, ISA-L, the XOR
 //!   pass (and, in its own process, klauspost) hold ISA-L Cauchy / Azure LRC parity;
 //!   reed-solomon-erasure and reed-solomon-simd hold their own codes' parity.
+//! - Layout: chunk i of a stripe lies `64 · i` bytes past a page boundary, on both sides of
+//!   the Go peer's pipe ([`data::Chunk`]), so every library gets the same layout in every run.
 //! - Hot: one buffer set. Cold: as many sets as make ≥ 2× the last-level cache (at least
 //!   64 MiB), called in rotation.
 //! - Threads: each call is split by byte range (multiples of 64 bytes); every thread makes the
