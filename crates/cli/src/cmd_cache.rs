@@ -765,18 +765,58 @@ fn restart(dir: &Path, id: usize) -> Result<()> {
             std::thread::sleep(Duration::from_millis(10));
         }
     }
-    // The peer port may linger briefly after a kill; retry the bind by restarting.
-    let pid = spawn_node(dir, &st, id, true)?;
-    st.pids[id] = pid;
-    save(dir, &st)?;
-    wait_answering(
-        st.members[id].client,
-        pid,
-        Instant::now() + Duration::from_secs(20),
-        &dir.join(format!("node-{id}.log")),
-    )?;
+    // The node binds the ports it had. One may be refused for a while: right after a kill the
+    // dead node's connections on it are still closing (seen in tests: a bind refused at once,
+    // accepted a moment later), and another `cache up` on this host probing for free ports
+    // holds each candidate briefly. A node that exits on "Address already in use" is started
+    // again, up to `RESTART_BIND_ATTEMPTS` times over about seven seconds.
+    let log = dir.join(format!("node-{id}.log"));
+    let mut attempt = 0;
+    let pid = loop {
+        attempt += 1;
+        // Only this attempt's part of the log (it is appended to) tells why it failed.
+        let logged = fs::metadata(&log).map_or(0, |m| m.len());
+        let pid = spawn_node(dir, &st, id, true)?;
+        st.pids[id] = pid;
+        save(dir, &st)?;
+        match wait_answering(
+            st.members[id].client,
+            pid,
+            Instant::now() + Duration::from_secs(20),
+            &log,
+        ) {
+            Ok(()) => break pid,
+            Err(_)
+                if attempt < RESTART_BIND_ATTEMPTS && log_since(&log, logged).contains(IN_USE) =>
+            {
+                eprintln!(
+                    "cache restart: node {id} found one of its ports taken; starting it again"
+                );
+                std::thread::sleep(Duration::from_millis((250 * u64::from(attempt)).min(1000)));
+            }
+            Err(e) => return Err(e),
+        }
+    };
     println!("node {id} restarted empty (pid {pid}); it recovers in the background");
     Ok(())
+}
+
+/// How many times `cache restart` starts a node whose port was taken (see [`restart`]).
+const RESTART_BIND_ATTEMPTS: u32 = 10;
+
+/// How a node's log says that a port was taken.
+const IN_USE: &str = "Address already in use";
+
+/// The text of the file at `path` from byte `from` on (empty if it cannot be read).
+fn log_since(path: &Path, from: u64) -> String {
+    let mut text = Vec::new();
+    if let Ok(mut f) = fs::File::open(path) {
+        use std::io::Seek;
+        if f.seek(std::io::SeekFrom::Start(from)).is_ok() {
+            let _ = f.read_to_end(&mut text);
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
 }
 
 fn stat_map(text: &str) -> Vec<(String, String)> {

@@ -40,12 +40,22 @@ fn get(addr: SocketAddr, key: &str) -> Option<Vec<u8>> {
     Some(data)
 }
 
+/// Held by each test of this file for its whole run: the tests start caches on free ports
+/// chosen at random, and one test's `cache up`s (36 nodes at once) could otherwise choose a
+/// port of the other's node while it is down between a kill and its restart.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn value(i: usize) -> Vec<u8> {
     (0..3000).map(|j| (i * 31 + j * 7) as u8).collect()
 }
 
 #[test]
 fn kill_restart_and_recover_a_node() {
+    let _serial = serial();
     let exe = env!("CARGO_BIN_EXE_inec");
     let dir = std::env::temp_dir().join(format!("inec-cache-control-{}", std::process::id()));
     let mut c = InecCache::start_in(
@@ -144,6 +154,7 @@ fn kill_restart_and_recover_a_node() {
 /// two could pick the same port in between and one would fail with "Address already in use".
 #[test]
 fn concurrent_cache_ups_do_not_take_each_others_ports() {
+    let _serial = serial();
     let inec = env!("CARGO_BIN_EXE_inec");
     let dirs: Vec<tempfile::TempDir> = (0..4).map(|_| tempfile::tempdir().unwrap()).collect();
     let children: Vec<_> = dirs
@@ -176,4 +187,72 @@ fn concurrent_cache_ups_do_not_take_each_others_ports() {
         );
         assert!(!String::from_utf8_lossy(&o.stderr).contains("choosing others"));
     }
+}
+
+/// A restarted node whose port is refused for a moment (a dead node's connections still
+/// closing, or another `cache up` probing for free ports: the first made
+/// `kill_restart_and_recover_a_node` fail once in a full run) is started again until it
+/// binds, instead of the restart failing.
+#[test]
+fn restart_waits_out_a_port_taken_for_a_moment() {
+    let _serial = serial();
+    let exe = env!("CARGO_BIN_EXE_inec");
+    let dir = std::env::temp_dir().join(format!("inec-cache-retake-{}", std::process::id()));
+    let mut c = InecCache::start_in(
+        &InecOptions {
+            exe: exe.into(),
+            code: "rs:3,2".into(),
+            scheme: "rs".into(),
+            mode: "coherent".into(),
+            memory_mib: 16,
+            nodes: None,
+        },
+        &dir,
+        &["--down-after-ms".into(), "500".into()],
+    )
+    .expect("inec cache up");
+    set(c.addrs()[0], "before", &value(1));
+    // Node 1's engine address, from the cluster file: `node <id> <client> <peer> <engine>`.
+    let cluster = std::fs::read_to_string(dir.join("cluster.txt")).unwrap();
+    let engine: SocketAddr = cluster
+        .lines()
+        .find_map(|l| l.strip_prefix("node 1 "))
+        .and_then(|rest| rest.split(' ').nth(2))
+        .expect("node 1's engine address")
+        .parse()
+        .unwrap();
+    c.kill(1).unwrap();
+    // Hold the port until the restarted node has failed on it (its log says so), then let
+    // it go.
+    // (Right after a kill the port can still be refused for a moment, while the dead node's
+    // connections close: the case the restart's retries are for. Take it once it is free.)
+    let bind_deadline = Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        match std::net::TcpListener::bind(engine) {
+            Ok(l) => break l,
+            Err(_) if Instant::now() < bind_deadline => {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("binding {engine}: {e}"),
+        }
+    };
+    let log_path = dir.join("node-1.log");
+    let release = std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline
+            && !std::fs::read_to_string(&log_path)
+                .is_ok_and(|l| l.contains("Address already in use"))
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        drop(held);
+    });
+    c.restart(1).expect("restart once the port is free again");
+    release.join().unwrap();
+    let log = std::fs::read_to_string(dir.join("node-1.log")).unwrap();
+    assert!(
+        log.contains("Address already in use"),
+        "the first start found the port taken:\n{log}"
+    );
+    assert_eq!(get(c.addrs()[1], "before"), Some(value(1)));
 }
