@@ -49,6 +49,23 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// A local RS(3,2) cache of five nodes in `dir`, nodes declared down after 500 ms.
+fn rs32_cache(dir: &std::path::Path) -> InecCache {
+    InecCache::start_in(
+        &InecOptions {
+            exe: env!("CARGO_BIN_EXE_inec").into(),
+            code: "rs:3,2".into(),
+            scheme: "rs".into(),
+            mode: "coherent".into(),
+            memory_mib: 16,
+            nodes: None,
+        },
+        dir,
+        &["--down-after-ms".into(), "500".into()],
+    )
+    .expect("inec cache up")
+}
+
 fn value(i: usize) -> Vec<u8> {
     (0..3000).map(|j| (i * 31 + j * 7) as u8).collect()
 }
@@ -56,21 +73,8 @@ fn value(i: usize) -> Vec<u8> {
 #[test]
 fn kill_restart_and_recover_a_node() {
     let _serial = serial();
-    let exe = env!("CARGO_BIN_EXE_inec");
     let dir = std::env::temp_dir().join(format!("inec-cache-control-{}", std::process::id()));
-    let mut c = InecCache::start_in(
-        &InecOptions {
-            exe: exe.into(),
-            code: "rs:3,2".into(),
-            scheme: "rs".into(),
-            mode: "coherent".into(),
-            memory_mib: 16,
-            nodes: None,
-        },
-        &dir,
-        &["--down-after-ms".into(), "500".into()],
-    )
-    .expect("inec cache up");
+    let mut c = rs32_cache(&dir);
     assert_eq!(c.dir(), dir);
     assert_eq!(c.addrs().len(), 5);
     let st = c.status();
@@ -196,21 +200,8 @@ fn concurrent_cache_ups_do_not_take_each_others_ports() {
 #[test]
 fn restart_waits_out_a_port_taken_for_a_moment() {
     let _serial = serial();
-    let exe = env!("CARGO_BIN_EXE_inec");
     let dir = std::env::temp_dir().join(format!("inec-cache-retake-{}", std::process::id()));
-    let mut c = InecCache::start_in(
-        &InecOptions {
-            exe: exe.into(),
-            code: "rs:3,2".into(),
-            scheme: "rs".into(),
-            mode: "coherent".into(),
-            memory_mib: 16,
-            nodes: None,
-        },
-        &dir,
-        &["--down-after-ms".into(), "500".into()],
-    )
-    .expect("inec cache up");
+    let mut c = rs32_cache(&dir);
     set(c.addrs()[0], "before", &value(1));
     // Node 1's engine address, from the cluster file: `node <id> <client> <peer> <engine>`.
     let cluster = std::fs::read_to_string(dir.join("cluster.txt")).unwrap();
