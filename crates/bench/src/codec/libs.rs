@@ -324,21 +324,23 @@ impl std::fmt::Debug for Erasure {
     }
 }
 
-impl Erasure {
-    pub fn new(code: Code) -> Result<Erasure> {
-        // Its own matrix: it runs in the rows of `rs` (whose parity it does not share either,
-        // see `Family`), not in those of `rs-xor`, which are about that matrix.
-        let Code::Rs {
+/// `(k, m)` of an `rs:K,M` code, for a library that uses its own matrix: it runs in the rows
+/// of `rs` (whose parity it does not share either, see `Family`), not in those of `rs-xor`,
+/// which are about that matrix.
+fn own_matrix_rs(code: Code, library: &str) -> Result<(usize, usize)> {
+    match code {
+        Code::Rs {
             k,
             m,
             matrix: MatrixKind::Cauchy,
-        } = code
-        else {
-            return Err(BenchError::library(
-                "reed-solomon-erasure",
-                "rs:K,M codes only",
-            ));
-        };
+        } => Ok((k, m)),
+        _ => Err(BenchError::library(library, "rs:K,M codes only")),
+    }
+}
+
+impl Erasure {
+    pub fn new(code: Code) -> Result<Erasure> {
+        let (k, m) = own_matrix_rs(code, "reed-solomon-erasure")?;
         Ok(Erasure {
             rs: reed_solomon_erasure::galois_8::ReedSolomon::new(k, m)
                 .map_err(|e| BenchError::library("reed-solomon-erasure", format!("{e:?}")))?,
@@ -431,19 +433,7 @@ pub struct Simd {
 
 impl Simd {
     pub fn new(code: Code) -> Result<Simd> {
-        // Its own matrix: it runs in the rows of `rs` (whose parity it does not share either,
-        // see `Family`), not in those of `rs-xor`, which are about that matrix.
-        let Code::Rs {
-            k,
-            m,
-            matrix: MatrixKind::Cauchy,
-        } = code
-        else {
-            return Err(BenchError::library(
-                "reed-solomon-simd",
-                "rs:K,M codes only",
-            ));
-        };
+        let (k, m) = own_matrix_rs(code, "reed-solomon-simd")?;
         Ok(Simd { k, m })
     }
 
