@@ -53,11 +53,6 @@ pub struct Chunk {
 }
 
 impl Chunk {
-    /// `len` zero bytes in slot 0 (at a page boundary).
-    pub fn zeroed(len: usize) -> Chunk {
-        Chunk::placed(len, 0)
-    }
-
     /// `len` zero bytes at `64 · (slot mod 64)` bytes past a page boundary.
     pub fn placed(len: usize, slot: usize) -> Chunk {
         let offset = 64 * (slot % SLOTS);
