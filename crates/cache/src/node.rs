@@ -58,6 +58,8 @@ impl std::str::FromStr for ExecMode {
 /// Default small-value threshold: values shorter than this are replicated (see docs/cache.md
 /// for the measurement).
 pub const REPLICATE_BELOW_BYTES: usize = 1024;
+/// The reason of a write refused for its size (`SERVER_ERROR object too large for cache`).
+const TOO_LARGE: &str = "object too large for cache";
 
 /// A node's settings.
 #[derive(Clone, Debug)]
@@ -80,6 +82,9 @@ pub struct NodeConfig {
     pub recovery_bytes_per_s: u64,
     /// Accept the test-only `inec_flip` command.
     pub debug_commands: bool,
+    /// The largest value (`-I`): an append or prepend whose result would be larger is refused
+    /// with `SERVER_ERROR object too large for cache` and removes the key's value.
+    pub item_size_max_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -1788,6 +1793,16 @@ impl Node {
                     Ok(v) => v,
                     Err(r) => return AgentResult::Error(r),
                 };
+                if cur.len() + value.len() > self.cfg.item_size_max_bytes {
+                    // As a `set` refused for its size: the value the write meant to change
+                    // is not left behind (memcached 1.6.18 keeps it and answers NOT_STORED).
+                    return match self.op_delete(stripe, key, None) {
+                        AgentResult::Deleted | AgentResult::NotFound => {
+                            AgentResult::Error(TOO_LARGE.into())
+                        }
+                        other => other,
+                    };
+                }
                 (semantics::combine(mode, &cur, &value), e.flags, e.exptime)
             }
             _ => (

@@ -98,7 +98,15 @@ struct Conn {
 
 struct Job {
     token: Token,
-    request: Vec<u8>,
+    work: Work,
+}
+
+enum Work {
+    /// A request's bytes, run by [`execute`].
+    Request(Vec<u8>),
+    /// A write refused as too large that must not leave the value it meant to overwrite (see
+    /// `proto::Parse::Error::unlink`): the key's value is removed, then `reply` is sent.
+    Unlink { key: Vec<u8>, reply: Vec<u8> },
 }
 
 /// Runs the client event loop forever.
@@ -136,7 +144,13 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                 };
                 let Ok(job) = job else { return };
                 let mut out = Vec::new();
-                let close = execute(&node, &counts, &limits, &job.request, &mut out);
+                let close = match job.work {
+                    Work::Request(request) => execute(&node, &counts, &limits, &request, &mut out),
+                    Work::Unlink { key, reply } => {
+                        unlink(&node, &key, reply, &mut out);
+                        false
+                    }
+                };
                 if tx.send((job.token, out, close)).is_err() {
                     return;
                 }
@@ -257,7 +271,7 @@ fn service(
                     c.busy = true;
                     let _ = jobs.send(Job {
                         token,
-                        request: req,
+                        work: Work::Request(req),
                     });
                     progressed = true;
                     continue;
@@ -272,9 +286,23 @@ fn service(
                     error,
                     consumed,
                     noreply,
+                    unlink,
                 } => {
-                    if !noreply {
-                        c.out.extend_from_slice(error.reply());
+                    let reply = if noreply { &[][..] } else { error.reply() };
+                    match unlink {
+                        // The reply waits for the removal, so that a request after it never
+                        // sees the old value.
+                        Some(key) => {
+                            c.busy = true;
+                            let _ = jobs.send(Job {
+                                token,
+                                work: Work::Unlink {
+                                    key,
+                                    reply: reply.to_vec(),
+                                },
+                            });
+                        }
+                        None => c.out.extend_from_slice(reply),
                     }
                     c.inbuf.drain(..consumed);
                     if error.closes_connection() {
@@ -306,7 +334,10 @@ fn service(
                     if !inline {
                         let request = c.inbuf[..consumed].to_vec();
                         c.busy = true;
-                        let _ = jobs.send(Job { token, request });
+                        let _ = jobs.send(Job {
+                            token,
+                            work: Work::Request(request),
+                        });
                     }
                     c.inbuf.drain(..consumed);
                 }
@@ -374,6 +405,25 @@ fn meta_store_mode(m: Option<proto::MetaMode>) -> StoreMode {
 fn degrade_of(opaque: Option<&[u8]>) -> Option<u8> {
     let rest = opaque?.strip_prefix(DEGRADE_OPAQUE_PREFIX)?;
     std::str::from_utf8(rest).ok()?.parse().ok()
+}
+
+/// Removes `key`'s value after a write of it was refused as too large, then appends `reply`
+/// (empty for `noreply`); a removal that fails is reported in its place.
+fn unlink(node: &Node, key: &[u8], reply: Vec<u8>, out: &mut Vec<u8>) {
+    let op = AgentOp::Delete {
+        key: key.to_vec(),
+        compare_cas: None,
+    };
+    match node.route_key(op, key) {
+        AgentResult::Deleted | AgentResult::NotFound => out.extend_from_slice(&reply),
+        AgentResult::Error(r) if !reply.is_empty() => server_error(
+            out,
+            &format!("object too large for cache, and its old value could not be removed: {r}"),
+        ),
+        AgentResult::Error(_) => {}
+        other if !reply.is_empty() => server_error(out, &format!("unexpected {other:?}")),
+        _ => {}
+    }
 }
 
 /// Runs one request and appends its reply; true when the connection must close.

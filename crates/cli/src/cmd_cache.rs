@@ -236,6 +236,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         recover: a.recover,
         recovery_bytes_per_s: a.opts.recovery_mbps.max(1) * 1_000_000,
         debug_commands: a.opts.debug_commands,
+        item_size_max_bytes: item,
     };
     let addrs: Vec<SocketAddr> = members.iter().map(|m| m.peer).collect();
     let transport = Arc::new(TcpTransport::new(addrs.clone(), server::PEER_TIMEOUT));

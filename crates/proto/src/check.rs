@@ -66,6 +66,15 @@ fn run(data: &[u8], limits: Limits, read_bytes: usize) -> Vec<Vec<u8>> {
                 error, consumed, ..
             } => {
                 assert!(consumed > 0 && consumed <= buf.len());
+                if !error.closes_connection() {
+                    let dropped = consumed as u64 + parser.swallow_bytes();
+                    assert_eq!(
+                        dropped,
+                        refused_request_bytes(&buf),
+                        "refused {:?}: {error:?} dropped {dropped} bytes",
+                        String::from_utf8_lossy(&buf[..consumed]),
+                    );
+                }
                 outcomes.push(error.reply().to_vec());
                 buf.drain(..consumed);
                 if error.closes_connection() {
@@ -78,4 +87,34 @@ fn run(data: &[u8], limits: Limits, read_bytes: usize) -> Vec<Vec<u8>> {
             }
         }
     }
+}
+
+/// The bytes a refused request (not one that closes the connection) must drop, worked out from
+/// its line alone: the line, and when it is a storage command (`set`…`cas`, `ms`) whose length
+/// token (the fifth, or the third of `ms`) is a usable length, that many bytes and `\r\n` more,
+/// whatever else is wrong with the line. So a refused value is never read as commands.
+fn refused_request_bytes(buf: &[u8]) -> u64 {
+    let nl = buf
+        .iter()
+        .position(|&b| b == b'\n')
+        .expect("a refused line that does not close the connection ends in a newline");
+    let mut line = &buf[..nl];
+    if line.len() > 1 && line.ends_with(b"\r") {
+        line = &line[..line.len() - 1];
+    }
+    let tokens: Vec<&[u8]> = line
+        .split(|&b| b == b' ')
+        .filter(|t| !t.is_empty())
+        .collect();
+    let length_at = match tokens.first().copied() {
+        Some(b"set" | b"add" | b"replace" | b"append" | b"prepend" | b"cas") => 4,
+        Some(b"ms") => 2,
+        _ => usize::MAX,
+    };
+    let block = tokens
+        .get(length_at)
+        .and_then(|t| crate::number::strtol(t))
+        .filter(|&len| (0..=i64::from(i32::MAX) - 2).contains(&len))
+        .map_or(0, |len| len as u64 + 2);
+    (nl + 1) as u64 + block
 }

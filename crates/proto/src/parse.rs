@@ -91,6 +91,11 @@ pub enum ProtocolError {
     MetaDeleteBadFlag { letter: char },
     #[error("base64 key does not decode")]
     MetaKeyDecode,
+    /// An unknown command whose last token starts with `HTTP/`: a browser or proxy talking
+    /// HTTP to the cache port (perhaps sent by a web page, cross-protocol). memcached hangs up
+    /// without a reply, and so does inec.
+    #[error("an HTTP request line on the memcached port")]
+    HttpRequest,
 }
 
 impl ProtocolError {
@@ -120,13 +125,17 @@ impl ProtocolError {
             MetaModeLength => b"CLIENT_ERROR incorrect length for M token\r\n",
             MetaDeleteBadFlag { .. } => b"CLIENT_ERROR invalid or duplicate flag\r\n",
             MetaKeyDecode => b"CLIENT_ERROR error decoding key\r\n",
+            HttpRequest => b"",
         }
     }
 
     /// Whether the connection must be closed after the reply (the parser cannot find the
-    /// start of the next command).
+    /// start of the next command, or the peer speaks HTTP).
     pub fn closes_connection(&self) -> bool {
-        matches!(self, ProtocolError::LineTooLong { .. })
+        matches!(
+            self,
+            ProtocolError::LineTooLong { .. } | ProtocolError::HttpRequest
+        )
     }
 }
 
@@ -149,6 +158,10 @@ pub enum Parse<'a> {
         error: ProtocolError,
         consumed: usize,
         noreply: bool,
+        /// The key whose current value the refusal removes, as memcached unlinks it: a `set`,
+        /// `append`, `prepend` or `ms` refused as too large must not leave the value it meant
+        /// to overwrite behind (`add`, `replace` and `cas` keep it, as in memcached).
+        unlink: Option<Vec<u8>>,
     },
     /// `consumed` bytes of a refused request's data block were dropped; no reply.
     Swallowed { consumed: usize },
@@ -201,6 +214,7 @@ impl Parser {
                 line_bytes,
                 swallow,
                 noreply,
+                unlink,
             } => {
                 let total = line_bytes as u64 + swallow;
                 let consumed = total.min(buf.len() as u64);
@@ -209,6 +223,7 @@ impl Parser {
                     error,
                     consumed: consumed as usize,
                     noreply,
+                    unlink,
                 }
             }
         }
@@ -225,6 +240,7 @@ enum Step<'a> {
         /// Bytes of the announced data block (with its `\r\n`) to drop after the line.
         swallow: u64,
         noreply: bool,
+        unlink: Option<Vec<u8>>,
     },
 }
 
@@ -234,6 +250,7 @@ fn line_error<'a>(error: ProtocolError, line_bytes: usize, noreply: bool) -> Ste
         line_bytes,
         swallow: 0,
         noreply,
+        unlink: None,
     }
 }
 
@@ -319,6 +336,17 @@ pub(crate) fn check_key(key: &[u8]) -> Result<(), ProtocolError> {
     Ok(())
 }
 
+/// The refusal of a line that names no command: `ERROR`, or a hang-up when it looks like an
+/// HTTP request line (memcached's rule: the last token starts with `HTTP/`).
+fn unknown_command<'a>(tokens: &[&[u8]], line_bytes: usize) -> Step<'a> {
+    let error = if tokens.last().is_some_and(|t| t.starts_with(b"HTTP/")) {
+        ProtocolError::HttpRequest
+    } else {
+        ProtocolError::UnknownCommand
+    };
+    line_error(error, line_bytes, false)
+}
+
 fn parse_line<'a>(
     tokens: &[&'a [u8]],
     line_bytes: usize,
@@ -328,7 +356,7 @@ fn parse_line<'a>(
     use ProtocolError::*;
     let n = tokens.len();
     if n == 0 || tokens[0].len() < 2 {
-        return line_error(UnknownCommand, line_bytes, false);
+        return unknown_command(tokens, line_bytes);
     }
     let done = |command: Command<'a>| Step::Command(command, line_bytes);
     let noreply = last_is_noreply(tokens);
@@ -377,6 +405,18 @@ fn parse_line<'a>(
             };
             let base = if mode == StoreMode::Cas { 6 } else { 5 };
             if n != base && n != base + 1 {
+                // A length where the length belongs announces a data block, whatever else is
+                // wrong with the line: it is dropped, never read as commands (a client that lets
+                // a user choose a value could otherwise be made to send any command).
+                if let Some(data_bytes) = tokens.get(4).and_then(|t| data_length(t)) {
+                    return Step::Error {
+                        error: BadFormat,
+                        line_bytes,
+                        swallow: data_bytes + 2,
+                        noreply,
+                        unlink: None,
+                    };
+                }
                 return line_error(UnknownCommand, line_bytes, false);
             }
             parse_store(mode, tokens, noreply, line_bytes, rest, limits)
@@ -503,16 +543,24 @@ fn parse_line<'a>(
                 line_bytes,
                 swallow,
                 noreply: false,
+                unlink: None,
             };
             let meta = match parse_meta(MetaKind::Set, tokens[1], &tokens[3..]) {
                 Ok(m) => m,
                 Err(e) => return refuse(e),
             };
             if data_bytes > limits.item_size_max_bytes as u64 {
-                return refuse(TooLarge {
-                    value_bytes: data_bytes,
-                    limit: limits.item_size_max_bytes,
-                });
+                // memcached unlinks the key whatever the mode.
+                return Step::Error {
+                    error: TooLarge {
+                        value_bytes: data_bytes,
+                        limit: limits.item_size_max_bytes,
+                    },
+                    line_bytes,
+                    swallow,
+                    noreply: false,
+                    unlink: Some(meta.key_bytes().into_owned()),
+                };
             }
             match data_block(rest, data_bytes as usize) {
                 None => Step::Incomplete,
@@ -523,7 +571,7 @@ fn parse_line<'a>(
                 ),
             }
         }
-        _ => line_error(UnknownCommand, line_bytes, false),
+        _ => unknown_command(tokens, line_bytes),
     }
 }
 
@@ -576,6 +624,7 @@ fn parse_store<'a>(
         line_bytes,
         swallow,
         noreply,
+        unlink: None,
     };
     if let Err(e) = check_key(tokens[1]) {
         return refuse(e);
@@ -594,10 +643,20 @@ fn parse_store<'a>(
         0
     };
     if data_bytes > limits.item_size_max_bytes as u64 {
-        return refuse(TooLarge {
-            value_bytes: data_bytes,
-            limit: limits.item_size_max_bytes,
-        });
+        let overwrites = matches!(
+            mode,
+            StoreMode::Set | StoreMode::Append | StoreMode::Prepend
+        );
+        return Step::Error {
+            error: TooLarge {
+                value_bytes: data_bytes,
+                limit: limits.item_size_max_bytes,
+            },
+            line_bytes,
+            swallow,
+            noreply,
+            unlink: overwrites.then(|| tokens[1].to_vec()),
+        };
     }
     match data_block(rest, data_bytes as usize) {
         None => Step::Incomplete,

@@ -53,9 +53,13 @@ pub fn outcomes(input: &[u8], limits: Limits, read_bytes: usize) -> Vec<String> 
                 error,
                 consumed,
                 noreply,
+                unlink,
             } => {
                 let q = if noreply { " quiet" } else { "" };
-                out.push(format!("err{q}: {error:?}"));
+                match unlink {
+                    None => out.push(format!("err{q}: {error:?}")),
+                    Some(key) => out.push(format!("err{q}: {error:?}, unlink {}", show(&key))),
+                }
                 buf.drain(..consumed);
                 if error.closes_connection() {
                     return out;
@@ -88,6 +92,14 @@ fn err(error: ProtocolError) -> String {
 
 fn err_quiet(error: ProtocolError) -> String {
     format!("err quiet: {error:?}")
+}
+
+fn err_unlink(error: ProtocolError, key: &[u8]) -> String {
+    format!("err: {error:?}, unlink {}", show(key))
+}
+
+fn err_quiet_unlink(error: ProtocolError, key: &[u8]) -> String {
+    format!("err quiet: {error:?}, unlink {}", show(key))
 }
 
 fn case(
@@ -324,17 +336,73 @@ pub fn cases() -> Vec<Case> {
             b"",
             &cat(&[b"set k 0 0 2000000\r\n", &big, b"\r\nget k\r\n"]),
             vec![
-                err(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }),
+                err_unlink(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }, b"k"),
                 cmd(b"get k\r\n"),
             ],
             cat(&[b"SERVER_ERROR object too large for cache\r\n", Reply::End.bytes()]),
+        ),
+        case(
+            "a set too large removes the value it meant to overwrite",
+            b"set k 0 0 3\r\nMOO\r\n",
+            &cat(&[b"set k 0 0 2000000\r\n", &big, b"\r\nget k\r\n"]),
+            vec![
+                err_unlink(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }, b"k"),
+                cmd(b"get k\r\n"),
+            ],
+            cat(&[b"SERVER_ERROR object too large for cache\r\n", Reply::End.bytes()]),
+        ),
+        deviation(
+            case(
+                "an append too large removes the value too",
+                b"set k 0 0 3\r\nMOO\r\n",
+                &cat(&[b"append k 0 0 2000000\r\n", &big, b"\r\nget k\r\n"]),
+                vec![
+                    err_unlink(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }, b"k"),
+                    cmd(b"get k\r\n"),
+                ],
+                cat(&[b"SERVER_ERROR object too large for cache\r\n", Reply::End.bytes()]),
+            ),
+            &cat(&[b"SERVER_ERROR object too large for cache\r\n", &r(|o| {
+                compose::value(o, b"k", 0, b"MOO", None);
+                compose::reply(o, Reply::End);
+            })]),
+        ),
+        case(
+            "add too large keeps the value, as memcached",
+            b"set k 0 0 3\r\nMOO\r\n",
+            &cat(&[b"add k 0 0 1100000\r\n", &big[..1_100_000], b"\r\nget k\r\n"]),
+            vec![err(TooLarge { value_bytes: 1_100_000, limit: 1 << 20 }), cmd(b"get k\r\n")],
+            cat(&[b"SERVER_ERROR object too large for cache\r\n", &r(|o| {
+                compose::value(o, b"k", 0, b"MOO", None);
+                compose::reply(o, Reply::End);
+            })]),
+        ),
+        case(
+            "replace too large keeps the value, as memcached",
+            b"set k 0 0 3\r\nMOO\r\n",
+            &cat(&[b"replace k 0 0 1100000\r\n", &big[..1_100_000], b"\r\nget k\r\n"]),
+            vec![err(TooLarge { value_bytes: 1_100_000, limit: 1 << 20 }), cmd(b"get k\r\n")],
+            cat(&[b"SERVER_ERROR object too large for cache\r\n", &r(|o| {
+                compose::value(o, b"k", 0, b"MOO", None);
+                compose::reply(o, Reply::End);
+            })]),
+        ),
+        case(
+            "cas too large keeps the value, as memcached",
+            b"set k 0 0 3\r\nMOO\r\n",
+            &cat(&[b"cas k 0 0 1100000 1\r\n", &big[..1_100_000], b"\r\nget k\r\n"]),
+            vec![err(TooLarge { value_bytes: 1_100_000, limit: 1 << 20 }), cmd(b"get k\r\n")],
+            cat(&[b"SERVER_ERROR object too large for cache\r\n", &r(|o| {
+                compose::value(o, b"k", 0, b"MOO", None);
+                compose::reply(o, Reply::End);
+            })]),
         ),
         case(
             "too large with noreply",
             b"",
             &cat(&[b"set k 0 0 2000000 noreply\r\n", &big, b"\r\nget k\r\n"]),
             vec![
-                err_quiet(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }),
+                err_quiet_unlink(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }, b"k"),
                 cmd(b"get k\r\n"),
             ],
             Reply::End.bytes().to_vec(),
@@ -360,19 +428,39 @@ pub fn cases() -> Vec<Case> {
             vec![err(UnknownCommand), err(UnknownCommand)],
             cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
         ),
-        case(
-            "too many tokens",
-            b"",
-            b"set k 0 0 3 noreply extra\r\nabc\r\n",
-            vec![err(UnknownCommand), err(UnknownCommand)],
-            cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        deviation(
+            case(
+                "too many tokens with a length: the data block is swallowed",
+                b"",
+                b"set k 0 0 3 noreply extra\r\nabc\r\n",
+                vec![err(BadFormat)],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
         ),
-        case(
-            "cas without its unique",
-            b"",
-            b"cas k 0 0 1\r\na\r\n",
-            vec![err(UnknownCommand), err(UnknownCommand)],
-            cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        deviation(
+            case(
+                "cas without its unique: the data block is swallowed",
+                b"",
+                b"cas k 0 0 1\r\na\r\n",
+                vec![err(BadFormat)],
+                e(&BadFormat).to_vec(),
+            ),
+            &cat(&[e(&UnknownCommand), e(&UnknownCommand)]),
+        ),
+        deviation(
+            case(
+                "a cas with an empty unique cannot smuggle its value in as a command",
+                b"set foo 0 0 1\r\nx\r\n",
+                b"cas foo 0 0 9 \r\nflush_all\r\nget foo\r\n",
+                vec![err(BadFormat), cmd(b"get foo\r\n")],
+                cat(&[e(&BadFormat), &r(|o| {
+                    compose::value(o, b"foo", 0, b"x", None);
+                    compose::reply(o, Reply::End);
+                })]),
+            ),
+            // memcached 1.6.18 runs the value `flush_all`: the key is gone.
+            &cat(&[e(&UnknownCommand), b"OK\r\n", Reply::End.bytes()]),
         ),
         deviation(
             case(
@@ -624,6 +712,12 @@ pub fn cases() -> Vec<Case> {
             Reply::Ok.bytes().to_vec(),
         ),
         closing(case("quit", b"", b"quit\r\n", vec![cmd(b"quit\r\n")], vec![])),
+        closing(case("an HTTP GET hangs up without a reply", b"", b"GET / HTTP/1.0\r\n\r\n", vec![err(HttpRequest)], vec![])),
+        closing(case("an HTTP PUT hangs up without a reply", b"", b"PUT /a/b HTTP/1.1\r\nHost: x\r\n\r\n", vec![err(HttpRequest)], vec![])),
+        closing(case("an HTTP DELETE hangs up without a reply", b"", b"DELETE HTTP/1.1\r\n", vec![err(HttpRequest)], vec![])),
+        closing(case("an HTTP line after commands hangs up after their replies", b"", b"mn\r\nPOST /x HTTP/1.1\r\nmn\r\n", vec![cmd(b"mn\r\n"), err(HttpRequest)], b"MN\r\n".to_vec())),
+        case("a known command with an HTTP-like last token is that command", b"", b"get k HTTP/1.1\r\n", vec![cmd(b"get k HTTP/1.1\r\n")], Reply::End.bytes().to_vec()),
+        case("an unknown command without HTTP/ is an error", b"", b"GET /\r\n", vec![err(UnknownCommand)], e(&UnknownCommand).to_vec()),
         closing(deviation(
             case(
                 "a line without end longer than the limit",
@@ -825,8 +919,15 @@ pub fn cases() -> Vec<Case> {
             "ms too large",
             b"",
             &cat(&[b"ms k 2000000\r\n", &big, b"\r\nmn\r\n"]),
-            vec![err(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }), cmd(b"mn\r\n")],
+            vec![err_unlink(TooLarge { value_bytes: TOO_LARGE_BYTES as u64, limit: 1 << 20 }, b"k"), cmd(b"mn\r\n")],
             cat(&[e(&TooLarge { value_bytes: 0, limit: 0 }), b"MN\r\n"]),
+        ),
+        case(
+            "ms too large removes the value whatever its mode (base64 key decoded)",
+            b"set key 0 0 3\r\nMOO\r\n",
+            &cat(&[b"ms a2V5 1100000 b MA\r\n", &big[..1_100_000], b"\r\nget key\r\n"]),
+            vec![err_unlink(TooLarge { value_bytes: 1_100_000, limit: 1 << 20 }, b"key"), cmd(b"get key\r\n")],
+            cat(&[e(&TooLarge { value_bytes: 0, limit: 0 }), Reply::End.bytes()]),
         ),
         deviation(
             case(
@@ -892,8 +993,91 @@ pub fn cases() -> Vec<Case> {
             ]),
         ),
     ];
+    v.extend(malformed_storage_lines());
     for c in &mut v {
         assert!(c.request.len() <= TOO_LARGE_BYTES + 64);
+    }
+    v
+}
+
+/// Every storage verb with each field of its line malformed in turn, the data block being the
+/// command `mn`: wherever the line carries a readable length, the block must be swallowed (no
+/// `MN` in the reply), whatever else is wrong; where it does not, memcached's `ERROR` or
+/// `CLIENT_ERROR` and then the block read as a command. memcached 1.6.18's replies are recorded
+/// where they differ (it runs the block for a bad key, flags, exptime, unique or token count).
+#[rustfmt::skip]
+pub fn malformed_storage_lines() -> Vec<Case> {
+    use ProtocolError::*;
+    let long_key = "k".repeat(251);
+    let mn = b"MN\r\n";
+    let mut v = Vec::new();
+    for verb in ["set", "add", "replace", "append", "prepend", "cas"] {
+        let unique = if verb == "cas" { " 1" } else { "" };
+        let too_long = KeyTooLong { key_bytes: 251, limit: 250 };
+        // (field, line, our error (None: answered without swallowing), memcached's reply).
+        let lines: Vec<(&str, String, ProtocolError, bool, Vec<u8>)> = vec![
+            ("key too long", format!("{verb} {long_key} 0 0 2{unique}"), too_long, true, cat(&[e(&BadFormat), mn])),
+            ("control character in the key", format!("{verb} k\x01 0 0 2{unique}"), KeyControlCharacter { byte: 1 }, true, vec![]),
+            ("flags not a number", format!("{verb} k x 0 2{unique}"), BadFormat, true, cat(&[e(&BadFormat), mn])),
+            ("negative flags", format!("{verb} k -1 0 2{unique}"), BadFormat, true, cat(&[e(&BadFormat), mn])),
+            ("exptime not a number", format!("{verb} k 0 x 2{unique}"), BadFormat, true, cat(&[e(&BadFormat), mn])),
+            ("length not a number", format!("{verb} k 0 0 x{unique}"), BadFormat, false, vec![]),
+            ("negative length", format!("{verb} k 0 0 -2{unique}"), BadFormat, false, vec![]),
+            ("too many tokens", format!("{verb} k 0 0 2{unique} noreply extra"), BadFormat, true, cat(&[e(&UnknownCommand), mn])),
+            ("too few tokens", format!("{verb} k 0 0"), UnknownCommand, false, vec![]),
+            ("bad flags, noreply", format!("{verb} k x 0 2{unique} noreply"), BadFormat, true, mn.to_vec()),
+        ];
+        let mut lines = lines;
+        if verb == "cas" {
+            lines.push(("unique not a number", "cas k 0 0 2 x".into(), BadFormat, true, cat(&[e(&BadFormat), mn])));
+            lines.push(("unique missing", "cas k 0 0 2".into(), BadFormat, true, cat(&[e(&UnknownCommand), mn])));
+            lines.push(("unique missing, noreply", "cas k 0 0 2 noreply".into(), BadFormat, true, mn.to_vec()));
+        }
+        for (field, line, error, swallowed, memcached) in lines {
+            let quiet = line.ends_with(" noreply");
+            let request = format!("{line}\r\nmn\r\n");
+            let mut reply = if quiet { vec![] } else { e(&error).to_vec() };
+            let outcome = if quiet { err_quiet(error.clone()) } else { err(error.clone()) };
+            let mut outcomes = vec![outcome];
+            if !swallowed {
+                outcomes.push(cmd(b"mn\r\n"));
+                reply.extend_from_slice(mn);
+            }
+            let name: &'static str = format!("{verb}: {field}").leak();
+            let c = case(name, b"", request.as_bytes(), outcomes, reply.clone());
+            // memcached takes a control character as part of the key and runs the command on
+            // an empty cache.
+            let memcached = match (field, verb) {
+                ("control character in the key", "set" | "add") => Reply::Stored.bytes().to_vec(),
+                ("control character in the key", "cas") => Reply::NotFound.bytes().to_vec(),
+                ("control character in the key", _) => Reply::NotStored.bytes().to_vec(),
+                _ if memcached.is_empty() => reply.clone(),
+                _ => memcached,
+            };
+            v.push(if memcached == reply { c } else { deviation(c, &memcached) });
+        }
+    }
+    // The meta set: its length is the third token.
+    let ms: Vec<(&str, String, ProtocolError, bool, Vec<u8>)> = vec![
+        ("ms: invalid flag", "ms k 2 zz".into(), MetaInvalidFlag { letter: 'z' }, true, vec![]),
+        ("ms: bad token", "ms k 2 T".into(), MetaBadToken { letter: 'T' }, true, vec![]),
+        ("ms: bad mode", "ms k 2 MZ".into(), MetaInvalidMode, true, vec![]),
+        ("ms: key too long", format!("ms {long_key} 2"), KeyTooLong { key_bytes: 251, limit: 250 }, true, cat(&[e(&BadFormat), mn])),
+        ("ms: base64 key that does not decode", "ms k 2 b".into(), MetaKeyDecode, true, vec![]),
+        ("ms: quiet with an invalid flag", "ms k 2 q zz".into(), MetaInvalidFlag { letter: 'z' }, true, vec![]),
+        ("ms: length not a number", "ms k x".into(), BadFormat, false, vec![]),
+        ("ms: negative length", "ms k -2".into(), BadFormat, false, vec![]),
+    ];
+    for (name, line, error, swallowed, memcached) in ms {
+        let request = format!("{line}\r\nmn\r\n");
+        let mut reply = e(&error).to_vec();
+        let mut outcomes = vec![err(error)];
+        if !swallowed {
+            outcomes.push(cmd(b"mn\r\n"));
+            reply.extend_from_slice(mn);
+        }
+        let c = case(name, b"", request.as_bytes(), outcomes, reply.clone());
+        v.push(if memcached.is_empty() || memcached == reply { c } else { deviation(c, &memcached) });
     }
     v
 }
