@@ -126,7 +126,7 @@ fn vandermonde_parity_equals_isal_where_we_accept_it() {
             }
         }
     }
-    // m ≤ 3 is accepted for any k, and m = 4 up to k = 21 (DESIGN.md §4).
+    // m ≤ 3 is accepted for any k, and m = 4 up to k = 21 (docs/chunk-format.md, kind 2).
     assert!(
         accepted >= 40,
         "only {accepted} Vandermonde shapes accepted"

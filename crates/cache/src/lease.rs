@@ -25,7 +25,7 @@
 //!
 //! On one host this is safe against stalls; a partition between hosts (each side sees the
 //! other silent for `2 × term`) can still give two leaders: split-brain-safe leadership across
-//! hosts needs a coordination service (DESIGN.md §7).
+//! hosts needs a coordination service (docs/cache.md, "Failures").
 
 use std::time::{Duration, Instant};
 

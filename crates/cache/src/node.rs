@@ -26,7 +26,7 @@ use crate::semantics::{self, Decision};
 use crate::stripe;
 use crate::time;
 
-/// Execution mode of the data path (see DESIGN.md §6). On the cache's own peer messages:
+/// Execution mode of the data path (docs/engine.md, "Coherent mode" and "Incoherent mode"). On the cache's own peer messages:
 /// coherent posts the messages of every member of an operation before waiting for any reply;
 /// incoherent sends one, waits for its reply, then sends the next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -143,7 +143,7 @@ fn rs_decode_works_with_every_kernel() {
     }
 }
 
-/// (code, recoverable four-loss patterns, all four-loss patterns) — DESIGN.md §4.
+/// (code, recoverable four-loss patterns, all four-loss patterns) — docs/chunk-format.md, "The algebra of the parity chunks".
 const LRC_FOUR_LOSS: [((usize, usize, usize), usize, usize); 3] = [
     ((4, 2, 2), 60, 70),
     ((6, 2, 2), 180, 210),

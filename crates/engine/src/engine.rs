@@ -27,7 +27,7 @@ const FINISHED_MEMORY: usize = 4096;
 /// continues, so computing the next slice overlaps sending the last.
 const FLUSH_BYTES: usize = 32 << 10;
 
-/// How a primitive is driven (DESIGN.md §6).
+/// How a primitive is driven (docs/engine.md, "Coherent mode" and "Incoherent mode").
 #[derive(
     Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
 )]

@@ -129,7 +129,8 @@ fn every_loss_pattern_of_every_scheme_rebuilds_the_lost_chunks() {
             }
         }
         if name == "lrc:12,2,2" {
-            // DESIGN.md §4: every pattern of up to 3 losses and 1568 of the 1820 of 4.
+            // LRC(12,2,2) is maximally recoverable (docs/chunk-format.md, "The algebra of the parity
+            // chunks"): every pattern of up to 3 losses and 1568 of the 1820 of 4.
             assert_eq!(&recoverable_by_size[..6], &[0, 16, 120, 560, 1568, 0]);
         }
         for scheme in schemes(code) {
@@ -304,7 +305,7 @@ fn ppr_tree_depth_and_fan_in() {
             "{name}"
         );
     }
-    // The parents of the binomial tree (DESIGN.md §5).
+    // The parents of the binomial tree (docs/plans.md, "PPR").
     let parents: Vec<Option<usize>> = (0..6).map(|i| graph::build::ppr_parent(i, 6)).collect();
     assert_eq!(parents, [Some(1), Some(3), Some(3), None, Some(5), None]);
 }

@@ -18,7 +18,7 @@ use gf::{field, Kernel, Matrix};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Family {
     /// ISA-L `gf_gen_cauchy1_matrix` parity (RS; `rs-xor`: its columns scaled), or Azure LRC
-    /// parity as DESIGN.md §4 defines it: inec, ISA-L, klauspost with `WithCauchyMatrix` (or
+    /// parity as docs/chunk-format.md defines it: inec, ISA-L, klauspost with `WithCauchyMatrix` (or
     /// `WithCustomMatrix` for `rs-xor`), the XOR roofline.
     Cauchy,
     /// reed-solomon-erasure's own matrix.
@@ -68,7 +68,7 @@ fn pick<'a>(
 }
 
 /// The generator matrix of the Cauchy family, `n × k` row-major, identity on top, written
-/// here from DESIGN.md §4 independently of the `codes` crate so that the benchmark's expected
+/// here from docs/chunk-format.md independently of the `codes` crate so that the benchmark's expected
 /// parity does not come from the code under test.
 pub fn reference_generator(code: Code) -> Vec<u8> {
     let (k, n) = (code.k(), code.n());
