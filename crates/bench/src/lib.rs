@@ -4,6 +4,12 @@
 // (one `clock_gettime` call) and `ycsb::cpu::{self_usage, clock_ticks_per_second}` (one
 // `getrusage`, one `sysconf` call).
 #![deny(unsafe_code)]
+// Standard output is written through `stdout` (`outln!`, `stdout::Stdout`), which returns EPIPE
+// as an error instead of panicking.
+#![deny(clippy::print_stdout)]
+
+#[macro_use]
+pub mod stdout;
 
 pub mod cache;
 pub mod clients;

@@ -271,7 +271,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
     };
     server::serve_peers(Arc::clone(&node), peer);
     node.start_background();
-    println!(
+    outln!(
         "inec serve: node {} of {} ready on {} peer {} code {} scheme {} mode {}{}",
         a.id,
         members.len(),
@@ -281,7 +281,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         scheme.name(),
         mode.name(),
         if a.recover { " (recovering)" } else { "" }
-    );
+    )?;
     let _ = std::io::stdout().flush();
     let limits = proto::Limits {
         item_size_max_bytes: item,
@@ -715,7 +715,7 @@ fn start(a: &UpArgs, dir: &Path, code: Code, n: usize, netns: bool) -> Result<()
         let _ = fs::remove_file(dir.join(STATE_FILE));
         return Err(e.context("cache up failed; stopped every node it started"));
     }
-    println!(
+    outln!(
         "cache up: {n} nodes, code {code}, scheme {}, mode {}{}",
         a.opts.scheme,
         a.opts.mode,
@@ -724,7 +724,7 @@ fn start(a: &UpArgs, dir: &Path, code: Code, n: usize, netns: bool) -> Result<()
             (true, None) => ", network namespaces".to_string(),
             (true, Some(r)) => format!(", network namespaces, links of {r}"),
         }
-    );
+    )?;
     status(dir)
 }
 
@@ -749,7 +749,7 @@ fn down(dir: &Path) -> Result<()> {
         crate::cmd_cluster::NetnsCreated::of_nodes(ns.len()).remove();
     }
     fs::remove_file(dir.join(STATE_FILE))?;
-    println!("cache down: {} nodes stopped", st.pids.len());
+    outln!("cache down: {} nodes stopped", st.pids.len())?;
     Ok(())
 }
 
@@ -798,7 +798,7 @@ fn restart(dir: &Path, id: usize) -> Result<()> {
             Err(e) => return Err(e),
         }
     };
-    println!("node {id} restarted empty (pid {pid}); it recovers in the background");
+    outln!("node {id} restarted empty (pid {pid}); it recovers in the background")?;
     Ok(())
 }
 
@@ -838,10 +838,14 @@ fn status(dir: &Path) -> Result<()> {
         .parse()
         .map_err(|e| anyhow!("bad code in state: {e}"))?;
     let n = st.members.len();
-    println!(
+    outln!(
         "{:<5} {:<22} {:<22} {:<8} {:<11} recovery",
-        "node", "client", "peer", "pid", "health"
-    );
+        "node",
+        "client",
+        "peer",
+        "pid",
+        "health"
+    )?;
     // health per node: down, recovering, up
     let mut health = Vec::new();
     for (m, &pid) in st.members.iter().zip(&st.pids) {
@@ -876,7 +880,7 @@ fn status(dir: &Path) -> Result<()> {
             }
         };
         health.push(h);
-        println!(
+        outln!(
             "{:<5} {:<22} {:<22} {:<8} {:<11} {}",
             m.id,
             m.client.to_string(),
@@ -884,10 +888,10 @@ fn status(dir: &Path) -> Result<()> {
             pid,
             h,
             rec
-        );
+        )?;
     }
     let placement = Placement::new(n, code.n());
-    println!("{:<7} {:<6} {:<12} members", "stripe", "agent", "state");
+    outln!("{:<7} {:<6} {:<12} members", "stripe", "agent", "state")?;
     for s in 0..n {
         let members = placement.members(s);
         let down = members
@@ -900,7 +904,7 @@ fn status(dir: &Path) -> Result<()> {
             .agent_of(s, |i| health[i] == "up")
             .map_or("none".to_string(), |a| a.to_string());
         let list: Vec<String> = members.iter().map(|i| i.to_string()).collect();
-        println!("{:<7} {:<6} {:<12} {}", s, agent, state, list.join(","));
+        outln!("{:<7} {:<6} {:<12} {}", s, agent, state, list.join(","))?;
     }
     Ok(())
 }

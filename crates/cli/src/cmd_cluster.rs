@@ -35,7 +35,7 @@ pub fn node(a: NodeArgs) -> Result<()> {
         .ok_or_else(|| anyhow!("listener has no address"))?;
     let engine = Engine::start(t, pool);
     {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::stdout::Stdout::lock();
         writeln!(
             out,
             "inec node {} ready on {addr} (kernel {})",
@@ -381,7 +381,7 @@ fn up(a: UpArgs) -> Result<()> {
             )));
         }
     };
-    println!(
+    outln!(
         "cluster up: {} nodes{} (state in {})",
         state.nodes.len(),
         match (&a.netns, &a.link_rate) {
@@ -390,9 +390,9 @@ fn up(a: UpArgs) -> Result<()> {
             _ => ", loopback".to_string(),
         },
         dir.display()
-    );
+    )?;
     for n in &state.nodes {
-        println!("  node {:>3}  {:<22} pid {}", n.id, n.addr, n.pid);
+        outln!("  node {:>3}  {:<22} pid {}", n.id, n.addr, n.pid)?;
     }
     Ok(())
 }
@@ -504,7 +504,7 @@ fn down(args: DownArgs) -> Result<()> {
         // Only if empty: anything else in it is not ours to remove.
         let _ = fs::remove_dir(&a.dir);
     }
-    println!("cluster down: {} nodes stopped{kept}", state.nodes.len());
+    outln!("cluster down: {} nodes stopped{kept}", state.nodes.len())?;
     Ok(())
 }
 
@@ -537,7 +537,7 @@ fn status(a: DirArgs) -> Result<()> {
             (true, false) => "not answering",
             (false, _) => "dead",
         };
-        println!(
+        outln!(
             "node {:>3}  {:<22} pid {:<8} {}{}",
             n.id,
             n.addr,
@@ -547,9 +547,9 @@ fn status(a: DirArgs) -> Result<()> {
                 .as_ref()
                 .map(|ns| format!("  (netns {ns})"))
                 .unwrap_or_default()
-        );
+        )?;
     }
-    println!("{up}/{} nodes up", state.nodes.len());
+    outln!("{up}/{} nodes up", state.nodes.len())?;
     if up != state.nodes.len() {
         bail!("{} nodes are not up", state.nodes.len() - up);
     }

@@ -76,8 +76,8 @@ struct Out {
 }
 
 impl Out {
-    fn step(&self, n: usize, total: usize, text: &str) {
-        println!("[{n}/{total}] {text}");
+    fn step(&self, n: usize, total: usize, text: &str) -> std::io::Result<()> {
+        outln!("[{n}/{total}] {text}")
     }
 
     fn bar(&self, total: u64, msg: &str) -> indicatif::ProgressBar {
@@ -142,7 +142,9 @@ struct Seen {
     killed: Option<Instant>,
     restarted: Option<Instant>,
     recovered: Option<Instant>,
-    failure: Option<String>,
+    /// What the controller could not do (stop the demo): a kill or restart that failed, or
+    /// its line that standard output no longer took.
+    failure: Option<anyhow::Error>,
     /// (time, status) every poll.
     statuses: Vec<(Instant, CacheStatus)>,
     /// Sum over nodes of the increases of their `degraded_reads` counters so far.
@@ -257,7 +259,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             "starting a local cache: {nodes} nodes, {code}, scheme {}, {} (inec cache up)",
             a.scheme, a.mode
         ),
-    );
+    )?;
     let opts = InecOptions {
         exe: exe.clone(),
         code: code.to_string(),
@@ -267,11 +269,11 @@ pub fn run(a: DemoArgs) -> Result<()> {
         nodes: Some(nodes),
     };
     let mut cache = InecCache::start_in(&opts, &dir, &[]).context("starting the cache")?;
-    println!(
+    outln!(
         "      cluster directory {} (node logs), node pids {:?}",
         dir.display(),
         cache.pids()
-    );
+    )?;
     let result = demo(
         &a,
         &out,
@@ -298,12 +300,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
     report.elapsed = started.elapsed();
     let verdict = finish(&a, &report, &code, &opts, nodes, records, value_bytes, kill);
     if let Some(p) = logs_kept {
-        println!("node logs kept in {}", p.display());
+        outln!("node logs kept in {}", p.display())?;
     }
-    println!(
+    outln!(
         "every node stopped; the demo took {:.0} s",
         started.elapsed().as_secs_f64()
-    );
+    )?;
     verdict
 }
 
@@ -371,7 +373,7 @@ fn demo(
         2,
         total_steps,
         &format!("loading {records} records of {value_bytes} B (YCSB key names)"),
-    );
+    )?;
     let bar = out.bar(records, "load");
     let t = Instant::now();
     let load = {
@@ -408,11 +410,11 @@ fn demo(
     bar.finish_and_clear();
     let load_secs = t.elapsed().as_secs_f64();
     let loaded = load.ops.get(&OpKind::Set).map_or(0, |s| s.ok);
-    println!(
+    outln!(
         "      {loaded} records stored in {load_secs:.1} s ({} sets/s), errors {}",
         fmt_int(loaded as f64 / load_secs),
         load.total_errors()
-    );
+    )?;
     if loaded != records {
         bail!(
             "the load stored {loaded} of {records} records (errors: {:?})",
@@ -481,14 +483,12 @@ fn demo(
             };
         let result = (|| -> Result<Vec<PhaseRun>> {
             let mut phases = Vec::new();
-            let timed = |n: usize, text: &str| {
-                out.step(n, total_steps, text);
-            };
-            let report = |p: &PhaseRun| {
+            let timed = |n: usize, text: &str| out.step(n, total_steps, text);
+            let report = |p: &PhaseRun| -> std::io::Result<()> {
                 let reads = p.stats.ops.get(&OpKind::Get).map_or(0, |s| s.ok);
                 let deg = p.stats.ops.get(&OpKind::DegradedGet).map_or(0, |s| s.ok);
                 let writes = p.stats.ops.get(&OpKind::Set).map_or(0, |s| s.ok);
-                println!(
+                outln!(
                     "      {:.1} s: {} ops/s; reads {} (of them on a stripe missing a chunk {}), \
                      writes acknowledged {}, degraded reads counted by the nodes {}, errors {}, \
                      wrong values {}",
@@ -500,7 +500,7 @@ fn demo(
                     p.server_degraded,
                     p.stats.total_errors(),
                     p.stats.check.wrong()
-                );
+                )
             };
             timed(
                 3,
@@ -508,11 +508,11 @@ fn demo(
                     "YCSB-A (50% reads, 50% updates, zipfian) for {:.0} s, all nodes up",
                     phase_len.as_secs_f64()
                 ),
-            );
+            )?;
             let p = with_clock(out, "YCSB-A, all up", phase_len, || {
                 run_phase("before", phase_len, &mut session)
             })?;
-            report(&p);
+            report(&p)?;
             phases.push(p);
 
             timed(
@@ -521,23 +521,23 @@ fn demo(
                     "killing node {kill} (SIGKILL) 0.5 s into {:.0} s more of YCSB-A",
                     phase_len.as_secs_f64()
                 ),
-            );
+            )?;
             let _ = tx.send(Cmd::Kill {
                 after: Duration::from_millis(500),
             });
             let p = with_clock(out, "YCSB-A, node down", phase_len, || {
                 run_phase("node down", phase_len, &mut session)
             })?;
-            if let Some(f) = seen.lock().expect("lock").failure.clone() {
-                bail!(f);
+            if let Some(f) = seen.lock().expect("lock").failure.take() {
+                return Err(f);
             }
-            report(&p);
+            report(&p)?;
             phases.push(p);
 
             timed(
                 5,
                 &format!("restarting node {kill} empty (inec cache restart); YCSB-A goes on while it recovers"),
-            );
+            )?;
             let _ = tx.send(Cmd::Restart);
             let since = Instant::now();
             let mut recovering: Option<PhaseRun> = None;
@@ -552,9 +552,9 @@ fn demo(
                         acc
                     }
                 });
-                let g = seen.lock().expect("lock");
-                if let Some(f) = &g.failure {
-                    bail!(f.clone());
+                let mut g = seen.lock().expect("lock");
+                if let Some(f) = g.failure.take() {
+                    return Err(f);
                 }
                 if g.recovered.is_some() {
                     break;
@@ -574,20 +574,20 @@ fn demo(
                     .recovered
                     .zip(g.restarted)
                     .map_or(0.0, |(r, s)| (r - s).as_secs_f64());
-                println!("      node {kill} recovered {secs:.1} s after its restart");
+                outln!("      node {kill} recovered {secs:.1} s after its restart")?;
             }
-            report(&p);
+            report(&p)?;
             phases.push(p);
 
             let after = phase_len / 2;
             timed(
                 6,
                 &format!("YCSB-A for {:.0} s after recovery", after.as_secs_f64()),
-            );
+            )?;
             let p = with_clock(out, "YCSB-A, recovered", after, || {
                 run_phase("after", after, &mut session)
             })?;
-            report(&p);
+            report(&p)?;
             phases.push(p);
             Ok(phases)
         })();
@@ -617,7 +617,7 @@ fn demo(
         7,
         total_steps,
         &format!("reading every one of the {records} records back, each value checked"),
-    );
+    )?;
     let bar = out.bar(0, "verify");
     bar.set_style(
         indicatif::ProgressStyle::with_template("{msg} {spinner} {elapsed}")
@@ -636,7 +636,7 @@ fn demo(
     )?;
     bar.finish_and_clear();
     let verify_secs = t.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "      {} reads in {verify_secs:.1} s: ok {}, wrong {}, missing {}, errors {}",
         verify.check.ok
             + verify.check.wrong()
@@ -646,7 +646,7 @@ fn demo(
         verify.check.wrong(),
         verify.check.missing + verify.check.miss_never_written,
         verify.total_errors()
-    );
+    )?;
     Ok(Report {
         load,
         load_secs,
@@ -734,7 +734,7 @@ fn controller(
                 g.killed = Some(Instant::now());
                 missing.fetch_or(1 << kill, Ordering::Relaxed);
                 if let Err(e) = r {
-                    g.failure = Some(format!("killing node {kill}: {e}"));
+                    g.failure = Some(anyhow!("killing node {kill}: {e}"));
                 }
             }
             Some(Cmd::Restart) => {
@@ -742,7 +742,7 @@ fn controller(
                 let mut g = seen.lock().expect("lock");
                 g.restarted = Some(Instant::now());
                 if let Err(e) = r {
-                    g.failure = Some(format!("restarting node {kill}: {e}"));
+                    g.failure = Some(anyhow!("restarting node {kill}: {e}"));
                 }
                 restarting = true;
                 if tty {
@@ -760,11 +760,17 @@ fn controller(
                 b.set_position(done);
             } else if last_line.elapsed() >= Duration::from_secs(5) {
                 last_line = Instant::now();
-                println!(
+                let line = outln!(
                     "      recovery: {done}/{} keys rebuilt; {}",
                     total.max(records),
                     st.summary()
                 );
+                if let Err(e) = line {
+                    seen.lock()
+                        .expect("lock")
+                        .failure
+                        .get_or_insert_with(|| e.into());
+                }
             }
             if st.recovered() {
                 let mut g = seen.lock().expect("lock");
@@ -996,22 +1002,22 @@ fn finish(
         ]);
 
     // ---- 8. summary and report ----
-    println!("[8/8] summary");
-    println!();
-    print!("{}", table.to_markdown());
-    println!();
-    print!("{}", facts.to_markdown());
-    println!();
+    outln!("[8/8] summary")?;
+    outln!()?;
+    out!("{}", table.to_markdown())?;
+    outln!()?;
+    out!("{}", facts.to_markdown())?;
+    outln!()?;
     if !all_errors.is_empty() {
-        println!("client errors by reason: {all_errors:?}");
-        println!(
+        outln!("client errors by reason: {all_errors:?}")?;
+        outln!(
             "(documented: a request on a connection to the node that was killed fails with \
              `connection …` and the client sends it again to the next node)"
-        );
+        )?;
     }
-    println!("wrong {wrong}");
+    outln!("wrong {wrong}")?;
     let path = write_report(a, r, &table, &facts, kill).context("writing the report")?;
-    println!("report: {}", path.display());
+    outln!("report: {}", path.display())?;
     if wrong > 0 || missing > 0 || undocumented > 0 || verified != records {
         bail!(
             "the demo saw {wrong} wrong values, {missing} missing values, {undocumented} \

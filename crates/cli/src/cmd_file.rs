@@ -162,7 +162,7 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
             overhead * 100.0
         );
     }
-    println!(
+    outln!(
         "encoded {} ({} bytes) with {code} into {} chunk files in {}: {} stripes, chunk_bytes {}",
         a.file.display(),
         s.file_bytes,
@@ -170,7 +170,7 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
         a.output.display(),
         s.stripes,
         s.chunk_bytes,
-    );
+    )?;
     Ok(())
 }
 
@@ -279,8 +279,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
     let mut progress = |done: u64| bar.set_position(done);
     let (report, shown) = match &target {
         Target::Stdout => {
-            let stdout = std::io::stdout();
-            let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+            let mut out = BufWriter::with_capacity(1 << 16, crate::stdout::Stdout::lock());
             let r = file::decode_stream(&mut set, &mut out, DecodeMode::Fast, &mut progress)
                 .map_err(|e| match e {
                     e @ FileError::ContentMismatch { .. } => {
@@ -311,7 +310,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
         ),
     };
     bar.finish_and_clear();
-    report_decode(&report, &a.dir, &shown, matches!(target, Target::Stdout));
+    report_decode(&report, &a.dir, &shown, matches!(target, Target::Stdout))?;
     Ok(())
 }
 
@@ -353,7 +352,12 @@ fn decode_to_file(
     Ok(r)
 }
 
-fn report_decode(report: &DecodeReport, dir: &Path, shown: &str, to_stdout: bool) {
+fn report_decode(
+    report: &DecodeReport,
+    dir: &Path,
+    shown: &str,
+    to_stdout: bool,
+) -> std::io::Result<()> {
     let code = report.header.code;
     for &(i, stripes) in &report.inconsistent {
         eprintln!(
@@ -399,8 +403,9 @@ fn report_decode(report: &DecodeReport, dir: &Path, shown: &str, to_stdout: bool
     );
     if to_stdout {
         eprintln!("{line}");
+        Ok(())
     } else {
-        println!("{line}");
+        outln!("{line}")
     }
 }
 
@@ -418,15 +423,15 @@ pub fn verify(a: VerifyArgs) -> Result<Status> {
     let header = set.header;
     let code = header.code;
     let n = code.n();
-    println!(
+    outln!(
         "{}: {} bytes encoded with {code}, chunk_bytes {}, {} stripe(s)",
         a.dir.display(),
         header.file_bytes,
         header.chunk_bytes,
         header.layout().stripe_count()
-    );
+    )?;
     for note in &set.notes {
-        println!("note: {note}");
+        outln!("note: {note}")?;
     }
     let bar = args::progress(header.layout().stripe_count(), "verify", false);
     let report = file::verify(&mut set, &mut |s| bar.set_position(s))?;
@@ -435,7 +440,7 @@ pub fn verify(a: VerifyArgs) -> Result<Status> {
     for (i, chunk) in report.chunks.iter().enumerate() {
         let name = chunk_file_name(i);
         match chunk {
-            ChunkState::Absent(why) => println!("{name}  {why}"),
+            ChunkState::Absent(why) => outln!("{name}  {why}")?,
             ChunkState::Present {
                 file,
                 damage,
@@ -446,42 +451,42 @@ pub fn verify(a: VerifyArgs) -> Result<Status> {
                     .map(|f| format!(" (file {f})"))
                     .unwrap_or_default();
                 if damage.count > 0 {
-                    println!(
+                    outln!(
                         "{name}  corrupt: {} of {stripes} stripe(s) fail{shown}{}",
                         damage.count,
                         damage.describe()
-                    );
+                    )?;
                 } else if let Some((count, first)) = inconsistent {
-                    println!(
+                    outln!(
                         "{name}  inconsistent: its records pass their crc32c but it disagrees \
                          with the other chunks in {count} of {stripes} stripe(s), the first is \
                          stripe {first} (found by leaving each chunk out){shown}"
-                    );
+                    )?;
                 } else {
-                    println!("{name}  ok{shown}");
+                    outln!("{name}  ok{shown}")?;
                 }
             }
         }
     }
-    println!(
+    outln!(
         "checked: the header and every stripe record's crc32c of each chunk file; the data \
          decoded (not written) against the whole-file crc32c; each parity chunk read against \
          the parity re-encoded from the stripe's data"
-    );
+    )?;
     let status = report.status();
     match status {
-        Status::Lost => println!("status: lost: not recoverable: {}", report.why_lost()),
-        Status::Intact => println!(
+        Status::Lost => outln!("status: lost: not recoverable: {}", report.why_lost())?,
+        Status::Intact => outln!(
             "status: ok: all {n} chunk files intact, parity consistent, content crc32c {:#010x} matches",
             header.content_crc32c
-        ),
-        Status::Degraded => println!(
+        )?,
+        Status::Degraded => outln!(
             "status: degraded but recoverable: {} of {n} chunk files missing, damaged or \
              inconsistent; the data decodes and matches its crc32c {:#010x}; `inec decode` \
              rebuilds the file",
             report.unusable().len(),
             header.content_crc32c
-        ),
+        )?,
     }
     Ok(status)
 }

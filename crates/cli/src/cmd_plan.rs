@@ -194,7 +194,7 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     spec.slice_bytes = a.slice_bytes;
     spec.aggregators = a.aggregators;
     if a.dot {
-        print!("{}", build(&spec)?.to_dot());
+        out!("{}", build(&spec)?.to_dot())?;
         return Ok(());
     }
     let loaded = a.calibration.load()?;
@@ -202,10 +202,10 @@ pub fn plan(a: PlanArgs) -> Result<()> {
     if a.json {
         let mut v = report.json();
         v["calibration"] = serde_json::to_value(&loaded.cal)?;
-        println!("{}", serde_json::to_string_pretty(&v)?);
+        outln!("{}", serde_json::to_string_pretty(&v)?)?;
     } else {
-        println!("{}", loaded.line);
-        print!("{}", report.text());
+        outln!("{}", loaded.line)?;
+        out!("{}", report.text())?;
     }
     Ok(())
 }
@@ -321,26 +321,34 @@ pub fn model(a: ModelArgs) -> Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
-    println!("{}", loaded.line);
-    println!(
+    outln!("{}", loaded.line)?;
+    outln!(
         "# encode: one stripe from the agent; repair: chunk 0 lost, rebuilt at node 0. Times in \
          microseconds. model: the critical path of the primitives' alpha-beta terms; sim: the \
          discrete-event simulator (without bytes here; the tests run every plan on real bytes)."
-    );
+    )?;
     if a.grid {
-        println!(
+        outln!(
             "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>9}",
-            "code", "scheme", "op", "chunk_B", "steps", "fan_in", "model_us", "sim_us", "model/sim"
-        );
+            "code",
+            "scheme",
+            "op",
+            "chunk_B",
+            "steps",
+            "fan_in",
+            "model_us",
+            "sim_us",
+            "model/sim"
+        )?;
         for r in &rows {
             let (model, sim) = (
                 r["model_time_s"].as_f64().unwrap_or(0.0),
                 r["sim_time_s"].as_f64().unwrap_or(0.0),
             );
-            println!(
+            outln!(
                 "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>9.3}",
                 r["code"].as_str().unwrap_or(""),
                 r["scheme"].as_str().unwrap_or(""),
@@ -351,7 +359,7 @@ pub fn model(a: ModelArgs) -> Result<()> {
                 model * 1e6,
                 sim * 1e6,
                 model / sim
-            );
+            )?;
         }
         return Ok(());
     }
@@ -370,7 +378,7 @@ pub fn model(a: ModelArgs) -> Result<()> {
         ));
     }
     header.push_str(&format!(" {:>16}", "model/sim range"));
-    println!("{header}");
+    outln!("{header}")?;
     let mut order: Vec<usize> = (0..cells.len()).collect();
     order.sort_by_key(|&i| (cells[i].2 != "encode", i));
     for i in order {
@@ -386,14 +394,14 @@ pub fn model(a: ModelArgs) -> Result<()> {
         let lo = ratios.clone().fold(f64::INFINITY, f64::min);
         let hi = ratios.fold(0.0, f64::max);
         line.push_str(&format!(" {:>16}", format!("{lo:.2}–{hi:.2}")));
-        println!("{line}");
+        outln!("{line}")?;
     }
-    println!(
+    outln!(
         "# {} rows of {} plans; `inec model --grid` prints every chunk size with steps and fan-in, \
          --json every row as JSON",
         cells.len(),
         rows.len()
-    );
+    )?;
     Ok(())
 }
 
@@ -421,14 +429,14 @@ fn cluster(
     };
     let mut rows: Vec<ClusterSummary> = Vec::new();
     if !a.json {
-        println!("{}", loaded.line);
-        println!(
+        outln!("{}", loaded.line)?;
+        outln!(
             "# {stripes} stripes over {nodes} nodes (chunk i of stripe t on node (t+i) mod \
              {nodes}), chunks {lost:?} of every stripe repaired at once; stripe t at requester \
              t mod r. All repairs share every NIC (simulated, without bytes). throughput: bytes \
              rebuilt per second; one_stripe: one repair alone."
-        );
-        println!(
+        )?;
+        outln!(
             "{:<11} {:<7} {:>10} {:>10} {:>14} {:>14} {:>12} {:>14} {:>14}",
             "code",
             "scheme",
@@ -439,7 +447,7 @@ fn cluster(
             "GB/s",
             "max_nic_in_B",
             "max_nic_out_B"
-        );
+        )?;
     }
     for &code in codes {
         for scheme in schemes_for(code) {
@@ -460,7 +468,7 @@ fn cluster(
                         .with_context(|| format!("{scheme} {code} {nodes} nodes"))?;
                     let s = run.summary(&spec);
                     if !a.json {
-                        println!(
+                        outln!(
                             "{:<11} {:<7} {:>10} {:>10} {:>14.3} {:>14.3} {:>12.3} {:>14} {:>14}",
                             s.code,
                             s.scheme.to_string(),
@@ -471,7 +479,7 @@ fn cluster(
                             s.throughput_gbyte_s,
                             s.max_nic_in_bytes,
                             s.max_nic_out_bytes
-                        );
+                        )?;
                     }
                     rows.push(s);
                 }
@@ -479,7 +487,7 @@ fn cluster(
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
     }
     Ok(())
 }

@@ -1,9 +1,15 @@
 //! The `inec` command-line tool: thin wiring of the crates.
 #![forbid(unsafe_code)]
+// Standard output is written through `stdout` (`out!`, `outln!`), which returns EPIPE as an
+// error instead of panicking.
+#![deny(clippy::print_stdout)]
 
 use std::process::ExitCode;
 
 use clap::{CommandFactory, Parser, Subcommand};
+
+#[macro_use]
+mod stdout;
 
 mod args;
 mod cluster_state;
@@ -25,7 +31,10 @@ mod cmd_plan;
 rs-xor:K,M, rs-vand:K,M or lrc:K,L,R; a size takes a unit (4096, 64KiB, 1MiB); a list is given by \
 repeating its flag (--code rs:6,3 --code lrc:6,2,2).\n\n\
 Exit status: 0 success; 1 failure; 2 usage error. `inec verify`: 0 intact, 1 degraded but \
-recoverable, 3 lost, 2 usage error or nothing to check."
+recoverable, 3 lost, 2 usage error or nothing to check. Every command: 141 (128 + SIGPIPE, as \
+coreutils end under `| head`), without an error message, when the reader of its standard \
+output goes away; SIGPIPE itself stays ignored, so that a closed connection is an error of that \
+connection, never the end of a server."
 )]
 struct Cli {
     #[command(subcommand)]
@@ -86,7 +95,17 @@ pub fn usage_error(subcommand: &str, message: &str) -> ! {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help, version or a usage error, printed as `Cli::parse` would, but a help whose
+        // reader went away ends as any other output does.
+        Err(e) => match e.print() {
+            Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe && !e.use_stderr() => {
+                return ExitCode::from(stdout::EXIT_STATUS);
+            }
+            _ => e.exit(),
+        },
+    };
     // Refuse a forced kernel the CPU lacks before anything runs.
     if let Err(e) = gf::try_kernel() {
         eprintln!("Error: {e}");
@@ -98,6 +117,7 @@ fn main() -> ExitCode {
         Command::Verify(a) => {
             return match cmd_file::verify(a) {
                 Ok(status) => ExitCode::from(cmd_file::verify_exit_code(status)),
+                Err(e) if stdout::is_closed(&e) => ExitCode::from(stdout::EXIT_STATUS),
                 Err(e) => {
                     eprintln!("Error: {e:?}");
                     // Every chunk file present but none readable: the file is lost. Anything
@@ -128,6 +148,7 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if stdout::is_closed(&e) => ExitCode::from(stdout::EXIT_STATUS),
         Err(e) => {
             eprintln!("Error: {e:?}");
             ExitCode::FAILURE

@@ -286,3 +286,113 @@ fn messages_name_what_is_wrong() {
         "{t}"
     );
 }
+
+/// The write end of a pipe whose read end is already closed: every write to it fails with
+/// EPIPE, whenever the writer gets to it. (The read end is the standard input of an `inec
+/// --version`, which never reads it and has exited.)
+fn pipe_without_reader() -> Stdio {
+    let mut reader = inec()
+        .arg("--version")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run inec --version");
+    let write_end = reader.stdin.take().expect("its stdin");
+    assert!(reader.wait().unwrap().success());
+    Stdio::from(write_end)
+}
+
+/// Exit status 141 (128 + SIGPIPE) and no error message: `inec` ended as `head` makes a
+/// coreutils program end.
+#[track_caller]
+fn ended_by_closed_stdout(args: &[&str], o: &Output) {
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Error") && !err.contains("Broken pipe"),
+        "inec {args:?}: {}",
+        text(o)
+    );
+    assert_eq!(o.status.code(), Some(141), "inec {args:?}: {}", text(o));
+}
+
+/// `inec … | head -1`: every command that prints ends quietly, with status 141, when the
+/// reader of its standard output has gone, whether before it wrote anything or after one line.
+#[test]
+fn a_closed_standard_output_ends_a_command_quietly_with_141() {
+    let c = Case::new(20_000);
+    let dir = c.dir();
+    let plan = [
+        "plan",
+        "--scheme",
+        "triec",
+        "--code",
+        "rs:6,3",
+        "--lost",
+        "0",
+        "--chunk-bytes",
+        "1MiB",
+    ];
+    let mut commands: Vec<Vec<&str>> = vec![
+        vec!["--help"],
+        vec!["--version"],
+        vec!["plan", "--help"],
+        vec!["model"],
+        vec!["model", "--grid"],
+        vec!["model", "--json"],
+        vec!["model", "--nodes", "20", "--code", "rs:6,3"],
+        plan.to_vec(),
+        [&plan[..], &["--dot"]].concat(),
+        [&plan[..], &["--json"]].concat(),
+        vec!["verify", p(&dir)],
+        vec!["decode", p(&dir)],
+    ];
+    let bench = [
+        "bench",
+        "codec",
+        "--code",
+        "rs:3,2",
+        "--chunk-bytes",
+        "1KiB",
+        "--ops",
+        "encode",
+        "--cache",
+        "hot",
+        "--threads",
+        "1",
+        "--libraries",
+        "inec",
+        "--rounds",
+        "1",
+        "--round-ms",
+        "1",
+    ];
+    if cfg!(feature = "bench") {
+        commands.push(bench.to_vec());
+        commands.push([&bench[..], &["--json"]].concat());
+    }
+    for args in &commands {
+        let o = inec()
+            .args(args)
+            .stdout(pipe_without_reader())
+            .output()
+            .unwrap();
+        ended_by_closed_stdout(args, &o);
+    }
+    // The first bytes read, then the pipe closed, with more to come than a pipe holds (64 KiB;
+    // 1 MiB with 64 KiB pages).
+    let big = Case::new(4 << 20);
+    let big_dir = big.dir();
+    {
+        let args = ["decode", p(&big_dir)];
+        let mut child = inec()
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 64];
+        child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+        let o = child.wait_with_output().unwrap();
+        ended_by_closed_stdout(&args, &o);
+    }
+}

@@ -696,7 +696,7 @@ pub fn run(a: CacheArgs) -> Result<()> {
     let mut log: Box<dyn Write> = if a.json {
         Box::new(std::io::stderr())
     } else {
-        Box::new(std::io::stdout())
+        Box::new(crate::stdout::Stdout::unlocked())
     };
     writeln!(
         log,
@@ -755,7 +755,7 @@ pub fn run(a: CacheArgs) -> Result<()> {
         let line = serde_json::to_string(r)?;
         writeln!(jsonl, "{line}")?;
         if a.json {
-            println!("{line}");
+            outln!("{line}")?;
         }
     }
     let t = table(&rows);

@@ -16,7 +16,7 @@
 //!   library call on its range and the call ends when all have finished.
 //! - Verification before timing: each library's call runs once, exactly as timed, on set 0
 //!   with its outputs clobbered, and must produce the expected bytes: for the Cauchy family the
-//!   parity computed here with the gf reference kernel from the generator of DESIGN.md §4
+//!   parity computed here with the gf reference kernel from the generator of docs/chunk-format.md ("The algebra of the parity chunks")
 //!   (so inec, ISA-L and klauspost parity are all checked equal to it — klauspost by CRC32C
 //!   of each parity chunk); decoded chunks must equal the original ones. The other two
 //!   libraries' parity is checked by a decode round trip of their own.
@@ -670,7 +670,6 @@ fn cell_label(c: &Cell) -> String {
 /// Runs `inec bench codec`: the table on stdout (stderr with `--json`), JSON lines on stdout
 /// with `--json` and/or to `--json-out`.
 pub fn run(a: CodecArgs) -> Result<()> {
-    let stdout = std::io::stdout();
     let stderr = std::io::stderr();
     let mut file = match &a.json_out {
         Some(p) => Some(std::io::BufWriter::new(
@@ -681,7 +680,7 @@ pub fn run(a: CodecArgs) -> Result<()> {
     };
     // With both --json and --json-out, the lines go to both.
     let mut tee;
-    let mut out_lock = stdout.lock();
+    let mut out_lock = crate::stdout::Stdout::lock();
     let mut err_lock = stderr.lock();
     let (json, table): (Option<&mut dyn Write>, &mut dyn Write) = match (a.json, file.as_mut()) {
         (true, Some(f)) => {

@@ -792,14 +792,14 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
         let line = serde_json::to_string(&row)?;
         writeln!(jsonl, "{line}")?;
         if args.json {
-            println!("{line}");
+            outln!("{line}")?;
         } else {
-            println!(
+            outln!(
                 "raw transport ({}), one stream, medians of {RAW_ROUNDS} alternating rounds: engine {eg:.1} Gbit/s (1 MiB frames between two node processes), iperf3 -l 1M {ig:.1} Gbit/s: {:.0}% (load average before: {})",
                 rc.transport,
                 100.0 * eg / ig,
                 row.load_average
-            );
+            )?;
         }
         if rc.transport != "tcp-loopback-processes" {
             eprintln!(
@@ -863,28 +863,28 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     let cal_line = serde_json::to_string(&cal)?;
     writeln!(jsonl, "{{\"calibration\":{cal_line}}}")?;
     if args.json {
-        println!("{{\"calibration\":{cal_line}}}");
+        outln!("{{\"calibration\":{cal_line}}}")?;
     } else {
-        println!(
+        outln!(
             "# inec bench primitives — kernel {}, {} nodes ({}), {} CPUs",
             gf::kernel_name(),
             c.ids.len(),
             c.transport,
             std::thread::available_parallelism().map_or(0, |n| n.get())
-        );
-        println!(
+        )?;
+        outln!(
             "# calibration: runner round trip {:.0} us, hop {:.0} us, link {:.2} Gbit/s, xor {:.1} GB/s, mul_add {:.1} GB/s",
             cal.control_round_trip_us,
             cal.hop_latency_us,
             cal.link_gbit_s,
             cal.xor_gbyte_s,
             cal.mul_add_gbyte_s
-        );
-        println!(
+        )?;
+        outln!(
             "# bandwidth: MB/s (10^6 bytes/s) of parity generated (encode) or chunk rebuilt (decode), window {} (smaller for large chunks); model_us is the same for both modes",
             args.window
-        );
-        println!(
+        )?;
+        outln!(
             "{:<7} {:<6} {:<11} {:>9} {:<10} {:>11} {:>10} {:>10} {:>9} {:>9}",
             "scheme",
             "op",
@@ -896,7 +896,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             "MB/s(1e6B)",
             "lat×",
             "bw×"
-        );
+        )?;
     }
     let mut rows = Vec::new();
     for (ci, &code) in codes.iter().enumerate() {
@@ -913,9 +913,9 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
                     let line = serde_json::to_string(r)?;
                     writeln!(jsonl, "{line}")?;
                     if args.json {
-                        println!("{line}");
+                        outln!("{line}")?;
                     } else {
-                        println!(
+                        outln!(
                             "{:<7} {:<6} {:<11} {:>9} {:<10} {:>11.1} {:>10.1} {:>10.1} {:>9.2} {:>9.2}",
                             r.scheme,
                             r.op,
@@ -927,7 +927,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
                             r.bandwidth_mbps,
                             r.latency_ratio_vs_coherent,
                             r.bandwidth_ratio_coherent_over_this
-                        );
+                        )?;
                     }
                 }
                 rows.extend(rs);
@@ -950,10 +950,10 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     write_markdown(&args, &cal, &rows)?;
     svg::write_figures(&args.out, &rows)?;
     if !args.json {
-        println!(
+        outln!(
             "# wrote {}/results.jsonl, table.md and SVG figures",
             args.out.display()
-        );
+        )?;
     }
     if args.dir.is_none() {
         let ids = c.ids.clone();

@@ -890,7 +890,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     let mut log: Box<dyn Write> = if a.json {
         Box::new(std::io::stderr())
     } else {
-        Box::new(std::io::stdout())
+        Box::new(crate::stdout::Stdout::unlocked())
     };
     writeln!(
         log,
@@ -964,7 +964,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
             )?;
             writeln!(jsonl, "{}", serde_json::to_string(&r)?)?;
             if a.json {
-                println!("{}", serde_json::to_string(&r)?);
+                outln!("{}", serde_json::to_string(&r)?)?;
             }
             for_plots.push((name.clone(), st, marks));
             runs.push(r);

@@ -180,7 +180,7 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
     };
     fs::create_dir_all(&base.out)?;
     let mut jsonl = fs::File::create(base.out.join("study.jsonl"))?;
-    let mut log = std::io::stdout();
+    let mut log = crate::stdout::Stdout::unlocked();
     writeln!(
         log,
         "# cpu: {} ({} cores, shared with other work: compare coherent and incoherent within \
