@@ -220,6 +220,28 @@ impl StripeIndex {
         Ok(self.entries.get(key).cloned())
     }
 
+    /// As [`StripeIndex::lookup`], but an expired or flushed entry is left in place for the
+    /// caller that can delete its records (`Err`): for readers that must not block.
+    pub fn lookup_live(
+        &mut self,
+        key: &[u8],
+        now_secs: i64,
+        now_us: u64,
+        oldest_live_us: u64,
+    ) -> Result<Option<Entry>, Gone> {
+        let Some(e) = self.entries.get(key) else {
+            return Ok(None);
+        };
+        if crate::time::is_expired(e.exptime, now_secs) {
+            return Err(Gone::Expired);
+        }
+        if oldest_live_us != 0 && oldest_live_us <= now_us && e.stored_at_us <= oldest_live_us {
+            return Err(Gone::Flushed);
+        }
+        self.bump(key);
+        Ok(self.entries.get(key).cloned())
+    }
+
     fn bump(&mut self, key: &[u8]) {
         self.tick += 1;
         let tick = self.tick;

@@ -144,6 +144,11 @@ pub struct Counters {
     pub recovery_keys_total: AtomicU64,
     pub recovery_keys_done: AtomicU64,
     pub recovery_bytes: AtomicU64,
+    /// Reads the client loop ran to completion itself (`node::loop_read`).
+    pub loop_reads: AtomicU64,
+    /// Reads the client loop began and handed to a worker (a member down or slow, a chunk
+    /// missing or bad, the lease lost meanwhile).
+    pub loop_read_fallbacks: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -172,6 +177,9 @@ pub fn key_lock_index(key: &[u8]) -> usize {
 type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 
 /// A cache node.
+mod loop_read;
+pub use loop_read::{LoopPending, LoopRead, LoopValue};
+
 #[derive(Debug)]
 pub struct Node {
     pub cfg: NodeConfig,
@@ -193,6 +201,8 @@ pub struct Node {
     oldest_live_us: AtomicU64,
     pub counters: Counters,
     local_messages: AtomicU64,
+    /// Peer messages the client loop sent and received (its reads).
+    loop_messages: (AtomicU64, AtomicU64),
     /// The engine path of degraded reads (absent: every degraded read is repaired at the
     /// agent from the peer messages).
     plans: std::sync::OnceLock<Arc<PlanExec>>,
@@ -267,6 +277,7 @@ impl Node {
             oldest_live_us: AtomicU64::new(0),
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
+            loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             plans: std::sync::OnceLock::new(),
             cfg,
         }
@@ -582,7 +593,21 @@ impl Node {
 
     /// Data messages sent and received over the transport (heartbeats excluded).
     pub fn data_messages(&self) -> (u64, u64) {
-        self.transport.data_messages()
+        let (sent, received) = self.transport.data_messages();
+        (
+            sent + self.loop_messages.0.load(Ordering::Relaxed),
+            received + self.loop_messages.1.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Counts peer messages the client loop sent and received.
+    pub fn count_loop_messages(&self, sent: u64, received: u64) {
+        if sent > 0 {
+            self.loop_messages.0.fetch_add(sent, Ordering::Relaxed);
+        }
+        if received > 0 {
+            self.loop_messages.1.fetch_add(received, Ordering::Relaxed);
+        }
     }
 
     // ---- member side ----

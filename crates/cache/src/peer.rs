@@ -648,10 +648,13 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
     r.0.is_empty().then_some(res)
 }
 
-/// Writes one framed message.
+/// Writes one framed message, length and body in one write (two would be two segments on a
+/// connection without Nagle's delay).
 pub fn write_frame(w: &mut impl Write, body: &[u8]) -> io::Result<()> {
-    w.write_all(&(body.len() as u32).to_le_bytes())?;
-    w.write_all(body)
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    frame.extend_from_slice(body);
+    w.write_all(&frame)
 }
 
 /// Reads one framed message (errors on a length over [`MESSAGE_MAX_BYTES`]).

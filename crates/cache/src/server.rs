@@ -7,19 +7,22 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
-use std::net::TcpListener;
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
-use mio::{Events, Interest, Poll, Token, Waker};
+use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use proto::{compose, Command, Limits, MetaReturn, MetaStatus, Parse, Parser, Reply, StoreMode};
 
-use crate::node::{store_mode_index, Node, RecoveryState};
+use crate::node::{store_mode_index, ExecMode, LoopPending, LoopRead, Node, RecoveryState};
 use crate::peer::{self, AgentOp, AgentResult};
 use crate::time;
+
+mod links;
+use links::{Answers, Links, LINK_BASE};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
 pub const OUTPUT_MAX_BYTES: usize = 4 << 20;
@@ -38,6 +41,9 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub max_connections: usize,
     pub workers: usize,
+    /// Every node's peer address (`[i]` is node i's), for the reads the client loop runs to
+    /// completion itself; empty: every request runs on a worker.
+    pub peer_addrs: Vec<SocketAddr>,
 }
 
 #[derive(Debug, Default)]
@@ -59,10 +65,14 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                 let Ok(mut s) = stream else { continue };
                 let node = Arc::clone(&node);
                 let _ = s.set_nodelay(true);
+                // Requests pipelined on the connection (a client loop's) are read with one
+                // read where they arrived together.
+                let Ok(reader) = s.try_clone() else { continue };
+                let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
                 let _ = std::thread::Builder::new()
                     .name("peer".into())
                     .spawn(move || {
-                        while let Ok(body) = peer::read_frame(&mut s) {
+                        while let Ok(body) = peer::read_frame(&mut reader) {
                             let Some(req) = peer::decode_request(&body) else {
                                 break;
                             };
@@ -107,6 +117,133 @@ enum Work {
     /// A write refused as too large that must not leave the value it meant to overwrite (see
     /// `proto::Parse::Error::unlink`): the key's value is removed, then `reply` is sent.
     Unlink { key: Vec<u8>, reply: Vec<u8> },
+}
+
+/// A read the client loop runs to completion (`Node::loop_read_start`), waiting for chunks.
+struct PendingRead {
+    conn: Token,
+    read: LoopPending,
+    /// The request's bytes, for a worker if the loop cannot finish it.
+    request: Vec<u8>,
+    with_cas: bool,
+    /// Requests sent and not answered yet.
+    outstanding: usize,
+    /// The next of `read.remote` to ask for (incoherent mode asks one at a time).
+    next: usize,
+    failed: bool,
+    deadline: Instant,
+}
+
+/// The reads the loop runs itself and its connections to the other nodes.
+struct LoopReads {
+    links: Links,
+    pending: HashMap<u64, PendingRead>,
+    next_id: u64,
+    /// How long a read waits for a member before a worker takes it over.
+    patience: Duration,
+}
+
+/// The end of a loop read: a reply for the connection, or its request handed to a worker.
+enum Done {
+    Reply(Token, Vec<u8>),
+    Worker(Token, Vec<u8>),
+}
+
+impl LoopReads {
+    /// Sends what the read may send now: all its requests (coherent), or the next one once the
+    /// one before is answered (incoherent, the baseline).
+    fn pump(&mut self, node: &Node, registry: &Registry, id: u64) {
+        let coherent = node.cfg.mode == ExecMode::Coherent;
+        let Some(pr) = self.pending.get_mut(&id) else {
+            return;
+        };
+        while !pr.failed && pr.next < pr.read.remote.len() && (coherent || pr.outstanding == 0) {
+            let (member, position) = pr.read.remote[pr.next];
+            pr.next += 1;
+            if !self.links.reaches(member) || !node.is_up(member) {
+                pr.failed = true;
+                break;
+            }
+            let body = peer::encode_request(&pr.read.request(position));
+            match self.links.queue(registry, member, (id, position), &body) {
+                Ok(()) => pr.outstanding += 1,
+                Err(_) => pr.failed = true,
+            }
+        }
+    }
+
+    /// The read's end, if it has come: every chunk in, or a failure.
+    fn settle(&mut self, node: &Node, id: u64) -> Option<Done> {
+        let pr = self.pending.get(&id)?;
+        let complete = pr.outstanding == 0 && pr.next == pr.read.remote.len();
+        if !pr.failed && !complete {
+            return None;
+        }
+        let pr = self.pending.remove(&id).expect("present");
+        let c = &node.counters;
+        if !pr.failed {
+            if let Some(v) = node.loop_read_finish(pr.read) {
+                bump(&c.cmd_get);
+                bump(&c.get_hits);
+                bump(&c.loop_reads);
+                let mut out = Vec::new();
+                compose::value(
+                    &mut out,
+                    &v.key,
+                    v.flags,
+                    &v.value,
+                    pr.with_cas.then_some(v.cas),
+                );
+                compose::reply(&mut out, Reply::End);
+                return Some(Done::Reply(pr.conn, out));
+            }
+        }
+        bump(&c.loop_read_fallbacks);
+        Some(Done::Worker(pr.conn, pr.request))
+    }
+
+    /// Takes replies (or failures) of the loop's peer connections.
+    fn answered(&mut self, node: &Node, registry: &Registry, answers: Answers) -> Vec<Done> {
+        let mut done = Vec::new();
+        for ((id, position), reply) in answers {
+            let Some(pr) = self.pending.get_mut(&id) else {
+                continue; // a read given up or handed to a worker meanwhile
+            };
+            pr.outstanding -= 1;
+            if !node.loop_read_chunk(&mut pr.read, position, reply) {
+                pr.failed = true;
+            }
+            self.pump(node, registry, id);
+            done.extend(self.settle(node, id));
+        }
+        done
+    }
+
+    /// Hands the reads that waited too long to workers.
+    fn expire(&mut self, node: &Node, now: Instant) -> Vec<Done> {
+        let late: Vec<u64> = self
+            .pending
+            .iter()
+            .filter(|(_, pr)| pr.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut done = Vec::new();
+        for id in late {
+            if let Some(pr) = self.pending.get_mut(&id) {
+                pr.failed = true;
+            }
+            done.extend(self.settle(node, id));
+        }
+        done
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.pending.values().map(|pr| pr.deadline).min()
+    }
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
 }
 
 /// Runs the client event loop forever.
@@ -161,15 +298,38 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
     let mut conns: HashMap<Token, Conn> = HashMap::new();
     let mut next_token = 2usize;
     let mut events = Events::with_capacity(1024);
+    let mut reads = LoopReads {
+        links: Links::new(cfg.peer_addrs.clone()),
+        pending: HashMap::new(),
+        next_id: 0,
+        patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
+    };
     loop {
+        // Wait for events, or for the first loop read to run out of patience.
+        let timeout = reads
+            .next_deadline()
+            .map(|d| d.saturating_duration_since(Instant::now()));
         // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
-        match poll.poll(&mut events, None) {
+        match poll.poll(&mut events, timeout) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             r => r?,
         }
         let mut touched: Vec<Token> = Vec::new();
+        let mut done: Vec<Done> = reads.expire(&node, Instant::now());
         for ev in events.iter() {
             match ev.token() {
+                t if t.0 >= LINK_BASE => {
+                    let member = t.0 - LINK_BASE;
+                    let registry = poll.registry();
+                    let mut answers = Vec::new();
+                    if ev.is_writable() {
+                        answers.extend(reads.links.writable(registry, member));
+                    }
+                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                        answers.extend(reads.links.readable(registry, member));
+                    }
+                    done.extend(reads.answered(&node, registry, answers));
+                }
                 LISTENER => loop {
                     match listener.accept() {
                         Ok((mut stream, _)) => {
@@ -219,13 +379,41 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                 t => touched.push(t),
             }
         }
+        // Loop reads that ended: their replies, or their requests for a worker.
+        for d in done {
+            match d {
+                Done::Reply(token, out) => {
+                    if let Some(c) = conns.get_mut(&token) {
+                        c.out.extend_from_slice(&out);
+                        c.busy = false;
+                        touched.push(token);
+                    }
+                }
+                Done::Worker(token, request) => {
+                    if conns.contains_key(&token) {
+                        let _ = job_tx.send(Job {
+                            token,
+                            work: Work::Request(request),
+                        });
+                    }
+                }
+            }
+        }
         touched.sort_unstable();
         touched.dedup();
         for token in touched {
             let Some(c) = conns.get_mut(&token) else {
                 continue;
             };
-            let keep = service(c, token, &node, &counts, &job_tx);
+            let keep = service(
+                c,
+                token,
+                &node,
+                &counts,
+                &job_tx,
+                &mut reads,
+                poll.registry(),
+            );
             if !keep {
                 if let Some(mut c) = conns.remove(&token) {
                     let _ = poll.registry().deregister(&mut c.stream);
@@ -233,6 +421,25 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                 }
             }
         }
+        // This pass's requests to each member leave in one write per member.
+        let failed = reads.links.flush(poll.registry());
+        for d in reads.answered(&node, poll.registry(), failed) {
+            // Only failures come of a failed write: those reads go to a worker.
+            match d {
+                Done::Worker(token, request) if conns.contains_key(&token) => {
+                    let _ = job_tx.send(Job {
+                        token,
+                        work: Work::Request(request),
+                    });
+                }
+                Done::Worker(..) => {}
+                Done::Reply(..) => unreachable!("a failed connection completes no read"),
+            }
+        }
+        node.count_loop_messages(
+            std::mem::take(&mut reads.links.sent),
+            std::mem::take(&mut reads.links.received),
+        );
     }
 }
 
@@ -243,6 +450,8 @@ fn service(
     node: &Arc<Node>,
     counts: &ConnCounts,
     jobs: &mpsc::Sender<Job>,
+    reads: &mut LoopReads,
+    registry: &Registry,
 ) -> bool {
     let cap = c.parser.limits().request_max_bytes() + 2;
     loop {
@@ -328,6 +537,64 @@ fn service(
                         Command::Quit => {
                             c.closing = true;
                             true
+                        }
+                        Command::Get(g)
+                            if g.keys.len() == 1
+                                && g.exptime.is_none()
+                                && !reads.links.is_empty() =>
+                        {
+                            let with_cas = g.kind.with_cas();
+                            match node.loop_read_start(g.keys[0]) {
+                                LoopRead::Worker => false,
+                                LoopRead::Miss => {
+                                    bump(&node.counters.cmd_get);
+                                    bump(&node.counters.get_misses);
+                                    compose::reply(&mut c.out, Reply::End);
+                                    true
+                                }
+                                LoopRead::Value(v) => {
+                                    bump(&node.counters.cmd_get);
+                                    bump(&node.counters.get_hits);
+                                    bump(&node.counters.loop_reads);
+                                    let cas = with_cas.then_some(v.cas);
+                                    compose::value(&mut c.out, &v.key, v.flags, &v.value, cas);
+                                    compose::reply(&mut c.out, Reply::End);
+                                    true
+                                }
+                                LoopRead::Fetch(read) => {
+                                    let id = reads.next_id;
+                                    reads.next_id += 1;
+                                    reads.pending.insert(
+                                        id,
+                                        PendingRead {
+                                            conn: token,
+                                            read,
+                                            request: c.inbuf[..consumed].to_vec(),
+                                            with_cas,
+                                            outstanding: 0,
+                                            next: 0,
+                                            failed: false,
+                                            deadline: Instant::now() + reads.patience,
+                                        },
+                                    );
+                                    c.busy = true;
+                                    reads.pump(node, registry, id);
+                                    match reads.settle(node, id) {
+                                        None => {}
+                                        Some(Done::Worker(_, request)) => {
+                                            let _ = jobs.send(Job {
+                                                token,
+                                                work: Work::Request(request),
+                                            });
+                                        }
+                                        Some(Done::Reply(_, out)) => {
+                                            c.out.extend_from_slice(&out);
+                                            c.busy = false;
+                                        }
+                                    }
+                                    true
+                                }
+                            }
                         }
                         _ => false,
                     };
@@ -928,6 +1195,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "crc_errors", g(&c.crc_errors));
     compose::stat(out, "version_mismatches", g(&c.version_mismatches));
     compose::stat(out, "forwarded", g(&c.forwarded));
+    compose::stat(out, "loop_reads", g(&c.loop_reads));
+    compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());

@@ -294,6 +294,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             limits,
             max_connections: a.opts.max_conns,
             workers: a.opts.threads,
+            peer_addrs: members.iter().map(|m| m.peer).collect(),
         },
     )?;
     Ok(())

@@ -355,11 +355,14 @@ fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[
     // messages instead, and is counted as such (`messages_per_operation_*` checks the exact
     // path).
     let coded = sizes.iter().filter(|&&len| len >= 1024).count() as u64;
+    // Reads at the agent's own client port run on its client loop (`loop_reads`), the others
+    // on the read template at the agent.
     let reads = c.sum_stat("read_plan_runs");
     let read_fallbacks = c.sum_stat("read_plan_fallbacks");
+    let loop_reads = c.sum_stat("loop_reads");
     assert!(
-        reads + read_fallbacks >= coded * (n as u64 - 1) && reads >= coded,
-        "{reads} normal reads on plans, {read_fallbacks} not"
+        reads + read_fallbacks + loop_reads >= coded * (n as u64 - 1) && reads >= coded,
+        "{reads} normal reads on plans, {read_fallbacks} not, {loop_reads} on client loops"
     );
     let writes = c.sum_stat("write_plan_runs");
     assert_eq!(writes + c.sum_stat("write_plan_fallbacks"), coded);
@@ -756,18 +759,24 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(m1 - m0, 2 * (n - 1) as u64, "write");
     assert_eq!(p1 - p0, 0, "write: no peer message");
     assert_eq!(stat("write_plan_runs") - writes0, 1);
-    let reads0 = stat("read_plan_runs");
+    let (reads0, loop_reads0) = (stat("read_plan_runs"), stat("loop_reads"));
     assert_eq!(cl.get(key), Got::Hit(vec![2u8; 8192]));
     let (m2, p2) = count();
-    // One request (a start) to and one chunk from each data member but the agent.
+    // At the agent, the client loop runs the read itself: one request to and one chunk from
+    // each data member but the agent, over its peer connections.
     assert_eq!(m2 - m1, 2 * (k - 1) as u64, "normal read");
-    assert_eq!(p2 - p1, 0, "normal read: no peer message");
-    assert_eq!(stat("read_plan_runs") - reads0, 1);
-    // Through another node: one forward and its reply more.
+    assert_eq!(p2 - p1, 2 * (k - 1) as u64, "normal read: peer messages");
+    assert_eq!(stat("loop_reads") - loop_reads0, 1);
+    assert_eq!(stat("read_plan_runs") - reads0, 0);
+    assert_eq!(stat("loop_read_fallbacks"), 0);
+    // Through another node: one forward and its reply more; the agent reads on the engine's
+    // read template (a start to and a chunk from each data member but the agent).
     let mut other = c.client((agent + 1) % n);
     assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
-    let (m3, _) = count();
+    let (m3, p3) = count();
     assert_eq!(m3 - m2, 2 * (k - 1) as u64 + 2, "forwarded read");
+    assert_eq!(p3 - p2, 2, "forwarded read: peer messages");
+    assert_eq!(stat("read_plan_runs") - reads0, 1);
     // A degraded read of data position 1 (the repair template of one lost data chunk was
     // installed at start-up; a first read warms the connections): the normal read of the
     // k-2 data chunks left over peer messages (a request and a chunk each), then the repair

@@ -1,0 +1,200 @@
+//! Reads run to completion on the client event loop.
+//!
+//! A `get` of one key at the stripe's agent, with every data position up, needs nothing a
+//! worker thread gives: the index says which version to read, this node's own chunks are read
+//! from its store, and the other data members are asked for theirs with one `Get` each. The
+//! client loop sends those requests itself, on connections it owns, and the replies resume the
+//! read there ([`Node::loop_read_chunk`], [`Node::loop_read_finish`]). Anything out of the
+//! ordinary — the index being rebuilt, the key's lock held by a write, an expired entry, a
+//! member down, a chunk of another version or failing its CRC, a reply that does not come,
+//! the lease lost meanwhile — hands the request to a worker, which runs the full read
+//! (degraded if needed) under the key's lock. So the loop path never answers what the worker
+//! path would not.
+
+use std::sync::atomic::Ordering;
+
+use super::{bump, lock, Node};
+use crate::index::Entry;
+use crate::peer::{Request, Response};
+use crate::record::{self, Kind};
+use crate::stripe;
+use crate::time;
+
+/// What the client loop can do with a read.
+#[derive(Debug)]
+pub enum LoopRead {
+    /// Run it on a worker (the full path).
+    Worker,
+    /// The key is not in the cache.
+    Miss,
+    /// Every chunk it needs was on this node.
+    Value(LoopValue),
+    /// Chunks to ask other members for: [`LoopPending::remote`].
+    Fetch(LoopPending),
+}
+
+/// A value read by the loop.
+#[derive(Debug, PartialEq, Eq)]
+pub struct LoopValue {
+    pub key: Vec<u8>,
+    pub flags: u32,
+    pub cas: u64,
+    pub value: Vec<u8>,
+}
+
+/// A read waiting for chunks from other members.
+#[derive(Debug)]
+pub struct LoopPending {
+    stripe: usize,
+    key: Vec<u8>,
+    entry: Entry,
+    /// Data chunks by position (`0..k`).
+    have: Vec<Option<Vec<u8>>>,
+    /// (node, position) of every chunk still to be fetched, in position order.
+    pub remote: Vec<(usize, usize)>,
+}
+
+impl LoopPending {
+    /// The request for the chunk at `position` (one of [`LoopPending::remote`]).
+    pub fn request(&self, position: usize) -> Request {
+        Request::Get {
+            stripe: self.stripe as u32,
+            position: position as u8,
+            key: self.key.clone(),
+            version: self.entry.version,
+        }
+    }
+}
+
+impl Node {
+    /// Starts a plain read of `key` (no touch, no forced degradation) on the client loop.
+    pub fn loop_read_start(&self, key: &[u8]) -> LoopRead {
+        let stripe = self.placement.stripe_of(key);
+        if !self.leads(stripe) {
+            return LoopRead::Worker;
+        }
+        // A write of the key under way holds its lock: the worker waits for it.
+        let Ok(_key_guard) = self.key_locks[super::key_lock_index(key)].try_lock() else {
+            return LoopRead::Worker;
+        };
+        self.drop_stale_index(stripe);
+        if self.down_positions(stripe) > self.parity() {
+            return LoopRead::Worker;
+        }
+        let oldest = self.oldest_live_us.load(Ordering::Relaxed);
+        let found = {
+            let mut guard = lock(&self.stripes[stripe]);
+            // No index (this node just became the agent): the worker rebuilds it.
+            let Some(ix) = guard.as_mut() else {
+                return LoopRead::Worker;
+            };
+            ix.lookup_live(key, time::now_secs(), time::now_micros(), oldest)
+        };
+        let e = match found {
+            Ok(Some(e)) => e,
+            Ok(None) => return LoopRead::Miss,
+            // Expired or flushed: the worker deletes its records.
+            Err(_) => return LoopRead::Worker,
+        };
+        let positions: Vec<usize> = match e.kind {
+            // This node's own replica, when it holds one.
+            Kind::Replica => {
+                match (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id) {
+                    Some(p) => vec![p],
+                    None => return LoopRead::Worker,
+                }
+            }
+            Kind::Coded => (0..self.k()).collect(),
+        };
+        if positions
+            .iter()
+            .any(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+        {
+            return LoopRead::Worker;
+        }
+        let mut pending = LoopPending {
+            stripe,
+            key: key.to_vec(),
+            have: vec![None; positions.iter().max().map_or(0, |&p| p + 1)],
+            remote: Vec::new(),
+            entry: e,
+        };
+        for p in positions {
+            let node = self.placement.node_of(stripe, p);
+            if node == self.cfg.id {
+                self.local_messages.fetch_add(1, Ordering::Relaxed);
+                let res = self.handle_peer(pending.request(p));
+                if !self.loop_read_chunk(&mut pending, p, Some(res)) {
+                    return LoopRead::Worker;
+                }
+            } else {
+                pending.remote.push((node, p));
+            }
+        }
+        if pending.remote.is_empty() {
+            return match self.loop_read_finish(pending) {
+                Some(v) => LoopRead::Value(v),
+                None => LoopRead::Worker,
+            };
+        }
+        LoopRead::Fetch(pending)
+    }
+
+    /// Takes the reply to the request for `position` (`None`: the member did not answer):
+    /// false when the read cannot finish on the loop (a missing or bad chunk).
+    pub fn loop_read_chunk(
+        &self,
+        pending: &mut LoopPending,
+        position: usize,
+        reply: Option<Response>,
+    ) -> bool {
+        let Some(Response::Record(Some(bytes))) = reply else {
+            return false;
+        };
+        match record::parse(&bytes) {
+            Ok((h, data))
+                if h.version == pending.entry.version
+                    && h.key == pending.key
+                    && h.chunk_index as usize == position =>
+            {
+                pending.have[position] = Some(data.to_vec());
+                true
+            }
+            Ok(_) => {
+                bump(&self.counters.version_mismatches);
+                false
+            }
+            Err(_) => {
+                bump(&self.counters.crc_errors);
+                false
+            }
+        }
+    }
+
+    /// The value once every chunk is in, if this node still leads the stripe (otherwise
+    /// another node may have led it meanwhile, and the worker's path decides).
+    pub fn loop_read_finish(&self, pending: LoopPending) -> Option<LoopValue> {
+        if !self.leads(pending.stripe) {
+            bump(&self.counters.lease_lost_ops);
+            return None;
+        }
+        let e = &pending.entry;
+        let value = match e.kind {
+            Kind::Replica => pending.have.iter().flatten().next()?.clone(),
+            Kind::Coded => {
+                let data: Vec<&[u8]> = pending
+                    .have
+                    .iter()
+                    .map(|c| c.as_deref())
+                    .collect::<Option<_>>()?;
+                stripe::join(&data, e.value_bytes as usize)
+            }
+        };
+        Some(LoopValue {
+            flags: e.flags,
+            cas: e.version,
+            value,
+            key: pending.key,
+        })
+    }
+}
