@@ -20,6 +20,7 @@ pub use error::{BenchError, Result};
 pub mod isal;
 pub mod primitives;
 pub mod report;
+pub mod skip;
 pub mod stats;
 pub mod ycsb;
 

@@ -237,7 +237,7 @@ fn keys_hashed_over_two_servers_and_open_loop_rate() {
 #[test]
 fn memcached_returns_only_right_values() {
     if !Memcached::available() {
-        eprintln!("SKIPPED: /usr/bin/memcached is missing (scripts/test-all installs it)");
+        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return;
     }
     let m = Memcached::start(&MemcachedOptions::default()).unwrap();

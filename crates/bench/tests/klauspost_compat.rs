@@ -1,9 +1,12 @@
 //! klauspost/reedsolomon v1.14 with `WithCauchyMatrix` (our Go peer program) computes the same
 //! parity bytes as our Cauchy code, and with `WithCustomMatrix` those of our `rs-xor` code.
-//! Needs `go`; skipped, saying so, when it is missing.
+//! Needs `go`; without it a test skips, saying so (`bench::skip`), or fails under CI.
 
 use bench::codec::{data, klauspost};
 use codes::{Code, Codec, MatrixKind};
+
+/// What provides `go`.
+const GO_PACKAGE: &str = "the Go toolchain: Debian package golang-go, or go.dev/dl";
 
 fn go_available() -> bool {
     std::process::Command::new("go")
@@ -30,7 +33,7 @@ fn code_parity<D: AsRef<[u8]>>(code: Code, data: &[D]) -> Vec<Vec<u8>> {
 #[test]
 fn klauspost_cauchy_parity_equals_ours() {
     if !go_available() {
-        eprintln!("SKIPPED klauspost_cauchy_parity_equals_ours: no `go` toolchain on the PATH");
+        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -72,7 +75,7 @@ fn klauspost_cauchy_parity_equals_ours() {
 #[test]
 fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
     if !go_available() {
-        eprintln!("SKIPPED klauspost_peer_verifies_decodes: no `go` toolchain on the PATH");
+        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -101,9 +104,7 @@ fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
 #[test]
 fn klauspost_custom_matrix_parity_equals_ours() {
     if !go_available() {
-        eprintln!(
-            "SKIPPED klauspost_custom_matrix_parity_equals_ours: no `go` toolchain on the PATH"
-        );
+        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");

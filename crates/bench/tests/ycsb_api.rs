@@ -9,9 +9,10 @@ use bench::cache::load::{ycsb_fnvhash64, OpKind, Route};
 use bench::cache::server::{Memcached, MemcachedOptions};
 use bench::ycsb::{self, Workload, Ycsb, YcsbConfig};
 
+#[track_caller]
 fn memcached() -> Option<Memcached> {
     if !Memcached::available() {
-        eprintln!("skipped: memcached is not installed");
+        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return None;
     }
     Some(Memcached::start(&MemcachedOptions::default()).expect("memcached starts"))

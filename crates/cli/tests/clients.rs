@@ -1,8 +1,9 @@
 //! Stock clients against memcached-protocol servers: the pymemcache checks and libmemcached's
 //! `memccapable` (text protocol). Against memcached 1.6 first, which proves the checks (every
 //! one passes there), and against a server that answers `ERROR` to everything, which proves
-//! that failures are seen and explained. A test skips, saying why, only when a tool is missing
-//! (`scripts/test-all` installs memcached, libmemcached-tools and pymemcache).
+//! that failures are seen and explained. A test skips, saying why, only when a tool is missing,
+//! and fails instead under CI (`bench::skip`; `scripts/test-all` installs memcached,
+//! libmemcached-tools and pymemcache).
 
 #![cfg(feature = "bench")]
 
@@ -12,9 +13,10 @@ use std::net::{SocketAddr, TcpListener};
 use bench::cache::server::{Memcached, MemcachedOptions};
 use bench::clients::{self, CapableStatus, ClientsError};
 
+#[track_caller]
 fn memcached() -> Option<Memcached> {
     if !Memcached::available() {
-        eprintln!("SKIPPED: /usr/bin/memcached is missing (Debian package memcached)");
+        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return None;
     }
     Some(Memcached::start(&MemcachedOptions::default()).expect("start memcached"))
@@ -40,10 +42,11 @@ fn erroring_server() -> SocketAddr {
     addr
 }
 
+#[track_caller]
 fn skip_missing<T>(r: Result<T, ClientsError>) -> Option<T> {
     match r {
-        Err(ClientsError::Missing(what)) => {
-            eprintln!("SKIPPED: {what} is missing (scripts/test-all installs it)");
+        Err(ClientsError::Missing { tool, package }) => {
+            bench::skip::skip_or_fail(tool, package);
             None
         }
         r => Some(r.expect("run the client")),
@@ -151,8 +154,12 @@ fn inec_cache() -> bench::cache::server::InecCache {
 
 #[test]
 fn pymemcache_across_inec_nodes() {
-    if !clients::have("python3") || !clients::have_pymemcache() {
-        eprintln!("SKIPPED: python3 with pymemcache is missing (scripts/test-all installs it)");
+    if !clients::have("python3") {
+        bench::skip::skip_or_fail("python3", "Debian package python3");
+        return;
+    }
+    if !clients::have_pymemcache() {
+        bench::skip::skip_or_fail("pymemcache", "PyPI package pymemcache");
         return;
     }
     let c = inec_cache();
@@ -169,7 +176,7 @@ fn pymemcache_across_inec_nodes() {
 #[test]
 fn memccapable_against_an_inec_node() {
     if !clients::have("memccapable") {
-        eprintln!("SKIPPED: memccapable is missing (Debian package libmemcached-tools)");
+        bench::skip::skip_or_fail("memccapable", "Debian package libmemcached-tools");
         return;
     }
     let c = inec_cache();

@@ -44,8 +44,12 @@ pub const MEMCCAPABLE_ASCII_TESTS: [&str; 27] = [
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientsError {
-    #[error("{0} is not installed")]
-    Missing(&'static str),
+    /// `tool` is not installed; `package` provides it.
+    #[error("{tool} is not installed ({package})")]
+    Missing {
+        tool: &'static str,
+        package: &'static str,
+    },
     #[error("running {what}: {source}")]
     Run {
         what: String,
@@ -164,12 +168,16 @@ pub fn parse_pymemcache(stdout: &str) -> (Vec<String>, Vec<(String, String)>, bo
 /// Runs the pymemcache checks against `addrs` (one key space; see the script).
 pub fn pymemcache(addrs: &[SocketAddr]) -> Result<PymemcacheReport, ClientsError> {
     if !have("python3") {
-        return Err(ClientsError::Missing("python3"));
+        return Err(ClientsError::Missing {
+            tool: "python3",
+            package: "Debian package python3",
+        });
     }
     if !have_pymemcache() {
-        return Err(ClientsError::Missing(
-            "pymemcache (python3 -m pip install pymemcache)",
-        ));
+        return Err(ClientsError::Missing {
+            tool: "pymemcache",
+            package: "PyPI package pymemcache: python3 -m pip install pymemcache",
+        });
     }
     let dir = std::env::temp_dir().join(format!("inec-pymemcache-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|source| ClientsError::Run {
@@ -261,9 +269,10 @@ pub fn parse_capable_one(test: &str, ok: bool, stdout: &str, stderr: &str) -> Ca
 
 fn memccapable_command(addr: SocketAddr, io_timeout_s: u32) -> Result<Command, ClientsError> {
     if !have("memccapable") {
-        return Err(ClientsError::Missing(
-            "memccapable (Debian package libmemcached-tools)",
-        ));
+        return Err(ClientsError::Missing {
+            tool: "memccapable",
+            package: "Debian package libmemcached-tools",
+        });
     }
     let mut cmd = Command::new("memccapable");
     cmd.args(["-h", &addr.ip().to_string()])
