@@ -1256,7 +1256,7 @@ fn cache_up_in_network_namespaces() {
         assert!(c.client((i + 4) % 9).get(&key) == Got::Hit(v), "{key}");
     }
     assert!(c.sum_stat("write_plan_runs") >= 9);
-    assert!(c.sum_stat("read_plan_runs") >= 9);
+    assert!(c.sum_stat("read_plan_runs") + c.sum_stat("loop_reads") >= 9);
     assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
     drop(c);
     for i in 0..9 {
