@@ -72,6 +72,8 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                 let _ = std::thread::Builder::new()
                     .name("peer".into())
                     .spawn(move || {
+                        // Replies to the requests read together leave together, in one write.
+                        let mut out = Vec::new();
                         while let Ok(body) = peer::read_frame(&mut reader) {
                             let Some(req) = peer::decode_request(&body) else {
                                 break;
@@ -85,8 +87,14 @@ pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
                                     .peer_replies_sent
                                     .fetch_add(1, Ordering::Relaxed);
                             }
-                            if peer::write_frame(&mut s, &peer::encode_response(&res)).is_err() {
-                                break;
+                            let body = peer::encode_response(&res);
+                            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                            out.extend_from_slice(&body);
+                            if reader.buffer().is_empty() {
+                                if s.write_all(&out).is_err() {
+                                    break;
+                                }
+                                out.clear();
                             }
                         }
                     });
@@ -454,10 +462,13 @@ fn service(
     registry: &Registry,
 ) -> bool {
     let cap = c.parser.limits().request_max_bytes() + 2;
+    // A read shorter than asked emptied the socket: the next bytes bring a new event, so it
+    // is not read again (to see it would block) in this call.
+    let mut drained = false;
     loop {
         let mut progressed = false;
         // Read while there is room.
-        while !c.eof && c.inbuf.len() < cap {
+        while !c.eof && !drained && c.inbuf.len() < cap {
             let mut buf = [0u8; 64 * 1024];
             let room = (cap - c.inbuf.len()).min(buf.len());
             match c.stream.read(&mut buf[..room]) {
@@ -466,6 +477,7 @@ fn service(
                     counts.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
                     c.inbuf.extend_from_slice(&buf[..n]);
                     progressed = true;
+                    drained = n < room;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,

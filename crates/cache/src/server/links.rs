@@ -167,7 +167,13 @@ impl Links {
                     broken = true;
                     break;
                 }
-                Ok(n) => link.inbuf.extend_from_slice(&buf[..n]),
+                Ok(n) => {
+                    link.inbuf.extend_from_slice(&buf[..n]);
+                    // Shorter than asked: the socket is empty, the next bytes bring an event.
+                    if n < buf.len() {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => {
