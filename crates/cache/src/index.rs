@@ -300,6 +300,13 @@ impl StripeIndex {
         Ok(victims)
     }
 
+    /// Whether `charge_bytes` fit at positions `0..positions` without evicting anything.
+    pub fn fits(&self, positions: usize, charge_bytes: u64) -> bool {
+        self.used_bytes[..positions]
+            .iter()
+            .all(|&u| u + charge_bytes <= self.share_bytes)
+    }
+
     /// Gives back a reservation whose write failed.
     pub fn release(&mut self, positions: usize, charge_bytes: u64) {
         for u in &mut self.used_bytes[..positions] {

@@ -149,6 +149,10 @@ pub struct Counters {
     /// Reads the client loop began and handed to a worker (a member down or slow, a chunk
     /// missing or bad, the lease lost meanwhile).
     pub loop_read_fallbacks: AtomicU64,
+    /// `set`s the client loop ran to completion itself (`node::loop_write`).
+    pub loop_writes: AtomicU64,
+    /// `set`s the client loop began and handed to a worker (a member failed or was slow).
+    pub loop_write_fallbacks: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -178,7 +182,9 @@ type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 
 /// A cache node.
 mod loop_read;
+mod loop_write;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
+pub use loop_write::{LoopWrite, LoopWriteStart};
 
 #[derive(Debug)]
 pub struct Node {
@@ -194,7 +200,8 @@ pub struct Node {
     /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
     /// this node does not lead the stripe even if its view says so.
     yielded: Vec<Mutex<Option<usize>>>,
-    key_locks: Vec<Mutex<()>>,
+    /// Shared so that a client loop can hold one across a write's replies (`loop_write`).
+    key_locks: Vec<Arc<parking_lot::Mutex<()>>>,
     peers: Mutex<Vec<PeerState>>,
     ready: AtomicBool,
     recovery: Mutex<RecoveryState>,
@@ -266,7 +273,9 @@ impl Node {
             store: Mutex::new(ChunkStore::new()),
             stripes,
             yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
-            key_locks: (0..KEY_LOCKS).map(|_| Mutex::new(())).collect(),
+            key_locks: (0..KEY_LOCKS)
+                .map(|_| Arc::new(parking_lot::Mutex::new(())))
+                .collect(),
             peers: Mutex::new(peers),
             ready: AtomicBool::new(!recover),
             recovery: Mutex::new(if recover {
@@ -624,7 +633,7 @@ impl Node {
                     // operations under way here finish before `from` may lead again (each
                     // checks `leads` under its key lock, and `from` is up in this view now).
                     for l in &self.key_locks {
-                        drop(lock(l));
+                        drop(l.lock());
                     }
                 }
                 let mut up_for_ms = 0;
@@ -793,8 +802,8 @@ impl Node {
 
     // ---- agent ----
 
-    fn key_lock(&self, key: &[u8]) -> MutexGuard<'_, ()> {
-        lock(&self.key_locks[key_lock_index(key)])
+    fn key_lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        self.key_locks[key_lock_index(key)].lock()
     }
 
     /// Makes sure this node's index of `stripe` exists, rebuilding it from the members'
@@ -893,7 +902,7 @@ impl Node {
                 // Every operation of the stripe checks `leads` again under its key lock: once
                 // each key lock has been free once, none of them is still under way.
                 for l in &self.key_locks {
-                    drop(lock(l));
+                    drop(l.lock());
                 }
                 return AgentResult::Ok;
             }

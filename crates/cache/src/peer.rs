@@ -673,6 +673,15 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
+/// Whether an idle connection is still open: nothing to read (no end of stream, no error).
+fn still_open(s: &TcpStream) -> bool {
+    if s.set_nonblocking(true).is_err() {
+        return false;
+    }
+    let open = matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
+    s.set_nonblocking(false).is_ok() && open
+}
+
 /// Peer messages over TCP.
 #[derive(Debug)]
 pub struct TcpTransport {
@@ -710,16 +719,17 @@ impl TcpTransport {
     }
 
     fn take(&self, node: usize) -> Result<TcpStream, PeerError> {
-        let pooled = self
-            .idle
-            .get(node)
-            .ok_or(PeerError::UnknownNode { node })?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop();
-        match pooled {
-            Some(s) => Ok(s),
-            None => self.connect(node),
+        let idle = self.idle.get(node).ok_or(PeerError::UnknownNode { node })?;
+        loop {
+            let pooled = idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            match pooled {
+                // An idle connection whose peer has gone (a process restarted since) is closed
+                // or reset on our side already: a request written on it would be lost after
+                // the write succeeded, and the peer taken for dead.
+                Some(s) if still_open(&s) => return Ok(s),
+                Some(_) => continue,
+                None => return self.connect(node),
+            }
         }
     }
 

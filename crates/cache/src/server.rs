@@ -17,7 +17,10 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use proto::{compose, Command, Limits, MetaReturn, MetaStatus, Parse, Parser, Reply, StoreMode};
 
-use crate::node::{store_mode_index, ExecMode, LoopPending, LoopRead, Node, RecoveryState};
+use crate::node::{
+    store_mode_index, ExecMode, LoopPending, LoopRead, LoopWrite, LoopWriteStart, Node,
+    RecoveryState,
+};
 use crate::peer::{self, AgentOp, AgentResult};
 use crate::time;
 
@@ -127,19 +130,102 @@ enum Work {
     Unlink { key: Vec<u8>, reply: Vec<u8> },
 }
 
-/// A read the client loop runs to completion (`Node::loop_read_start`), waiting for chunks.
+/// A request the client loop runs to completion, waiting for other members.
 struct PendingRead {
     conn: Token,
-    read: LoopPending,
+    op: LoopOp,
     /// The request's bytes, for a worker if the loop cannot finish it.
     request: Vec<u8>,
-    with_cas: bool,
     /// Requests sent and not answered yet.
     outstanding: usize,
-    /// The next of `read.remote` to ask for (incoherent mode asks one at a time).
+    /// The next of the op's remote steps to send (incoherent mode sends one at a time).
     next: usize,
     failed: bool,
     deadline: Instant,
+}
+
+enum LoopOp {
+    /// `get`/`gets` of one key (`Node::loop_read_start`); `with_cas` for `gets`.
+    Read { read: LoopPending, with_cas: bool },
+    /// `set` (`Node::loop_write_start`).
+    Write {
+        write: Box<LoopWrite>,
+        noreply: bool,
+    },
+}
+
+impl LoopOp {
+    fn remote(&self) -> &[(usize, usize)] {
+        match self {
+            LoopOp::Read { read, .. } => &read.remote,
+            LoopOp::Write { write, .. } => &write.remote,
+        }
+    }
+
+    fn request(&mut self, position: usize) -> peer::Request {
+        match self {
+            LoopOp::Read { read, .. } => read.request(position),
+            LoopOp::Write { write, .. } => write.request(position),
+        }
+    }
+
+    /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
+    fn take(&mut self, node: &Node, position: usize, reply: Option<peer::Response>) -> bool {
+        match self {
+            LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
+            LoopOp::Write { .. } => node.loop_write_acked(reply),
+        }
+    }
+
+    /// The reply once every step is done, or `None` for a worker to run the request again
+    /// (counted as a fallback).
+    fn finish(self, node: &Node) -> Option<Vec<u8>> {
+        let c = &node.counters;
+        let mut out = Vec::new();
+        match self {
+            LoopOp::Read { read, with_cas } => {
+                let Some(v) = node.loop_read_finish(read) else {
+                    bump(&c.loop_read_fallbacks);
+                    return None;
+                };
+                bump(&c.cmd_get);
+                bump(&c.get_hits);
+                bump(&c.loop_reads);
+                compose::value(
+                    &mut out,
+                    &v.key,
+                    v.flags,
+                    &v.value,
+                    with_cas.then_some(v.cas),
+                );
+                compose::reply(&mut out, Reply::End);
+            }
+            LoopOp::Write { write, noreply } => {
+                if node.loop_write_finish(*write).is_none() {
+                    bump(&c.loop_write_fallbacks);
+                    return None;
+                }
+                bump(&c.cmd_set);
+                bump(&c.loop_writes);
+                if !noreply {
+                    compose::reply(&mut out, Reply::Stored);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// Gives the op up (a worker runs the request again).
+    fn abandon(self, node: &Node) {
+        let c = &node.counters;
+        match self {
+            LoopOp::Read { .. } => bump(&c.loop_read_fallbacks),
+            LoopOp::Write { write, .. } => {
+                bump(&c.loop_write_fallbacks);
+                node.loop_write_abandon(*write);
+            }
+        }
+    }
 }
 
 /// The reads the loop runs itself and its connections to the other nodes.
@@ -165,14 +251,14 @@ impl LoopReads {
         let Some(pr) = self.pending.get_mut(&id) else {
             return;
         };
-        while !pr.failed && pr.next < pr.read.remote.len() && (coherent || pr.outstanding == 0) {
-            let (member, position) = pr.read.remote[pr.next];
+        while !pr.failed && pr.next < pr.op.remote().len() && (coherent || pr.outstanding == 0) {
+            let (member, position) = pr.op.remote()[pr.next];
             pr.next += 1;
             if !self.links.reaches(member) || !node.is_up(member) {
                 pr.failed = true;
                 break;
             }
-            let body = peer::encode_request(&pr.read.request(position));
+            let body = peer::encode_request(&pr.op.request(position));
             match self.links.queue(registry, member, (id, position), &body) {
                 Ok(()) => pr.outstanding += 1,
                 Err(_) => pr.failed = true,
@@ -183,31 +269,20 @@ impl LoopReads {
     /// The read's end, if it has come: every chunk in, or a failure.
     fn settle(&mut self, node: &Node, id: u64) -> Option<Done> {
         let pr = self.pending.get(&id)?;
-        let complete = pr.outstanding == 0 && pr.next == pr.read.remote.len();
+        let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len();
         if !pr.failed && !complete {
             return None;
         }
         let pr = self.pending.remove(&id).expect("present");
-        let c = &node.counters;
-        if !pr.failed {
-            if let Some(v) = node.loop_read_finish(pr.read) {
-                bump(&c.cmd_get);
-                bump(&c.get_hits);
-                bump(&c.loop_reads);
-                let mut out = Vec::new();
-                compose::value(
-                    &mut out,
-                    &v.key,
-                    v.flags,
-                    &v.value,
-                    pr.with_cas.then_some(v.cas),
-                );
-                compose::reply(&mut out, Reply::End);
-                return Some(Done::Reply(pr.conn, out));
-            }
+        if pr.failed {
+            pr.op.abandon(node);
+            return Some(Done::Worker(pr.conn, pr.request));
         }
-        bump(&c.loop_read_fallbacks);
-        Some(Done::Worker(pr.conn, pr.request))
+        match pr.op.finish(node) {
+            Some(out) => Some(Done::Reply(pr.conn, out)),
+            // `finish` undid what it had to and counted the fallback.
+            None => Some(Done::Worker(pr.conn, pr.request)),
+        }
     }
 
     /// Takes replies (or failures) of the loop's peer connections.
@@ -218,7 +293,7 @@ impl LoopReads {
                 continue; // a read given up or handed to a worker meanwhile
             };
             pr.outstanding -= 1;
-            if !node.loop_read_chunk(&mut pr.read, position, reply) {
+            if !pr.op.take(node, position, reply) {
                 pr.failed = true;
             }
             self.pump(node, registry, id);
@@ -252,6 +327,50 @@ impl LoopReads {
 
 fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Registers an op the loop runs to completion for connection `token` (busy until it ends)
+/// and sends its first steps.
+#[allow(clippy::too_many_arguments)]
+fn start_loop_op(
+    c: &mut Conn,
+    token: Token,
+    node: &Node,
+    jobs: &mpsc::Sender<Job>,
+    reads: &mut LoopReads,
+    registry: &Registry,
+    op: LoopOp,
+    request: Vec<u8>,
+) {
+    let id = reads.next_id;
+    reads.next_id += 1;
+    reads.pending.insert(
+        id,
+        PendingRead {
+            conn: token,
+            op,
+            request,
+            outstanding: 0,
+            next: 0,
+            failed: false,
+            deadline: Instant::now() + reads.patience,
+        },
+    );
+    c.busy = true;
+    reads.pump(node, registry, id);
+    match reads.settle(node, id) {
+        None => {}
+        Some(Done::Worker(_, request)) => {
+            let _ = jobs.send(Job {
+                token,
+                work: Work::Request(request),
+            });
+        }
+        Some(Done::Reply(_, out)) => {
+            c.out.extend_from_slice(&out);
+            c.busy = false;
+        }
+    }
 }
 
 /// Runs the client event loop forever.
@@ -574,36 +693,37 @@ fn service(
                                     true
                                 }
                                 LoopRead::Fetch(read) => {
-                                    let id = reads.next_id;
-                                    reads.next_id += 1;
-                                    reads.pending.insert(
-                                        id,
-                                        PendingRead {
-                                            conn: token,
-                                            read,
-                                            request: c.inbuf[..consumed].to_vec(),
-                                            with_cas,
-                                            outstanding: 0,
-                                            next: 0,
-                                            failed: false,
-                                            deadline: Instant::now() + reads.patience,
-                                        },
+                                    let op = LoopOp::Read { read, with_cas };
+                                    let request = c.inbuf[..consumed].to_vec();
+                                    start_loop_op(
+                                        c, token, node, jobs, reads, registry, op, request,
                                     );
-                                    c.busy = true;
-                                    reads.pump(node, registry, id);
-                                    match reads.settle(node, id) {
-                                        None => {}
-                                        Some(Done::Worker(_, request)) => {
-                                            let _ = jobs.send(Job {
-                                                token,
-                                                work: Work::Request(request),
-                                            });
-                                        }
-                                        Some(Done::Reply(_, out)) => {
-                                            c.out.extend_from_slice(&out);
-                                            c.busy = false;
-                                        }
+                                    true
+                                }
+                            }
+                        }
+                        Command::Store(st)
+                            if st.mode == StoreMode::Set && !reads.links.is_empty() =>
+                        {
+                            match node.loop_write_start(st.key, st.flags, st.exptime, st.data) {
+                                LoopWriteStart::Worker => false,
+                                LoopWriteStart::Stored(_) => {
+                                    bump(&node.counters.cmd_set);
+                                    bump(&node.counters.loop_writes);
+                                    if !st.noreply {
+                                        compose::reply(&mut c.out, Reply::Stored);
                                     }
+                                    true
+                                }
+                                LoopWriteStart::Send(write) => {
+                                    let op = LoopOp::Write {
+                                        write,
+                                        noreply: st.noreply,
+                                    };
+                                    let request = c.inbuf[..consumed].to_vec();
+                                    start_loop_op(
+                                        c, token, node, jobs, reads, registry, op, request,
+                                    );
                                     true
                                 }
                             }
@@ -1209,6 +1329,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "forwarded", g(&c.forwarded));
     compose::stat(out, "loop_reads", g(&c.loop_reads));
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
+    compose::stat(out, "loop_writes", g(&c.loop_writes));
+    compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());

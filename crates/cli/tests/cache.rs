@@ -364,9 +364,20 @@ fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[
         reads + read_fallbacks + loop_reads >= coded * (n as u64 - 1) && reads >= coded,
         "{reads} normal reads on plans, {read_fallbacks} not, {loop_reads} on client loops"
     );
+    // Writes at the agent's own client port run on its client loop (`loop_writes`, coded and
+    // replicated values alike; not TriEC's), the others on the write template.
     let writes = c.sum_stat("write_plan_runs");
-    assert_eq!(writes + c.sum_stat("write_plan_fallbacks"), coded);
-    assert!(writes >= coded / 2, "{writes} writes on plans");
+    let write_fallbacks = c.sum_stat("write_plan_fallbacks");
+    let loop_writes = c.sum_stat("loop_writes");
+    assert!(
+        writes + write_fallbacks <= coded && writes + write_fallbacks + loop_writes >= coded,
+        "{coded} coded writes: {writes} on plans, {write_fallbacks} not, {loop_writes} on loops"
+    );
+    assert!(loop_writes <= sizes.len() as u64);
+    assert!(
+        writes + loop_writes >= coded / 2,
+        "{writes} writes on plans"
+    );
 }
 
 #[test]
@@ -751,14 +762,27 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     };
     let stat = |name: &str| c.client(agent).stats("inec")[name].parse::<u64>().unwrap();
     let (m0, p0) = count();
-    let writes0 = stat("write_plan_runs");
+    let (writes0, loop_writes0) = (stat("write_plan_runs"), stat("loop_writes"));
     assert_eq!(cl.set(key, &[2u8; 8192]), "STORED\r\n");
     let (m1, p1) = count();
-    // One chunk (carrying its start) to and one ack (its done) from each member but the
-    // agent itself.
+    // At the agent, the client loop runs the write itself: one record to and one ack from each
+    // member but the agent, over its peer connections.
     assert_eq!(m1 - m0, 2 * (n - 1) as u64, "write");
-    assert_eq!(p1 - p0, 0, "write: no peer message");
+    assert_eq!(p1 - p0, 2 * (n - 1) as u64, "write: peer messages");
+    assert_eq!(stat("loop_writes") - loop_writes0, 1);
+    assert_eq!(stat("write_plan_runs") - writes0, 0);
+    // Through another node: one forward and its reply more; the agent writes on the engine's
+    // write template (a chunk carrying its start to, and a done from, each member but it).
+    let (ma, pa) = count();
+    assert_eq!(
+        c.client((agent + 1) % n).set(key, &[2u8; 8192]),
+        "STORED\r\n"
+    );
+    let (mb, pb) = count();
+    assert_eq!(mb - ma, 2 * (n - 1) as u64 + 2, "forwarded write");
+    assert_eq!(pb - pa, 2, "forwarded write: peer messages");
     assert_eq!(stat("write_plan_runs") - writes0, 1);
+    let (m1, p1) = count();
     let (reads0, loop_reads0) = (stat("read_plan_runs"), stat("loop_reads"));
     assert_eq!(cl.get(key), Got::Hit(vec![2u8; 8192]));
     let (m2, p2) = count();
@@ -1255,7 +1279,7 @@ fn cache_up_in_network_namespaces() {
         assert_eq!(c.client(i).set(&key, &v), "STORED\r\n");
         assert!(c.client((i + 4) % 9).get(&key) == Got::Hit(v), "{key}");
     }
-    assert!(c.sum_stat("write_plan_runs") >= 9);
+    assert!(c.sum_stat("write_plan_runs") + c.sum_stat("loop_writes") >= 9);
     assert!(c.sum_stat("read_plan_runs") + c.sum_stat("loop_reads") >= 9);
     assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
     drop(c);

@@ -74,7 +74,7 @@ impl Node {
             return LoopRead::Worker;
         }
         // A write of the key under way holds its lock: the worker waits for it.
-        let Ok(_key_guard) = self.key_locks[super::key_lock_index(key)].try_lock() else {
+        let Some(_key_guard) = self.key_locks[super::key_lock_index(key)].try_lock() else {
             return LoopRead::Worker;
         };
         self.drop_stale_index(stripe);

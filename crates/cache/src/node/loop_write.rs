@@ -1,0 +1,222 @@
+//! Writes run to completion on the client event loop.
+//!
+//! A plain `set` at the stripe's agent, with every member up and room in the stripe's share
+//! (no eviction), needs no worker either: under the key's lock, which the loop holds across the
+//! replies (an [`ArcMutexGuard`]), the agent reserves the bytes, takes a version, encodes the
+//! records, stores its own and sends each other member its record (`Put`); the acks resume the
+//! write on the loop, which commits the index entry and answers. The message count is the
+//! write's (one record to and one ack from each other member). TriEC writes stay on the
+//! engine (its tripartite encode is the point of the scheme). On anything else — a member down,
+//! a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
+//! failed write undoes it, and the request goes to a worker, which writes it again with a new
+//! version (a `set` may be repeated).
+
+use parking_lot::{ArcMutexGuard, RawMutex};
+
+use super::{bump, lock, Node};
+use crate::index::{self, Entry};
+use crate::peer::{Request, Response};
+use crate::record::Kind;
+use crate::time;
+use graph::Scheme;
+
+/// What the client loop can do with a `set`.
+#[derive(Debug)]
+pub enum LoopWriteStart {
+    /// Run it on a worker (the full path).
+    Worker,
+    /// Stored: every record was this node's own. The CAS value.
+    Stored(u64),
+    /// Records to send: [`LoopWrite::remote`].
+    Send(Box<LoopWrite>),
+}
+
+/// A write waiting for the acks of other members.
+pub struct LoopWrite {
+    stripe: usize,
+    key: Vec<u8>,
+    entry: Entry,
+    old: Option<Entry>,
+    watermark: u64,
+    /// The record of each position (taken when its request is built).
+    records: Vec<Option<Vec<u8>>>,
+    /// (node, position) of every record to send.
+    pub remote: Vec<(usize, usize)>,
+    _key_guard: ArcMutexGuard<RawMutex, ()>,
+}
+
+impl std::fmt::Debug for LoopWrite {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopWrite")
+            .field("stripe", &self.stripe)
+            .field("version", &self.entry.version)
+            .field("remote", &self.remote)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoopWrite {
+    /// The `Put` of the record at `position` (one of [`LoopWrite::remote`], asked once).
+    pub fn request(&mut self, position: usize) -> Request {
+        Request::Put {
+            stripe: self.stripe as u32,
+            watermark: self.watermark,
+            record: self.records[position].take().unwrap_or_default(),
+        }
+    }
+}
+
+impl Node {
+    /// Starts `set key flags exptime value` on the client loop.
+    pub fn loop_write_start(
+        &self,
+        key: &[u8],
+        flags: u32,
+        exptime: i64,
+        value: &[u8],
+    ) -> LoopWriteStart {
+        let stripe = self.placement.stripe_of(key);
+        if self.cfg.scheme == Scheme::Triec || !self.leads(stripe) {
+            return LoopWriteStart::Worker;
+        }
+        let Some(guard) = self.key_locks[super::key_lock_index(key)].try_lock_arc() else {
+            return LoopWriteStart::Worker;
+        };
+        self.drop_stale_index(stripe);
+        // Every member up: a write that would leave holes goes the full way.
+        if self.down_positions(stripe) > 0 {
+            return LoopWriteStart::Worker;
+        }
+        let now_secs = time::now_secs();
+        let exptime_abs = time::absolute_exptime(exptime, now_secs);
+        if time::is_expired(exptime_abs, now_secs) {
+            return LoopWriteStart::Worker;
+        }
+        let kind = if value.len() < self.cfg.replicate_below_bytes {
+            Kind::Replica
+        } else {
+            Kind::Coded
+        };
+        let (positions, charge) = index::charge(
+            kind,
+            key.len(),
+            value.len() as u64,
+            self.k(),
+            self.n(),
+            self.replicas(),
+        );
+        let now_us = time::now_micros();
+        let reserved = {
+            let mut g = lock(&self.stripes[stripe]);
+            let Some(ix) = g.as_mut() else {
+                return LoopWriteStart::Worker;
+            };
+            let old = ix.remove(key);
+            // Evictions and a value shrinking to fewer positions delete records elsewhere:
+            // the worker's path does that.
+            let shrinks = old.as_ref().is_some_and(|o| o.positions > positions);
+            if shrinks || !ix.fits(positions, charge) {
+                if let Some(o) = old {
+                    ix.adopt(key, o);
+                }
+                None
+            } else {
+                let victims = ix.reserve(positions, charge);
+                debug_assert!(victims.as_ref().is_ok_and(|v| v.is_empty()));
+                let version = ix.next_version(now_us);
+                Some((old, version, ix.watermark()))
+            }
+        };
+        let Some((old, version, watermark)) = reserved else {
+            return LoopWriteStart::Worker;
+        };
+        let entry = Entry::new(
+            version,
+            value.len() as u64,
+            flags,
+            exptime_abs,
+            kind,
+            now_us,
+            positions,
+            charge,
+        );
+        let mut w = LoopWrite {
+            stripe,
+            key: key.to_vec(),
+            entry,
+            old,
+            watermark,
+            records: Vec::new(),
+            remote: Vec::new(),
+            _key_guard: guard,
+        };
+        match self.records_of(key, &w.entry, value) {
+            Ok(r) => w.records = r.into_iter().map(Some).collect(),
+            Err(_) => {
+                self.loop_write_abandon(w);
+                return LoopWriteStart::Worker;
+            }
+        }
+        for p in 0..positions {
+            let node = self.placement.node_of(stripe, p);
+            if node == self.cfg.id {
+                self.local_messages
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let res = self.handle_peer(w.request(p));
+                if !matches!(res, Response::Ack) {
+                    self.loop_write_abandon(w);
+                    return LoopWriteStart::Worker;
+                }
+            } else {
+                w.remote.push((node, p));
+            }
+        }
+        if w.remote.is_empty() {
+            return match self.loop_write_finish(w) {
+                Some(cas) => LoopWriteStart::Stored(cas),
+                None => LoopWriteStart::Worker,
+            };
+        }
+        LoopWriteStart::Send(Box::new(w))
+    }
+
+    /// Takes a member's reply to its record: false unless it stored it.
+    pub fn loop_write_acked(&self, reply: Option<Response>) -> bool {
+        matches!(reply, Some(Response::Ack))
+    }
+
+    /// Commits the write once every member acked: its CAS value, or `None` (undone) if this
+    /// node no longer leads the stripe.
+    pub fn loop_write_finish(&self, w: LoopWrite) -> Option<u64> {
+        if !self.leads(w.stripe) {
+            bump(&self.counters.lease_lost_ops);
+            self.loop_write_abandon(w);
+            return None;
+        }
+        let version = w.entry.version;
+        let mut g = lock(&self.stripes[w.stripe]);
+        // The index was dropped meanwhile (a lease lapse): the worker writes the value again
+        // once it is rebuilt, rather than the loop rebuilding it.
+        let ix = g.as_mut()?;
+        ix.commit(&w.key, w.entry);
+        ix.finish(version);
+        drop(g);
+        bump(&self.counters.total_items);
+        Some(version)
+    }
+
+    /// Undoes a write that will not finish on the loop, as a failed write is undone: its bytes
+    /// released, its version finished, the key's previous entry back.
+    pub fn loop_write_abandon(&self, w: LoopWrite) {
+        let (positions, charge, version) =
+            (w.entry.positions, w.entry.charge_bytes, w.entry.version);
+        let mut g = lock(&self.stripes[w.stripe]);
+        if let Some(ix) = g.as_mut() {
+            ix.release(positions, charge);
+            ix.finish(version);
+            if let Some(o) = w.old {
+                ix.adopt(&w.key, o);
+            }
+        }
+    }
+}
