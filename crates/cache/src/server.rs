@@ -44,7 +44,7 @@ pub struct ServerConfig {
     pub limits: Limits,
     pub max_connections: usize,
     pub workers: usize,
-    /// Every node's peer address (`[i]` is node i's), for the reads the client loop runs to
+    /// Every node's peer address (`[i]` is node i's), for the requests the client loop runs to
     /// completion itself; empty: every request runs on a worker.
     pub peer_addrs: Vec<SocketAddr>,
 }
@@ -131,7 +131,7 @@ enum Work {
 }
 
 /// A request the client loop runs to completion, waiting for other members.
-struct PendingRead {
+struct PendingOp {
     conn: Token,
     op: LoopOp,
     /// The request's bytes, for a worker if the loop cannot finish it.
@@ -228,24 +228,24 @@ impl LoopOp {
     }
 }
 
-/// The reads the loop runs itself and its connections to the other nodes.
-struct LoopReads {
+/// The requests the loop runs to completion itself, and its connections to the other nodes.
+struct LoopOps {
     links: Links,
-    pending: HashMap<u64, PendingRead>,
+    pending: HashMap<u64, PendingOp>,
     next_id: u64,
-    /// How long a read waits for a member before a worker takes it over.
+    /// How long a request waits for a member before a worker takes it over.
     patience: Duration,
 }
 
-/// The end of a loop read: a reply for the connection, or its request handed to a worker.
+/// The end of a loop request: a reply for the connection, or the request handed to a worker.
 enum Done {
     Reply(Token, Vec<u8>),
     Worker(Token, Vec<u8>),
 }
 
-impl LoopReads {
-    /// Sends what the read may send now: all its requests (coherent), or the next one once the
-    /// one before is answered (incoherent, the baseline).
+impl LoopOps {
+    /// Sends what the request may send now: all its messages (coherent), or the next one once
+    /// the one before is answered (incoherent, the baseline).
     fn pump(&mut self, node: &Node, registry: &Registry, id: u64) {
         let coherent = node.cfg.mode == ExecMode::Coherent;
         let Some(pr) = self.pending.get_mut(&id) else {
@@ -266,7 +266,7 @@ impl LoopReads {
         }
     }
 
-    /// The read's end, if it has come: every chunk in, or a failure.
+    /// The request's end, if it has come: every reply in, or a failure.
     fn settle(&mut self, node: &Node, id: u64) -> Option<Done> {
         let pr = self.pending.get(&id)?;
         let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len();
@@ -290,7 +290,7 @@ impl LoopReads {
         let mut done = Vec::new();
         for ((id, position), reply) in answers {
             let Some(pr) = self.pending.get_mut(&id) else {
-                continue; // a read given up or handed to a worker meanwhile
+                continue; // a request given up or handed to a worker meanwhile
             };
             pr.outstanding -= 1;
             if !pr.op.take(node, position, reply) {
@@ -302,7 +302,7 @@ impl LoopReads {
         done
     }
 
-    /// Hands the reads that waited too long to workers.
+    /// Hands the requests that waited too long to workers.
     fn expire(&mut self, node: &Node, now: Instant) -> Vec<Done> {
         let late: Vec<u64> = self
             .pending
@@ -337,28 +337,28 @@ fn start_loop_op(
     token: Token,
     node: &Node,
     jobs: &mpsc::Sender<Job>,
-    reads: &mut LoopReads,
+    ops: &mut LoopOps,
     registry: &Registry,
     op: LoopOp,
     request: Vec<u8>,
 ) {
-    let id = reads.next_id;
-    reads.next_id += 1;
-    reads.pending.insert(
+    let id = ops.next_id;
+    ops.next_id += 1;
+    ops.pending.insert(
         id,
-        PendingRead {
+        PendingOp {
             conn: token,
             op,
             request,
             outstanding: 0,
             next: 0,
             failed: false,
-            deadline: Instant::now() + reads.patience,
+            deadline: Instant::now() + ops.patience,
         },
     );
     c.busy = true;
-    reads.pump(node, registry, id);
-    match reads.settle(node, id) {
+    ops.pump(node, registry, id);
+    match ops.settle(node, id) {
         None => {}
         Some(Done::Worker(_, request)) => {
             let _ = jobs.send(Job {
@@ -425,15 +425,15 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
     let mut conns: HashMap<Token, Conn> = HashMap::new();
     let mut next_token = 2usize;
     let mut events = Events::with_capacity(1024);
-    let mut reads = LoopReads {
+    let mut ops = LoopOps {
         links: Links::new(cfg.peer_addrs.clone()),
         pending: HashMap::new(),
         next_id: 0,
         patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
     };
     loop {
-        // Wait for events, or for the first loop read to run out of patience.
-        let timeout = reads
+        // Wait for events, or for the first loop request to run out of patience.
+        let timeout = ops
             .next_deadline()
             .map(|d| d.saturating_duration_since(Instant::now()));
         // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
@@ -442,7 +442,7 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
             r => r?,
         }
         let mut touched: Vec<Token> = Vec::new();
-        let mut done: Vec<Done> = reads.expire(&node, Instant::now());
+        let mut done: Vec<Done> = ops.expire(&node, Instant::now());
         for ev in events.iter() {
             match ev.token() {
                 t if t.0 >= LINK_BASE => {
@@ -450,12 +450,12 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                     let registry = poll.registry();
                     let mut answers = Vec::new();
                     if ev.is_writable() {
-                        answers.extend(reads.links.writable(registry, member));
+                        answers.extend(ops.links.writable(registry, member));
                     }
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        answers.extend(reads.links.readable(registry, member));
+                        answers.extend(ops.links.readable(registry, member));
                     }
-                    done.extend(reads.answered(&node, registry, answers));
+                    done.extend(ops.answered(&node, registry, answers));
                 }
                 LISTENER => loop {
                     match listener.accept() {
@@ -506,7 +506,7 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                 t => touched.push(t),
             }
         }
-        // Loop reads that ended: their replies, or their requests for a worker.
+        // Loop requests that ended: their replies, or their requests for a worker.
         for d in done {
             match d {
                 Done::Reply(token, out) => {
@@ -532,15 +532,7 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
             let Some(c) = conns.get_mut(&token) else {
                 continue;
             };
-            let keep = service(
-                c,
-                token,
-                &node,
-                &counts,
-                &job_tx,
-                &mut reads,
-                poll.registry(),
-            );
+            let keep = service(c, token, &node, &counts, &job_tx, &mut ops, poll.registry());
             if !keep {
                 if let Some(mut c) = conns.remove(&token) {
                     let _ = poll.registry().deregister(&mut c.stream);
@@ -549,9 +541,9 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
             }
         }
         // This pass's requests to each member leave in one write per member.
-        let failed = reads.links.flush(poll.registry());
-        for d in reads.answered(&node, poll.registry(), failed) {
-            // Only failures come of a failed write: those reads go to a worker.
+        let failed = ops.links.flush(poll.registry());
+        for d in ops.answered(&node, poll.registry(), failed) {
+            // Only failures come of a failed write: those requests go to a worker.
             match d {
                 Done::Worker(token, request) if conns.contains_key(&token) => {
                     let _ = job_tx.send(Job {
@@ -564,8 +556,8 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
             }
         }
         node.count_loop_messages(
-            std::mem::take(&mut reads.links.sent),
-            std::mem::take(&mut reads.links.received),
+            std::mem::take(&mut ops.links.sent),
+            std::mem::take(&mut ops.links.received),
         );
     }
 }
@@ -577,7 +569,7 @@ fn service(
     node: &Arc<Node>,
     counts: &ConnCounts,
     jobs: &mpsc::Sender<Job>,
-    reads: &mut LoopReads,
+    ops: &mut LoopOps,
     registry: &Registry,
 ) -> bool {
     let cap = c.parser.limits().request_max_bytes() + 2;
@@ -672,7 +664,7 @@ fn service(
                         Command::Get(g)
                             if g.keys.len() == 1
                                 && g.exptime.is_none()
-                                && !reads.links.is_empty() =>
+                                && !ops.links.is_empty() =>
                         {
                             let with_cas = g.kind.with_cas();
                             match node.loop_read_start(g.keys[0]) {
@@ -695,15 +687,13 @@ fn service(
                                 LoopRead::Fetch(read) => {
                                     let op = LoopOp::Read { read, with_cas };
                                     let request = c.inbuf[..consumed].to_vec();
-                                    start_loop_op(
-                                        c, token, node, jobs, reads, registry, op, request,
-                                    );
+                                    start_loop_op(c, token, node, jobs, ops, registry, op, request);
                                     true
                                 }
                             }
                         }
                         Command::Store(st)
-                            if st.mode == StoreMode::Set && !reads.links.is_empty() =>
+                            if st.mode == StoreMode::Set && !ops.links.is_empty() =>
                         {
                             match node.loop_write_start(st.key, st.flags, st.exptime, st.data) {
                                 LoopWriteStart::Worker => false,
@@ -721,9 +711,7 @@ fn service(
                                         noreply: st.noreply,
                                     };
                                     let request = c.inbuf[..consumed].to_vec();
-                                    start_loop_op(
-                                        c, token, node, jobs, reads, registry, op, request,
-                                    );
+                                    start_loop_op(c, token, node, jobs, ops, registry, op, request);
                                     true
                                 }
                             }
