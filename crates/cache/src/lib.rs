@@ -21,6 +21,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod check;
 pub mod index;
 pub mod lease;
 pub mod member;

@@ -219,6 +219,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The store mode of a wire index (the decoder refuses any index above 5, so 5 is `cas`).
 fn store_mode(mode: u8) -> StoreMode {
     match mode {
         0 => StoreMode::Set,

@@ -335,7 +335,11 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             }
         }
         2 => AgentOp::Store {
-            mode: r.u8()?,
+            // `proto::StoreMode`'s index: set add replace append prepend cas, nothing else.
+            mode: match r.u8()? {
+                m @ 0..=5 => m,
+                _ => return Err(Short),
+            },
             key: r.bytes()?,
             flags: r.u32()?,
             exptime: r.i64()?,

@@ -116,3 +116,84 @@ fn member_store_matches_a_model() {
         .sum();
     assert_eq!(store.bytes(), current);
 }
+
+/// The fuzz target `peer_message`'s property on seeded inputs: valid messages of every kind,
+/// their mutations and random bytes.
+#[test]
+fn peer_decoders_round_trip_what_they_accept() {
+    let mut rng = SmallRng::seed_from_u64(0x9ee7);
+    let rec = record::encode(&header(b"key", 2, 77), b"chunk bytes");
+    let valid: Vec<Vec<u8>> = vec![
+        rec.clone(),
+        peer::encode_request(&Request::Heartbeat { from: 3 }),
+        peer::encode_request(&Request::Put {
+            stripe: 1,
+            watermark: 2,
+            record: rec.clone(),
+        }),
+        peer::encode_request(&Request::Agent(AgentOp::Store {
+            mode: 5,
+            key: b"key".to_vec(),
+            flags: 3,
+            exptime: -1,
+            compare_cas: Some(9),
+            value: b"v".to_vec(),
+        })),
+        peer::encode_request(&Request::Agent(AgentOp::Get {
+            key: b"key".to_vec(),
+            touch: None,
+            degrade: Some(1),
+        })),
+        peer::encode_response(&peer::Response::Record(Some(rec))),
+        peer::encode_response(&peer::Response::Agent(peer::AgentResult::Value {
+            flags: 1,
+            cas: 2,
+            exptime: 0,
+            value: b"value".to_vec(),
+        })),
+    ];
+    let mut accepted = 0;
+    for v in &valid {
+        assert!(cache::check::peer_bytes_arbitrary(v) >= 1, "{v:?} refused");
+    }
+    for _ in 0..20_000 {
+        let mut m = valid[rng.gen_range(0..valid.len())].clone();
+        for _ in 0..rng.gen_range(1..4) {
+            match rng.gen_range(0..3) {
+                0 if !m.is_empty() => {
+                    let i = rng.gen_range(0..m.len());
+                    m[i] = rng.gen();
+                }
+                1 if !m.is_empty() => m.truncate(rng.gen_range(0..m.len())),
+                _ => m.push(rng.gen()),
+            }
+        }
+        accepted += cache::check::peer_bytes_arbitrary(&m);
+        let mut random = vec![0u8; rng.gen_range(0..64)];
+        rng.fill_bytes(&mut random);
+        accepted += cache::check::peer_bytes_arbitrary(&random);
+    }
+    // The mutations reach past the decoders' first checks.
+    assert!(accepted > 1_000, "only {accepted} accepted");
+}
+
+/// A store mode past `cas` (5) is refused, not read as `cas`.
+#[test]
+fn store_modes_past_cas_are_refused() {
+    let op = |mode| {
+        peer::encode_request(&Request::Agent(AgentOp::Store {
+            mode,
+            key: b"k".to_vec(),
+            flags: 0,
+            exptime: 0,
+            compare_cas: None,
+            value: Vec::new(),
+        }))
+    };
+    for mode in 0..=5u8 {
+        assert!(peer::decode_request(&op(mode)).is_some(), "mode {mode}");
+    }
+    for mode in [6u8, 7, 200, 255] {
+        assert_eq!(peer::decode_request(&op(mode)), None, "mode {mode}");
+    }
+}
