@@ -1586,6 +1586,25 @@ impl Node {
         }
     }
 
+    /// How a value is stored: coded or replicated (by its size), on how many positions, and
+    /// the bytes it charges at each.
+    fn layout_of(&self, key: &[u8], value: &[u8]) -> (Kind, usize, u64) {
+        let kind = if value.len() < self.cfg.replicate_below_bytes {
+            Kind::Replica
+        } else {
+            Kind::Coded
+        };
+        let (positions, charge) = index::charge(
+            kind,
+            key.len(),
+            value.len() as u64,
+            self.k(),
+            self.n(),
+            self.replicas(),
+        );
+        (kind, positions, charge)
+    }
+
     /// Writes a value as a new version: evicts LRU values if the stripe's share is full, sends
     /// every live member its record and commits once every live member acked.
     fn write(
@@ -1604,19 +1623,7 @@ impl Node {
                 _ => unreachable!(),
             });
         }
-        let kind = if value.len() < self.cfg.replicate_below_bytes {
-            Kind::Replica
-        } else {
-            Kind::Coded
-        };
-        let (positions, charge) = index::charge(
-            kind,
-            key.len(),
-            value.len() as u64,
-            self.k(),
-            self.n(),
-            self.replicas(),
-        );
+        let (kind, positions, charge) = self.layout_of(key, value);
         let now_us = time::now_micros();
         let reserved = self.with_index(stripe, |ix| {
             let old = ix.remove(key);

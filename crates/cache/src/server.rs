@@ -1,5 +1,6 @@
-//! The node process: a mio event loop for memcached clients, worker threads that run
-//! requests (which may wait on peers), and the peer listener.
+//! The node process: a mio event loop for memcached clients, which runs a get or set at the
+//! key's agent to completion itself (its own peer connections, `server/links.rs`), worker
+//! threads that run every other request (which may wait on peers), and the peer listener.
 //!
 //! Each client connection has bounded buffers: the input holds at most one request
 //! (`Limits::request_max_bytes`), and while more than [`OUTPUT_MAX_BYTES`] of replies wait to be

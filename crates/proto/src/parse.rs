@@ -551,16 +551,8 @@ fn parse_line<'a>(
             };
             if data_bytes > limits.item_size_max_bytes as u64 {
                 // memcached unlinks the key whatever the mode.
-                return Step::Error {
-                    error: TooLarge {
-                        value_bytes: data_bytes,
-                        limit: limits.item_size_max_bytes,
-                    },
-                    line_bytes,
-                    swallow,
-                    noreply: false,
-                    unlink: Some(meta.key_bytes().into_owned()),
-                };
+                let key = meta.key_bytes().into_owned();
+                return too_large(data_bytes, limits, line_bytes, false, Some(key));
             }
             match data_block(rest, data_bytes as usize) {
                 None => Step::Incomplete,
@@ -593,6 +585,27 @@ fn data_length(token: &[u8]) -> Option<u64> {
     (0..=i64::from(i32::MAX) - 2)
         .contains(&v)
         .then_some(v as u64)
+}
+
+/// A storage command refused for its value's size: its data block is swallowed, and `unlink`
+/// names the key whose value the refusal removes (see [`Parse::Error`]).
+fn too_large<'a>(
+    data_bytes: u64,
+    limits: &Limits,
+    line_bytes: usize,
+    noreply: bool,
+    unlink: Option<Vec<u8>>,
+) -> Step<'a> {
+    Step::Error {
+        error: ProtocolError::TooLarge {
+            value_bytes: data_bytes,
+            limit: limits.item_size_max_bytes,
+        },
+        line_bytes,
+        swallow: data_bytes + 2,
+        noreply,
+        unlink,
+    }
 }
 
 /// The data block at the front of `rest`: `None` if not all there yet, `Err` if it does not
@@ -647,16 +660,8 @@ fn parse_store<'a>(
             mode,
             StoreMode::Set | StoreMode::Append | StoreMode::Prepend
         );
-        return Step::Error {
-            error: TooLarge {
-                value_bytes: data_bytes,
-                limit: limits.item_size_max_bytes,
-            },
-            line_bytes,
-            swallow,
-            noreply,
-            unlink: overwrites.then(|| tokens[1].to_vec()),
-        };
+        let key = overwrites.then(|| tokens[1].to_vec());
+        return too_large(data_bytes, limits, line_bytes, noreply, key);
     }
     match data_block(rest, data_bytes as usize) {
         None => Step::Incomplete,

@@ -14,9 +14,8 @@
 use parking_lot::{ArcMutexGuard, RawMutex};
 
 use super::{bump, lock, Node};
-use crate::index::{self, Entry};
+use crate::index::Entry;
 use crate::peer::{Request, Response};
-use crate::record::Kind;
 use crate::time;
 use graph::Scheme;
 
@@ -92,19 +91,7 @@ impl Node {
         if time::is_expired(exptime_abs, now_secs) {
             return LoopWriteStart::Worker;
         }
-        let kind = if value.len() < self.cfg.replicate_below_bytes {
-            Kind::Replica
-        } else {
-            Kind::Coded
-        };
-        let (positions, charge) = index::charge(
-            kind,
-            key.len(),
-            value.len() as u64,
-            self.k(),
-            self.n(),
-            self.replicas(),
-        );
+        let (kind, positions, charge) = self.layout_of(key, value);
         let now_us = time::now_micros();
         let reserved = {
             let mut g = lock(&self.stripes[stripe]);
