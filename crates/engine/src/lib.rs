@@ -58,6 +58,7 @@ pub mod host;
 mod part;
 mod pool;
 pub mod runner;
+pub mod stdout;
 pub mod store;
 #[cfg(feature = "test-support")]
 pub mod testing;
