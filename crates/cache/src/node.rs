@@ -623,36 +623,55 @@ impl Node {
     // ---- member side ----
 
     /// Handles a message from a peer (or from this node to itself).
+    /// Answers a peer's request at once when that needs no wait on a key lock or another
+    /// node (every chunk operation, most heartbeats); gives it back otherwise (an agent
+    /// operation, a heartbeat that resumes granting), for a thread that may wait.
+    pub fn handle_peer_now(&self, req: Request) -> Result<Response, Request> {
+        match req {
+            Request::Agent(_) => Err(req),
+            Request::Heartbeat { from } => self.heartbeat(from as usize, false).ok_or(req),
+            req => Ok(self.handle_peer(req)),
+        }
+    }
+
+    /// The answer to a heartbeat from `from`; `None` when answering must wait for the key
+    /// locks and `may_wait` is false.
+    fn heartbeat(&self, from: usize, may_wait: bool) -> Option<Response> {
+        let grant = from < self.cfg.node_count && from != self.cfg.id && self.is_up(from);
+        let resumed = grant && !lock(&self.peers)[from].lease.granting;
+        if resumed {
+            if !may_wait {
+                return None;
+            }
+            // This node may have stood in for `from` while it saw it down: the operations
+            // under way here finish before `from` may lead again (each checks `leads` under
+            // its key lock, and `from` is up in this view now).
+            for l in &self.key_locks {
+                drop(l.lock());
+            }
+        }
+        let mut up_for_ms = 0;
+        if from < self.cfg.node_count && from != self.cfg.id {
+            let now = Instant::now();
+            let mut peers = lock(&self.peers);
+            peers[from].lease.answer(grant, now);
+            up_for_ms = now
+                .saturating_duration_since(peers[from].up_since)
+                .as_millis() as u64;
+        }
+        Some(Response::Heartbeat {
+            incarnation: self.incarnation,
+            ready: self.is_ready(),
+            grant,
+            up_for_ms,
+        })
+    }
+
     pub fn handle_peer(&self, req: Request) -> Response {
         match req {
-            Request::Heartbeat { from } => {
-                let from = from as usize;
-                let grant = from < self.cfg.node_count && from != self.cfg.id && self.is_up(from);
-                let resumed = grant && !lock(&self.peers)[from].lease.granting;
-                if resumed {
-                    // This node may have stood in for `from` while it saw it down: the
-                    // operations under way here finish before `from` may lead again (each
-                    // checks `leads` under its key lock, and `from` is up in this view now).
-                    for l in &self.key_locks {
-                        drop(l.lock());
-                    }
-                }
-                let mut up_for_ms = 0;
-                if from < self.cfg.node_count && from != self.cfg.id {
-                    let now = Instant::now();
-                    let mut peers = lock(&self.peers);
-                    peers[from].lease.answer(grant, now);
-                    up_for_ms = now
-                        .saturating_duration_since(peers[from].up_since)
-                        .as_millis() as u64;
-                }
-                Response::Heartbeat {
-                    incarnation: self.incarnation,
-                    ready: self.is_ready(),
-                    grant,
-                    up_for_ms,
-                }
-            }
+            Request::Heartbeat { from } => self
+                .heartbeat(from as usize, true)
+                .expect("a heartbeat that may wait is answered"),
             Request::Put {
                 stripe,
                 watermark,
@@ -809,12 +828,17 @@ impl Node {
 
     /// Makes sure this node's index of `stripe` exists, rebuilding it from the members'
     /// records when this node just became the agent.
+    ///
+    /// The rebuild asks the members for their records without holding the stripe's lock: no
+    /// lock that the event loop takes is held over a wait on another node, whose own loop may
+    /// be waiting for this node's loop to answer. Two threads may rebuild at once; the first
+    /// index in is kept.
     fn with_index<T>(&self, stripe: usize, f: impl FnOnce(&mut StripeIndex) -> T) -> T {
-        let mut guard = lock(&self.stripes[stripe]);
-        if guard.is_none() {
-            *guard = Some(self.rebuild_index(stripe));
+        if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
+            return f(ix);
         }
-        f(guard.as_mut().expect("built"))
+        let built = self.rebuild_index(stripe);
+        f(lock(&self.stripes[stripe]).get_or_insert(built))
     }
 
     fn rebuild_index(&self, stripe: usize) -> StripeIndex {

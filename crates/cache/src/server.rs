@@ -1,6 +1,7 @@
 //! The node process: a mio event loop for memcached clients, which runs a get or set at the
-//! key's agent to completion itself (its own peer connections, `server/links.rs`), worker
-//! threads that run every other request (which may wait on peers), and the peer listener.
+//! key's agent to completion itself (its own peer connections, `server/links.rs`) and serves
+//! the peer port (`server/members.rs`); worker threads that run every other request (which may
+//! wait on peers), and peer workers for the peers' requests that may wait.
 //!
 //! Each client connection has bounded buffers: the input holds at most one request
 //! (`Limits::request_max_bytes`), and while more than [`OUTPUT_MAX_BYTES`] of replies wait to be
@@ -26,7 +27,9 @@ use crate::peer::{self, AgentOp, AgentResult};
 use crate::time;
 
 mod links;
+mod members;
 use links::{Answers, Links, LINK_BASE};
+use members::{PeerConn, PeerJob};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
 pub const OUTPUT_MAX_BYTES: usize = 4 << 20;
@@ -58,53 +61,6 @@ struct ConnCounts {
     bytes_written: AtomicU64,
     /// Worker threads running requests (memcached's `threads`).
     workers: AtomicU64,
-}
-
-/// Serves peers on `peer` (a thread per connection).
-pub fn serve_peers(node: Arc<Node>, peer: TcpListener) {
-    std::thread::Builder::new()
-        .name("peer-accept".into())
-        .spawn(move || {
-            for stream in peer.incoming() {
-                let Ok(mut s) = stream else { continue };
-                let node = Arc::clone(&node);
-                let _ = s.set_nodelay(true);
-                // Requests pipelined on the connection (a client loop's) are read with one
-                // read where they arrived together.
-                let Ok(reader) = s.try_clone() else { continue };
-                let mut reader = io::BufReader::with_capacity(64 * 1024, reader);
-                let _ = std::thread::Builder::new()
-                    .name("peer".into())
-                    .spawn(move || {
-                        // Replies to the requests read together leave together, in one write.
-                        let mut out = Vec::new();
-                        while let Ok(body) = peer::read_frame(&mut reader) {
-                            let Some(req) = peer::decode_request(&body) else {
-                                break;
-                            };
-                            let data = req.is_data();
-                            let res = node.handle_peer(req);
-                            // Counted before it leaves, so that the count is whole once the
-                            // caller has the reply.
-                            if data {
-                                node.counters
-                                    .peer_replies_sent
-                                    .fetch_add(1, Ordering::Relaxed);
-                            }
-                            let body = peer::encode_response(&res);
-                            out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-                            out.extend_from_slice(&body);
-                            if reader.buffer().is_empty() {
-                                if s.write_all(&out).is_err() {
-                                    break;
-                                }
-                                out.clear();
-                            }
-                        }
-                    });
-            }
-        })
-        .expect("spawn peer listener");
 }
 
 struct Conn {
@@ -374,15 +330,26 @@ fn start_loop_op(
     }
 }
 
-/// Runs the client event loop forever.
-pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) -> io::Result<()> {
+/// Runs the node's event loop forever: its client connections and its peer port
+/// (`server/members.rs`), whose requests that may wait go to `cfg.workers` peer workers.
+pub fn serve(
+    node: Arc<Node>,
+    listener: TcpListener,
+    peers: TcpListener,
+    cfg: ServerConfig,
+) -> io::Result<()> {
     listener.set_nonblocking(true)?;
     let mut listener = mio::net::TcpListener::from_std(listener);
     let mut poll = Poll::new()?;
     const LISTENER: Token = Token(0);
     const WAKER: Token = Token(1);
+    const PEER_LISTENER: Token = Token(2);
     poll.registry()
         .register(&mut listener, LISTENER, Interest::READABLE)?;
+    peers.set_nonblocking(true)?;
+    let mut peer_listener = mio::net::TcpListener::from_std(peers);
+    poll.registry()
+        .register(&mut peer_listener, PEER_LISTENER, Interest::READABLE)?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let counts = Arc::new(ConnCounts::default());
     counts
@@ -423,8 +390,35 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
             })
             .expect("spawn worker");
     }
+    let (peer_job_tx, peer_job_rx) = mpsc::channel::<PeerJob>();
+    let peer_job_rx = Arc::new(Mutex::new(peer_job_rx));
+    for i in 0..cfg.workers.max(1) {
+        let (node, rx, tx, waker) = (
+            Arc::clone(&node),
+            Arc::clone(&peer_job_rx),
+            done_tx.clone(),
+            Arc::clone(&waker),
+        );
+        std::thread::Builder::new()
+            .name(format!("peer-worker-{i}"))
+            .spawn(move || loop {
+                let job = {
+                    let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
+                    rx.recv()
+                };
+                let Ok(job) = job else { return };
+                let out = members::run_job(&node, job.request);
+                if tx.send((job.token, out, false)).is_err() {
+                    return;
+                }
+                let _ = waker.wake();
+            })
+            .expect("spawn peer worker");
+    }
     let mut conns: HashMap<Token, Conn> = HashMap::new();
-    let mut next_token = 2usize;
+    let mut peer_conns: HashMap<Token, PeerConn> = HashMap::new();
+    let mut scratch = vec![0u8; 64 * 1024];
+    let mut next_token = 3usize;
     let mut events = Events::with_capacity(1024);
     let mut ops = LoopOps {
         links: Links::new(cfg.peer_addrs.clone()),
@@ -494,12 +488,29 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
                         Err(_) => break,
                     }
                 },
+                PEER_LISTENER => {
+                    while let Ok((mut stream, _)) = peer_listener.accept() {
+                        let _ = stream.set_nodelay(true);
+                        let token = Token(next_token);
+                        next_token += 1;
+                        poll.registry().register(
+                            &mut stream,
+                            token,
+                            Interest::READABLE | Interest::WRITABLE,
+                        )?;
+                        peer_conns.insert(token, PeerConn::new(stream));
+                        touched.push(token);
+                    }
+                }
                 WAKER => {
                     while let Ok((token, out, close)) = done_rx.try_recv() {
                         if let Some(c) = conns.get_mut(&token) {
                             c.out.extend_from_slice(&out);
                             c.busy = false;
                             c.closing |= close;
+                            touched.push(token);
+                        } else if let Some(pc) = peer_conns.get_mut(&token) {
+                            pc.resume(&out);
                             touched.push(token);
                         }
                     }
@@ -530,10 +541,27 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
         touched.sort_unstable();
         touched.dedup();
         for token in touched {
+            if let Some(pc) = peer_conns.get_mut(&token) {
+                if !pc.service(token, &node, &peer_job_tx, &mut scratch) {
+                    if let Some(mut pc) = peer_conns.remove(&token) {
+                        let _ = poll.registry().deregister(pc.stream());
+                    }
+                }
+                continue;
+            }
             let Some(c) = conns.get_mut(&token) else {
                 continue;
             };
-            let keep = service(c, token, &node, &counts, &job_tx, &mut ops, poll.registry());
+            let keep = service(
+                c,
+                token,
+                &node,
+                &counts,
+                &job_tx,
+                &mut ops,
+                poll.registry(),
+                &mut scratch,
+            );
             if !keep {
                 if let Some(mut c) = conns.remove(&token) {
                     let _ = poll.registry().deregister(&mut c.stream);
@@ -564,6 +592,7 @@ pub fn serve_clients(node: Arc<Node>, listener: TcpListener, cfg: ServerConfig) 
 }
 
 /// Reads, runs and writes what it can; false when the connection is done.
+#[allow(clippy::too_many_arguments)]
 fn service(
     c: &mut Conn,
     token: Token,
@@ -572,6 +601,7 @@ fn service(
     jobs: &mpsc::Sender<Job>,
     ops: &mut LoopOps,
     registry: &Registry,
+    buf: &mut [u8],
 ) -> bool {
     let cap = c.parser.limits().request_max_bytes() + 2;
     // A read shorter than asked emptied the socket: the next bytes bring a new event, so it
@@ -581,7 +611,6 @@ fn service(
         let mut progressed = false;
         // Read while there is room.
         while !c.eof && !drained && c.inbuf.len() < cap {
-            let mut buf = [0u8; 64 * 1024];
             let room = (cap - c.inbuf.len()).min(buf.len());
             match c.stream.read(&mut buf[..room]) {
                 Ok(0) => c.eof = true,

@@ -269,7 +269,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         }
         _ => None,
     };
-    server::serve_peers(Arc::clone(&node), peer);
     node.start_background();
     outln!(
         "inec serve: node {} of {} ready on {} peer {} code {} scheme {} mode {}{}",
@@ -287,9 +286,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         item_size_max_bytes: item,
         ..proto::Limits::default()
     };
-    server::serve_clients(
+    // One event loop serves the clients and the peer port (bound above, so peers that connect
+    // before it runs wait in the backlog).
+    server::serve(
         node,
         client,
+        peer,
         ServerConfig {
             limits,
             max_connections: a.opts.max_conns,

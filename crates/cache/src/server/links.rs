@@ -34,6 +34,8 @@ pub struct Links {
     addrs: Vec<SocketAddr>,
     links: Vec<Option<Link>>,
     dirty: Vec<usize>,
+    /// Where reads land before they join a link's input (allocated once).
+    scratch: Vec<u8>,
     /// Frames sent and received, for the node's message counters.
     pub sent: u64,
     pub received: u64,
@@ -47,6 +49,7 @@ impl Links {
             addrs,
             links,
             dirty: Vec::new(),
+            scratch: vec![0; 64 * 1024],
             sent: 0,
             received: 0,
         }
@@ -159,10 +162,10 @@ impl Links {
             return Vec::new();
         };
         let mut answers = Vec::new();
-        let mut buf = [0u8; 65536];
+        let buf = &mut self.scratch;
         let mut broken = false;
         loop {
-            match link.stream.read(&mut buf) {
+            match link.stream.read(buf) {
                 Ok(0) => {
                     broken = true;
                     break;

@@ -1,0 +1,153 @@
+//! The member side of the node, served by the client loop: connections accepted on the peer
+//! port carry other nodes' requests (chunk operations from their loops and workers, forwarded
+//! agent operations, heartbeats). The loop answers at once what needs no wait
+//! ([`Node::handle_peer_now`]: every chunk operation, most heartbeats), so a member's part of a
+//! get or set costs no thread hand-off; what may wait (an agent operation, a heartbeat that
+//! must first drain the key locks) goes to a peer worker, and the connection reads nothing more
+//! until its reply is back, so replies leave in the order of the requests. Replies to the
+//! requests read in one pass leave in one write.
+
+use std::io::{self, Read, Write};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc;
+
+use mio::net::TcpStream;
+use mio::Token;
+
+use crate::node::Node;
+use crate::peer::{self, Request, MESSAGE_MAX_BYTES};
+
+/// A connection from another node to this one's peer port.
+pub struct PeerConn {
+    stream: TcpStream,
+    inbuf: Vec<u8>,
+    out: Vec<u8>,
+    out_pos: usize,
+    /// A request is with a peer worker: nothing further is answered until its reply is in.
+    busy: bool,
+    eof: bool,
+}
+
+/// A request of a peer connection for a peer worker.
+pub struct PeerJob {
+    pub token: Token,
+    pub request: Request,
+}
+
+impl PeerConn {
+    pub fn new(stream: TcpStream) -> PeerConn {
+        PeerConn {
+            stream,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            out_pos: 0,
+            busy: false,
+            eof: false,
+        }
+    }
+
+    pub fn stream(&mut self) -> &mut TcpStream {
+        &mut self.stream
+    }
+
+    /// A peer worker's framed reply: it leaves, and the requests behind it run.
+    pub fn resume(&mut self, framed: &[u8]) {
+        self.out.extend_from_slice(framed);
+        self.busy = false;
+    }
+
+    /// Reads what came, answers what it can, writes; false when the connection is done (closed
+    /// by the peer, broken, or a frame this node cannot trust).
+    pub fn service(
+        &mut self,
+        token: Token,
+        node: &Node,
+        jobs: &mpsc::Sender<PeerJob>,
+        scratch: &mut [u8],
+    ) -> bool {
+        while !self.eof {
+            match self.stream.read(scratch) {
+                Ok(0) => self.eof = true,
+                Ok(n) => {
+                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    // Shorter than asked: the socket is empty, the next bytes bring an event.
+                    if n < scratch.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        let mut at = 0;
+        while !self.busy && self.inbuf.len() - at >= 4 {
+            let len =
+                u32::from_le_bytes(self.inbuf[at..at + 4].try_into().expect("4 bytes")) as usize;
+            if len > MESSAGE_MAX_BYTES {
+                return false;
+            }
+            if self.inbuf.len() - at - 4 < len {
+                break;
+            }
+            let Some(req) = peer::decode_request(&self.inbuf[at + 4..at + 4 + len]) else {
+                return false;
+            };
+            at += 4 + len;
+            let data = req.is_data();
+            match node.handle_peer_now(req) {
+                Ok(res) => {
+                    // Counted before it leaves, so that the count is whole once the caller
+                    // has the reply.
+                    if data {
+                        node.counters
+                            .peer_replies_sent
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                    push_frame(&mut self.out, &peer::encode_response(&res));
+                }
+                Err(request) => {
+                    self.busy = true;
+                    if jobs.send(PeerJob { token, request }).is_err() {
+                        return false;
+                    }
+                }
+            }
+        }
+        self.inbuf.drain(..at);
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return false,
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+        }
+        // The peer closed its side: done once nothing is under way or left to send.
+        !(self.eof && !self.busy && self.out.is_empty())
+    }
+}
+
+/// Runs a request a peer connection handed over (on a peer worker) and frames its reply.
+pub fn run_job(node: &Node, request: Request) -> Vec<u8> {
+    let data = request.is_data();
+    let res = node.handle_peer(request);
+    if data {
+        node.counters
+            .peer_replies_sent
+            .fetch_add(1, Ordering::Relaxed);
+    }
+    let mut out = Vec::new();
+    push_frame(&mut out, &peer::encode_response(&res));
+    out
+}
+
+fn push_frame(out: &mut Vec<u8>, body: &[u8]) {
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    out.extend_from_slice(body);
+}
