@@ -153,6 +153,11 @@ pub struct Counters {
     pub loop_writes: AtomicU64,
     /// `set`s the client loop began and handed to a worker (a member failed or was slow).
     pub loop_write_fallbacks: AtomicU64,
+    /// Gets and sets the client loop forwarded to the key's agent over its own connections
+    /// (this node is not the agent) and answered from the agent's reply.
+    pub loop_forwards: AtomicU64,
+    /// Forwards the loop gave to a worker (no agent's answer, or one the worker must handle).
+    pub loop_forward_fallbacks: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {

@@ -87,12 +87,13 @@ enum Work {
     Unlink { key: Vec<u8>, reply: Vec<u8> },
 }
 
-/// A request the client loop runs to completion, waiting for other members.
+/// A request the event loop runs to completion, waiting for other nodes.
 struct PendingOp {
+    /// The connection the reply goes to: a client's, or a peer's (a forwarded request).
     conn: Token,
     op: LoopOp,
-    /// The request's bytes, for a worker if the loop cannot finish it.
-    request: Vec<u8>,
+    /// The request, for a worker if the loop cannot finish it.
+    retry: Retry,
     /// Requests sent and not answered yet.
     outstanding: usize,
     /// The next of the op's remote steps to send (incoherent mode sends one at a time).
@@ -101,21 +102,57 @@ struct PendingOp {
     deadline: Instant,
 }
 
+/// A request the loop gives to a worker: a client's bytes (a client worker runs them), or a
+/// peer's request (a peer worker answers it).
+enum Retry {
+    Client(Vec<u8>),
+    Peer(peer::Request),
+}
+
+/// Who reads the reply of a loop op.
+#[derive(Clone, Copy)]
+enum ReplyTo {
+    /// A memcached client: `with_cas` (`gets`) for a read, `noreply` for a write.
+    Client { with_cas: bool, noreply: bool },
+    /// The node that forwarded the request: a framed `Response::Agent`.
+    Peer,
+}
+
 enum LoopOp {
-    /// `get`/`gets` of one key (`Node::loop_read_start`); `with_cas` for `gets`.
-    Read { read: LoopPending, with_cas: bool },
+    /// `get`/`gets` of one key (`Node::loop_read_start`).
+    Read { read: LoopPending, to: ReplyTo },
     /// `set` (`Node::loop_write_start`).
-    Write {
-        write: Box<LoopWrite>,
-        noreply: bool,
+    Write { write: Box<LoopWrite>, to: ReplyTo },
+    /// A `get`, `gets` or `set` sent to the key's agent, another node: one step, whose answer
+    /// is the reply (a get: a value or a miss; a set: stored). Any other answer, or none, and a
+    /// worker runs the request the full way (which retries while views settle).
+    Forward {
+        /// `[(agent, 0)]`.
+        remote: [(usize, usize); 1],
+        /// Taken when sent.
+        op: Option<AgentOp>,
+        key: Vec<u8>,
+        to: ReplyTo,
+        result: Option<AgentResult>,
     },
 }
 
 impl LoopOp {
+    fn forward(agent: usize, key: &[u8], op: AgentOp, to: ReplyTo) -> LoopOp {
+        LoopOp::Forward {
+            remote: [(agent, 0)],
+            op: Some(op),
+            key: key.to_vec(),
+            to,
+            result: None,
+        }
+    }
+
     fn remote(&self) -> &[(usize, usize)] {
         match self {
             LoopOp::Read { read, .. } => &read.remote,
             LoopOp::Write { write, .. } => &write.remote,
+            LoopOp::Forward { remote, .. } => remote,
         }
     }
 
@@ -123,6 +160,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => read.request(position),
             LoopOp::Write { write, .. } => write.request(position),
+            LoopOp::Forward { op, .. } => peer::Request::Agent(op.take().expect("sent once")),
         }
     }
 
@@ -131,6 +169,16 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
+            LoopOp::Forward { result, .. } => match reply {
+                Some(peer::Response::Agent(
+                    r
+                    @ (AgentResult::Value { .. } | AgentResult::Miss | AgentResult::Stored { .. }),
+                )) => {
+                    *result = Some(r);
+                    true
+                }
+                _ => false,
+            },
         }
     }
 
@@ -140,32 +188,73 @@ impl LoopOp {
         let c = &node.counters;
         let mut out = Vec::new();
         match self {
-            LoopOp::Read { read, with_cas } => {
+            LoopOp::Read { read, to } => {
                 let Some(v) = node.loop_read_finish(read) else {
                     bump(&c.loop_read_fallbacks);
                     return None;
                 };
-                bump(&c.cmd_get);
-                bump(&c.get_hits);
                 bump(&c.loop_reads);
-                compose::value(
-                    &mut out,
-                    &v.key,
-                    v.flags,
-                    &v.value,
-                    with_cas.then_some(v.cas),
-                );
-                compose::reply(&mut out, Reply::End);
+                match to {
+                    ReplyTo::Client { with_cas, .. } => {
+                        bump(&c.cmd_get);
+                        bump(&c.get_hits);
+                        let cas = with_cas.then_some(v.cas);
+                        compose::value(&mut out, &v.key, v.flags, &v.value, cas);
+                        compose::reply(&mut out, Reply::End);
+                    }
+                    ReplyTo::Peer => {
+                        out = members::frame_reply(node, &peer::Response::Agent(value_result(v)))
+                    }
+                }
             }
-            LoopOp::Write { write, noreply } => {
-                if node.loop_write_finish(*write).is_none() {
+            LoopOp::Write { write, to } => {
+                let Some(cas) = node.loop_write_finish(*write) else {
                     bump(&c.loop_write_fallbacks);
                     return None;
-                }
-                bump(&c.cmd_set);
+                };
                 bump(&c.loop_writes);
-                if !noreply {
-                    compose::reply(&mut out, Reply::Stored);
+                match to {
+                    ReplyTo::Client { noreply, .. } => {
+                        bump(&c.cmd_set);
+                        if !noreply {
+                            compose::reply(&mut out, Reply::Stored);
+                        }
+                    }
+                    ReplyTo::Peer => {
+                        let res = peer::Response::Agent(AgentResult::Stored { cas });
+                        out = members::frame_reply(node, &res);
+                    }
+                }
+            }
+            LoopOp::Forward {
+                to, result, key, ..
+            } => {
+                let ReplyTo::Client { with_cas, noreply } = to else {
+                    unreachable!("a forwarded request is not forwarded again");
+                };
+                bump(&c.forwarded);
+                bump(&c.loop_forwards);
+                match result.expect("answered") {
+                    AgentResult::Value {
+                        flags, cas, value, ..
+                    } => {
+                        bump(&c.cmd_get);
+                        bump(&c.get_hits);
+                        compose::value(&mut out, &key, flags, &value, with_cas.then_some(cas));
+                        compose::reply(&mut out, Reply::End);
+                    }
+                    AgentResult::Miss => {
+                        bump(&c.cmd_get);
+                        bump(&c.get_misses);
+                        compose::reply(&mut out, Reply::End);
+                    }
+                    AgentResult::Stored { .. } => {
+                        bump(&c.cmd_set);
+                        if !noreply {
+                            compose::reply(&mut out, Reply::Stored);
+                        }
+                    }
+                    _ => unreachable!("take accepts only these"),
                 }
             }
         }
@@ -181,10 +270,10 @@ impl LoopOp {
                 bump(&c.loop_write_fallbacks);
                 node.loop_write_abandon(*write);
             }
+            LoopOp::Forward { .. } => bump(&c.loop_forward_fallbacks),
         }
     }
 }
-
 /// The requests the loop runs to completion itself, and its connections to the other nodes.
 struct LoopOps {
     links: Links,
@@ -197,7 +286,7 @@ struct LoopOps {
 /// The end of a loop request: a reply for the connection, or the request handed to a worker.
 enum Done {
     Reply(Token, Vec<u8>),
-    Worker(Token, Vec<u8>),
+    Worker(Token, Retry),
 }
 
 impl LoopOps {
@@ -233,12 +322,12 @@ impl LoopOps {
         let pr = self.pending.remove(&id).expect("present");
         if pr.failed {
             pr.op.abandon(node);
-            return Some(Done::Worker(pr.conn, pr.request));
+            return Some(Done::Worker(pr.conn, pr.retry));
         }
         match pr.op.finish(node) {
             Some(out) => Some(Done::Reply(pr.conn, out)),
             // `finish` undid what it had to and counted the fallback.
-            None => Some(Done::Worker(pr.conn, pr.request)),
+            None => Some(Done::Worker(pr.conn, pr.retry)),
         }
     }
 
@@ -286,10 +375,37 @@ fn bump(c: &AtomicU64) {
     c.fetch_add(1, Ordering::Relaxed);
 }
 
-/// Registers an op the loop runs to completion for connection `token` (busy until it ends)
-/// and sends its first steps.
-#[allow(clippy::too_many_arguments)]
+/// Registers an op the loop runs to completion for connection `token` and sends its first
+/// steps: its end, if that came at once (otherwise the connection waits for it).
 fn start_loop_op(
+    ops: &mut LoopOps,
+    node: &Node,
+    registry: &Registry,
+    token: Token,
+    op: LoopOp,
+    retry: Retry,
+) -> Option<Done> {
+    let id = ops.next_id;
+    ops.next_id += 1;
+    ops.pending.insert(
+        id,
+        PendingOp {
+            conn: token,
+            op,
+            retry,
+            outstanding: 0,
+            next: 0,
+            failed: false,
+            deadline: Instant::now() + ops.patience,
+        },
+    );
+    ops.pump(node, registry, id);
+    ops.settle(node, id)
+}
+
+/// [`start_loop_op`] for a client connection, busy until the op ends.
+#[allow(clippy::too_many_arguments)]
+fn start_client_op(
     c: &mut Conn,
     token: Token,
     node: &Node,
@@ -299,34 +415,140 @@ fn start_loop_op(
     op: LoopOp,
     request: Vec<u8>,
 ) {
-    let id = ops.next_id;
-    ops.next_id += 1;
-    ops.pending.insert(
-        id,
-        PendingOp {
-            conn: token,
-            op,
-            request,
-            outstanding: 0,
-            next: 0,
-            failed: false,
-            deadline: Instant::now() + ops.patience,
-        },
-    );
     c.busy = true;
-    ops.pump(node, registry, id);
-    match ops.settle(node, id) {
+    match start_loop_op(ops, node, registry, token, op, Retry::Client(request)) {
         None => {}
-        Some(Done::Worker(_, request)) => {
+        Some(Done::Worker(_, Retry::Client(request))) => {
             let _ = jobs.send(Job {
                 token,
                 work: Work::Request(request),
             });
         }
+        Some(Done::Worker(_, Retry::Peer(_))) => unreachable!("a client's op"),
         Some(Done::Reply(_, out)) => {
             c.out.extend_from_slice(&out);
             c.busy = false;
         }
+    }
+}
+
+/// A peer's request that may wait: a forwarded plain `get` or `set` of a key this node leads
+/// starts on the loop as a client's would; anything else goes to a peer worker. `Some`: the
+/// framed reply, ready now; `None`: the connection waits for it.
+fn start_peer_request(
+    request: peer::Request,
+    token: Token,
+    node: &Node,
+    ops: &mut LoopOps,
+    registry: &Registry,
+    jobs: &mpsc::Sender<PeerJob>,
+) -> Option<Vec<u8>> {
+    let c = &node.counters;
+    let set = store_mode_index(StoreMode::Set);
+    let op = match &request {
+        _ if ops.links.is_empty() => None,
+        peer::Request::Agent(AgentOp::Get {
+            key,
+            touch: None,
+            degrade: None,
+        }) => match node.loop_read_start(key) {
+            LoopRead::Miss => {
+                let res = peer::Response::Agent(AgentResult::Miss);
+                return Some(members::frame_reply(node, &res));
+            }
+            LoopRead::Value(v) => {
+                bump(&c.loop_reads);
+                let res = peer::Response::Agent(value_result(v));
+                return Some(members::frame_reply(node, &res));
+            }
+            LoopRead::Fetch(read) => Some(LoopOp::Read {
+                read,
+                to: ReplyTo::Peer,
+            }),
+            LoopRead::Worker | LoopRead::Forward(_) => None,
+        },
+        peer::Request::Agent(AgentOp::Store {
+            mode,
+            key,
+            flags,
+            exptime,
+            compare_cas: None,
+            value,
+        }) if *mode == set => match node.loop_write_start(key, *flags, *exptime, value) {
+            LoopWriteStart::Stored(cas) => {
+                bump(&c.loop_writes);
+                let res = peer::Response::Agent(AgentResult::Stored { cas });
+                return Some(members::frame_reply(node, &res));
+            }
+            LoopWriteStart::Send(write) => Some(LoopOp::Write {
+                write,
+                to: ReplyTo::Peer,
+            }),
+            LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
+        },
+        _ => None,
+    };
+    let Some(op) = op else {
+        let _ = jobs.send(PeerJob { token, request });
+        return None;
+    };
+    match start_loop_op(ops, node, registry, token, op, Retry::Peer(request)) {
+        None => None,
+        Some(Done::Reply(_, out)) => Some(out),
+        Some(Done::Worker(_, retry)) => {
+            if let Retry::Peer(request) = retry {
+                let _ = jobs.send(PeerJob { token, request });
+            }
+            None
+        }
+    }
+}
+
+/// Takes a loop op's end to its connection: the reply, or the request for a worker of its
+/// kind. The connection to service next, if a reply came.
+fn deliver(
+    done: Done,
+    conns: &mut HashMap<Token, Conn>,
+    peer_conns: &mut HashMap<Token, PeerConn>,
+    (jobs, peer_jobs): (&mpsc::Sender<Job>, &mpsc::Sender<PeerJob>),
+) -> Option<Token> {
+    match done {
+        Done::Reply(token, out) => {
+            if let Some(c) = conns.get_mut(&token) {
+                c.out.extend_from_slice(&out);
+                c.busy = false;
+            } else if let Some(pc) = peer_conns.get_mut(&token) {
+                pc.resume(&out);
+            } else {
+                return None;
+            }
+            Some(token)
+        }
+        Done::Worker(token, Retry::Client(request)) => {
+            if conns.contains_key(&token) {
+                let _ = jobs.send(Job {
+                    token,
+                    work: Work::Request(request),
+                });
+            }
+            None
+        }
+        Done::Worker(token, Retry::Peer(request)) => {
+            if peer_conns.contains_key(&token) {
+                let _ = peer_jobs.send(PeerJob { token, request });
+            }
+            None
+        }
+    }
+}
+
+/// A value read by the loop, as the agent's answer to a forwarded get.
+fn value_result(v: crate::node::LoopValue) -> AgentResult {
+    AgentResult::Value {
+        flags: v.flags,
+        cas: v.cas,
+        exptime: v.exptime,
+        value: v.value,
     }
 }
 
@@ -520,29 +742,18 @@ pub fn serve(
         }
         // Loop requests that ended: their replies, or their requests for a worker.
         for d in done {
-            match d {
-                Done::Reply(token, out) => {
-                    if let Some(c) = conns.get_mut(&token) {
-                        c.out.extend_from_slice(&out);
-                        c.busy = false;
-                        touched.push(token);
-                    }
-                }
-                Done::Worker(token, request) => {
-                    if conns.contains_key(&token) {
-                        let _ = job_tx.send(Job {
-                            token,
-                            work: Work::Request(request),
-                        });
-                    }
-                }
-            }
+            let workers = (&job_tx, &peer_job_tx);
+            touched.extend(deliver(d, &mut conns, &mut peer_conns, workers));
         }
         touched.sort_unstable();
         touched.dedup();
         for token in touched {
             if let Some(pc) = peer_conns.get_mut(&token) {
-                if !pc.service(token, &node, &peer_job_tx, &mut scratch) {
+                let registry = poll.registry();
+                let mut wait = |request| {
+                    start_peer_request(request, token, &node, &mut ops, registry, &peer_job_tx)
+                };
+                if !pc.service(&node, &mut scratch, &mut wait) {
                     if let Some(mut pc) = peer_conns.remove(&token) {
                         let _ = poll.registry().deregister(pc.stream());
                     }
@@ -573,16 +784,8 @@ pub fn serve(
         let failed = ops.links.flush(poll.registry());
         for d in ops.answered(&node, poll.registry(), failed) {
             // Only failures come of a failed write: those requests go to a worker.
-            match d {
-                Done::Worker(token, request) if conns.contains_key(&token) => {
-                    let _ = job_tx.send(Job {
-                        token,
-                        work: Work::Request(request),
-                    });
-                }
-                Done::Worker(..) => {}
-                Done::Reply(..) => unreachable!("a failed connection completes no read"),
-            }
+            debug_assert!(matches!(d, Done::Worker(..)));
+            deliver(d, &mut conns, &mut peer_conns, (&job_tx, &peer_job_tx));
         }
         node.count_loop_messages(
             std::mem::take(&mut ops.links.sent),
@@ -697,7 +900,12 @@ fn service(
                                 && !ops.links.is_empty() =>
                         {
                             let with_cas = g.kind.with_cas();
-                            match node.loop_read_start(g.keys[0]) {
+                            let to = ReplyTo::Client {
+                                with_cas,
+                                noreply: false,
+                            };
+                            let key = g.keys[0];
+                            match node.loop_read_start(key) {
                                 LoopRead::Worker => false,
                                 LoopRead::Miss => {
                                     bump(&node.counters.cmd_get);
@@ -715,9 +923,24 @@ fn service(
                                     true
                                 }
                                 LoopRead::Fetch(read) => {
-                                    let op = LoopOp::Read { read, with_cas };
+                                    let op = LoopOp::Read { read, to };
                                     let request = c.inbuf[..consumed].to_vec();
-                                    start_loop_op(c, token, node, jobs, ops, registry, op, request);
+                                    start_client_op(
+                                        c, token, node, jobs, ops, registry, op, request,
+                                    );
+                                    true
+                                }
+                                LoopRead::Forward(agent) => {
+                                    let get = AgentOp::Get {
+                                        key: key.to_vec(),
+                                        touch: None,
+                                        degrade: None,
+                                    };
+                                    let op = LoopOp::forward(agent, key, get, to);
+                                    let request = c.inbuf[..consumed].to_vec();
+                                    start_client_op(
+                                        c, token, node, jobs, ops, registry, op, request,
+                                    );
                                     true
                                 }
                             }
@@ -725,6 +948,10 @@ fn service(
                         Command::Store(st)
                             if st.mode == StoreMode::Set && !ops.links.is_empty() =>
                         {
+                            let to = ReplyTo::Client {
+                                with_cas: false,
+                                noreply: st.noreply,
+                            };
                             match node.loop_write_start(st.key, st.flags, st.exptime, st.data) {
                                 LoopWriteStart::Worker => false,
                                 LoopWriteStart::Stored(_) => {
@@ -736,12 +963,27 @@ fn service(
                                     true
                                 }
                                 LoopWriteStart::Send(write) => {
-                                    let op = LoopOp::Write {
-                                        write,
-                                        noreply: st.noreply,
-                                    };
+                                    let op = LoopOp::Write { write, to };
                                     let request = c.inbuf[..consumed].to_vec();
-                                    start_loop_op(c, token, node, jobs, ops, registry, op, request);
+                                    start_client_op(
+                                        c, token, node, jobs, ops, registry, op, request,
+                                    );
+                                    true
+                                }
+                                LoopWriteStart::Forward(agent) => {
+                                    let set = AgentOp::Store {
+                                        mode: store_mode_index(StoreMode::Set),
+                                        key: st.key.to_vec(),
+                                        flags: st.flags,
+                                        exptime: st.exptime,
+                                        compare_cas: None,
+                                        value: st.data.to_vec(),
+                                    };
+                                    let op = LoopOp::forward(agent, st.key, set, to);
+                                    let request = c.inbuf[..consumed].to_vec();
+                                    start_client_op(
+                                        c, token, node, jobs, ops, registry, op, request,
+                                    );
                                     true
                                 }
                             }
@@ -1349,6 +1591,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
+    compose::stat(out, "loop_forwards", g(&c.loop_forwards));
+    compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());

@@ -280,6 +280,11 @@ impl Client {
         self.read_value(&first)
     }
 
+    fn mg(&mut self, key: &str) -> Got {
+        let first = self.send(format!("mg {key} v\r\n").as_bytes());
+        self.read_value(&first)
+    }
+
     fn mg_degraded(&mut self, key: &str, position: usize) -> Got {
         let first = self.send(format!("mg {key} v Oinec-degrade-{position}\r\n").as_bytes());
         self.read_value(&first)
@@ -771,17 +776,20 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(p1 - p0, 2 * (n - 1) as u64, "write: peer messages");
     assert_eq!(stat("loop_writes") - loop_writes0, 1);
     assert_eq!(stat("write_plan_runs") - writes0, 0);
-    // Through another node: one forward and its reply more; the agent writes on the engine's
-    // write template (a chunk carrying its start to, and a done from, each member but it).
+    // Through another node: one forward and its reply more, both sent by the event loops
+    // (the front's, which sends the forward and answers the client from the agent's reply,
+    // and the agent's, which runs the write as for a client of its own).
+    let front = (agent + 1) % n;
+    let front_stat = |name: &str| c.client(front).stats("inec")[name].parse::<u64>().unwrap();
+    let forwards0 = front_stat("loop_forwards");
     let (ma, pa) = count();
-    assert_eq!(
-        c.client((agent + 1) % n).set(key, &[2u8; 8192]),
-        "STORED\r\n"
-    );
+    assert_eq!(c.client(front).set(key, &[2u8; 8192]), "STORED\r\n");
     let (mb, pb) = count();
     assert_eq!(mb - ma, 2 * (n - 1) as u64 + 2, "forwarded write");
-    assert_eq!(pb - pa, 2, "forwarded write: peer messages");
-    assert_eq!(stat("write_plan_runs") - writes0, 1);
+    assert_eq!(pb - pa, 2 * (n - 1) as u64 + 2, "forwarded write: peer messages");
+    assert_eq!(stat("loop_writes") - loop_writes0, 2);
+    assert_eq!(stat("write_plan_runs") - writes0, 0);
+    assert_eq!(front_stat("loop_forwards") - forwards0, 1);
     let (m1, p1) = count();
     let (reads0, loop_reads0) = (stat("read_plan_runs"), stat("loop_reads"));
     assert_eq!(cl.get(key), Got::Hit(vec![2u8; 8192]));
@@ -793,14 +801,31 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(stat("loop_reads") - loop_reads0, 1);
     assert_eq!(stat("read_plan_runs") - reads0, 0);
     assert_eq!(stat("loop_read_fallbacks"), 0);
-    // Through another node: one forward and its reply more; the agent reads on the engine's
-    // read template (a start to and a chunk from each data member but the agent).
-    let mut other = c.client((agent + 1) % n);
+    // Through another node: one forward and its reply more; the agent's loop reads as for
+    // its own client.
+    let mut other = c.client(front);
     assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
     let (m3, p3) = count();
     assert_eq!(m3 - m2, 2 * (k - 1) as u64 + 2, "forwarded read");
-    assert_eq!(p3 - p2, 2, "forwarded read: peer messages");
+    assert_eq!(p3 - p2, 2 * (k - 1) as u64 + 2, "forwarded read: peer messages");
+    assert_eq!(stat("loop_reads") - loop_reads0, 2);
+    assert_eq!(stat("read_plan_runs") - reads0, 0);
+    assert_eq!(front_stat("loop_forwards") - forwards0, 2);
+    // A meta get is forwarded by the front's worker; the agent's loop still reads it.
+    assert_eq!(other.mg(key), Got::Hit(vec![2u8; 8192]));
+    let (m4, p4) = count();
+    assert_eq!(m4 - m3, 2 * (k - 1) as u64 + 2, "forwarded mg");
+    assert_eq!(p4 - p3, 2 * (k - 1) as u64 + 2, "forwarded mg: peer messages");
+    assert_eq!(stat("loop_reads") - loop_reads0, 3);
+    // At the agent, a read the loop does not run (a meta get) runs on a worker, which reads on
+    // the engine's read template (a start to and a chunk from each data member but the
+    // agent).
+    assert_eq!(cl.mg(key), Got::Hit(vec![2u8; 8192]));
+    let (m5, p5) = count();
+    assert_eq!(m5 - m4, 2 * (k - 1) as u64, "mg at the agent");
+    assert_eq!(p5 - p4, 0, "mg at the agent: peer messages");
     assert_eq!(stat("read_plan_runs") - reads0, 1);
+    let (m3, p3) = (m5, p5);
     // A degraded read of data position 1 (the repair template of one lost data chunk was
     // installed at start-up; a first read warms the connections): the normal read of the
     // k-2 data chunks left over peer messages (a request and a chunk each), then the repair

@@ -31,6 +31,8 @@ pub enum LoopRead {
     Value(LoopValue),
     /// Chunks to ask other members for: [`LoopPending::remote`].
     Fetch(LoopPending),
+    /// Another node leads the key's stripe: send it the request.
+    Forward(usize),
 }
 
 /// A value read by the loop.
@@ -39,6 +41,8 @@ pub struct LoopValue {
     pub key: Vec<u8>,
     pub flags: u32,
     pub cas: u64,
+    /// Absolute (memcached's `exptime` as stored), for a front that asked for it.
+    pub exptime: i64,
     pub value: Vec<u8>,
 }
 
@@ -71,7 +75,10 @@ impl Node {
     pub fn loop_read_start(&self, key: &[u8]) -> LoopRead {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
-            return LoopRead::Worker;
+            return match self.agent_of(stripe) {
+                Some(agent) if agent != self.cfg.id => LoopRead::Forward(agent),
+                _ => LoopRead::Worker,
+            };
         }
         // A write of the key under way holds its lock: the worker waits for it.
         let Some(_key_guard) = self.key_locks[super::key_lock_index(key)].try_lock() else {
@@ -193,6 +200,7 @@ impl Node {
         Some(LoopValue {
             flags: e.flags,
             cas: e.version,
+            exptime: e.exptime,
             value,
             key: pending.key,
         })

@@ -28,6 +28,8 @@ pub enum LoopWriteStart {
     Stored(u64),
     /// Records to send: [`LoopWrite::remote`].
     Send(Box<LoopWrite>),
+    /// Another node leads the key's stripe: send it the request.
+    Forward(usize),
 }
 
 /// A write waiting for the acks of other members.
@@ -75,7 +77,13 @@ impl Node {
         value: &[u8],
     ) -> LoopWriteStart {
         let stripe = self.placement.stripe_of(key);
-        if self.cfg.scheme == Scheme::Triec || !self.leads(stripe) {
+        if !self.leads(stripe) {
+            return match self.agent_of(stripe) {
+                Some(agent) if agent != self.cfg.id => LoopWriteStart::Forward(agent),
+                _ => LoopWriteStart::Worker,
+            };
+        }
+        if self.cfg.scheme == Scheme::Triec {
             return LoopWriteStart::Worker;
         }
         let Some(guard) = self.key_locks[super::key_lock_index(key)].try_lock_arc() else {

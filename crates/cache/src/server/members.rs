@@ -9,13 +9,12 @@
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
-use std::sync::mpsc;
 
 use mio::net::TcpStream;
 use mio::Token;
 
 use crate::node::Node;
-use crate::peer::{self, Request, MESSAGE_MAX_BYTES};
+use crate::peer::{self, Request, Response, MESSAGE_MAX_BYTES};
 
 /// A connection from another node to this one's peer port.
 pub struct PeerConn {
@@ -58,12 +57,15 @@ impl PeerConn {
 
     /// Reads what came, answers what it can, writes; false when the connection is done (closed
     /// by the peer, broken, or a frame this node cannot trust).
+    ///
+    /// A request that cannot be answered at once goes to `wait`, which gives its framed reply
+    /// if it has one already, or takes it (the loop or a peer worker) and gives `None`: the
+    /// connection then waits for [`PeerConn::resume`].
     pub fn service(
         &mut self,
-        token: Token,
         node: &Node,
-        jobs: &mpsc::Sender<PeerJob>,
         scratch: &mut [u8],
+        wait: &mut dyn FnMut(Request) -> Option<Vec<u8>>,
     ) -> bool {
         while !self.eof {
             match self.stream.read(scratch) {
@@ -94,24 +96,12 @@ impl PeerConn {
                 return false;
             };
             at += 4 + len;
-            let data = req.is_data();
             match node.handle_peer_now(req) {
-                Ok(res) => {
-                    // Counted before it leaves, so that the count is whole once the caller
-                    // has the reply.
-                    if data {
-                        node.counters
-                            .peer_replies_sent
-                            .fetch_add(1, Ordering::Relaxed);
-                    }
-                    push_frame(&mut self.out, &peer::encode_response(&res));
-                }
-                Err(request) => {
-                    self.busy = true;
-                    if jobs.send(PeerJob { token, request }).is_err() {
-                        return false;
-                    }
-                }
+                Ok(res) => self.out.extend_from_slice(&frame_reply(node, &res)),
+                Err(request) => match wait(request) {
+                    Some(framed) => self.out.extend_from_slice(&framed),
+                    None => self.busy = true,
+                },
             }
         }
         self.inbuf.drain(..at);
@@ -135,19 +125,20 @@ impl PeerConn {
 
 /// Runs a request a peer connection handed over (on a peer worker) and frames its reply.
 pub fn run_job(node: &Node, request: Request) -> Vec<u8> {
-    let data = request.is_data();
-    let res = node.handle_peer(request);
-    if data {
+    frame_reply(node, &node.handle_peer(request))
+}
+
+/// A reply framed for its connection. A reply other than a heartbeat's is counted before it
+/// leaves, so that the count is whole once the caller has it.
+pub fn frame_reply(node: &Node, res: &Response) -> Vec<u8> {
+    if !matches!(res, Response::Heartbeat { .. }) {
         node.counters
             .peer_replies_sent
             .fetch_add(1, Ordering::Relaxed);
     }
-    let mut out = Vec::new();
-    push_frame(&mut out, &peer::encode_response(&res));
-    out
-}
-
-fn push_frame(out: &mut Vec<u8>, body: &[u8]) {
+    let body = peer::encode_response(res);
+    let mut out = Vec::with_capacity(4 + body.len());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(body);
+    out.extend_from_slice(&body);
+    out
 }
