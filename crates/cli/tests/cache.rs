@@ -355,19 +355,17 @@ fn round_trip_with(code: &str, scheme: &str, chunks: usize, seed: u64, extra: &[
     }
     let degraded = c.sum_stat("forced_degraded_reads");
     assert_eq!(degraded, values.len() as u64);
-    // Coded values were written and read on the start-up templates; one
-    // whose node a loaded machine's heartbeats marked down for a moment goes over peer
-    // messages instead, and is counted as such (`messages_per_operation_*` checks the exact
-    // path).
+    // Plain gets run on the agent's loop, whichever node the client asked (`loop_reads`);
+    // one the loop hands to a worker reads on the read template at the agent, or over peer
+    // messages when a loaded machine's heartbeats marked a member down for a moment
+    // (`messages_per_operation_*` checks the exact paths).
     let coded = sizes.iter().filter(|&&len| len >= 1024).count() as u64;
-    // Reads at the agent's own client port run on its client loop (`loop_reads`), the others
-    // on the read template at the agent.
     let reads = c.sum_stat("read_plan_runs");
     let read_fallbacks = c.sum_stat("read_plan_fallbacks");
     let loop_reads = c.sum_stat("loop_reads");
     assert!(
-        reads + read_fallbacks + loop_reads >= coded * (n as u64 - 1) && reads >= coded,
-        "{reads} normal reads on plans, {read_fallbacks} not, {loop_reads} on client loops"
+        reads + read_fallbacks + loop_reads >= coded * (n as u64 - 1),
+        "{reads} normal reads on plans, {read_fallbacks} not, {loop_reads} on event loops"
     );
     // Writes at the agent's own client port run on its client loop (`loop_writes`, coded and
     // replicated values alike; not TriEC's), the others on the write template.
@@ -786,7 +784,11 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(c.client(front).set(key, &[2u8; 8192]), "STORED\r\n");
     let (mb, pb) = count();
     assert_eq!(mb - ma, 2 * (n - 1) as u64 + 2, "forwarded write");
-    assert_eq!(pb - pa, 2 * (n - 1) as u64 + 2, "forwarded write: peer messages");
+    assert_eq!(
+        pb - pa,
+        2 * (n - 1) as u64 + 2,
+        "forwarded write: peer messages"
+    );
     assert_eq!(stat("loop_writes") - loop_writes0, 2);
     assert_eq!(stat("write_plan_runs") - writes0, 0);
     assert_eq!(front_stat("loop_forwards") - forwards0, 1);
@@ -807,7 +809,11 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(other.get(key), Got::Hit(vec![2u8; 8192]));
     let (m3, p3) = count();
     assert_eq!(m3 - m2, 2 * (k - 1) as u64 + 2, "forwarded read");
-    assert_eq!(p3 - p2, 2 * (k - 1) as u64 + 2, "forwarded read: peer messages");
+    assert_eq!(
+        p3 - p2,
+        2 * (k - 1) as u64 + 2,
+        "forwarded read: peer messages"
+    );
     assert_eq!(stat("loop_reads") - loop_reads0, 2);
     assert_eq!(stat("read_plan_runs") - reads0, 0);
     assert_eq!(front_stat("loop_forwards") - forwards0, 2);
@@ -815,7 +821,11 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(other.mg(key), Got::Hit(vec![2u8; 8192]));
     let (m4, p4) = count();
     assert_eq!(m4 - m3, 2 * (k - 1) as u64 + 2, "forwarded mg");
-    assert_eq!(p4 - p3, 2 * (k - 1) as u64 + 2, "forwarded mg: peer messages");
+    assert_eq!(
+        p4 - p3,
+        2 * (k - 1) as u64 + 2,
+        "forwarded mg: peer messages"
+    );
     assert_eq!(stat("loop_reads") - loop_reads0, 3);
     // At the agent, a read the loop does not run (a meta get) runs on a worker, which reads on
     // the engine's read template (a start to and a chunk from each data member but the
@@ -1305,7 +1315,10 @@ fn cache_up_in_network_namespaces() {
         assert!(c.client((i + 4) % 9).get(&key) == Got::Hit(v), "{key}");
     }
     assert!(c.sum_stat("write_plan_runs") + c.sum_stat("loop_writes") >= 9);
-    assert!(c.sum_stat("read_plan_runs") + c.sum_stat("loop_reads") >= 9);
+    // Every read ran on a loop or a worker (on the read template, or over peer messages when
+    // a loaded machine's heartbeats marked a member down for a moment).
+    let reads = ["read_plan_runs", "read_plan_fallbacks", "loop_reads"];
+    assert!(reads.iter().map(|s| c.sum_stat(s)).sum::<u64>() >= 9);
     assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
     drop(c);
     for i in 0..9 {
@@ -1404,17 +1417,17 @@ fn writes_missed_by_a_stalled_member_are_filled_in() {
     let mut cl = c.client(1);
     set_all(&mut cl, &keys, 1);
     // Node 6 holds position 2 of stripe 4 (a coded chunk and a replica). The first write
-    // starts on the write template while node 6 still looks up; the agent gives that run up
-    // once heartbeats mark node 6 down (not at the run's 5 s timeout) and writes the records
-    // to the others.
+    // starts on the agent's loop while node 6 still looks up; the loop hands it to a worker
+    // once its `Put` to node 6 goes unanswered past the loop's patience (twice
+    // --down-after-ms), and the worker writes the records to the others.
     c.signal(6, "STOP");
     set_all(&mut cl, &keys, 2);
-    let given_up = c.client(4).stats("inec")["runs_given_up"]
-        .parse::<u64>()
-        .unwrap();
+    let s4 = c.client(4).stats("inec");
+    let given_up = s4["runs_given_up"].parse::<u64>().unwrap()
+        + s4["loop_write_fallbacks"].parse::<u64>().unwrap();
     assert!(
         given_up >= 1,
-        "the agent gave up the run that waited for node 6"
+        "the agent gave up the write that waited for node 6: {s4:?}"
     );
     c.signal(6, "CONT");
     c.wait_whole();
