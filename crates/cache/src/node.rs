@@ -1296,7 +1296,7 @@ impl Node {
                             x.counters
                                 .read_plan_fallbacks
                                 .fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
+                            log::warn!(
                                 "node {}: read of stripe {stripe} over peer messages instead \
                                  of its plan: {reason}",
                                 self.cfg.id
@@ -1446,7 +1446,7 @@ impl Node {
                 x.counters
                     .degraded_plan_fallbacks
                     .fetch_add(1, Ordering::Relaxed);
-                eprintln!(
+                log::warn!(
                     "node {}: degraded read of stripe {stripe} repaired at the agent instead of \
                      on the engine: {reason}",
                     self.cfg.id
@@ -1718,7 +1718,7 @@ impl Node {
                             x.counters
                                 .write_plan_fallbacks
                                 .fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
+                            log::warn!(
                                 "node {}: write of stripe {stripe} over peer messages instead \
                                  of its plan: {reason}",
                                 self.cfg.id

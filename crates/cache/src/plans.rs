@@ -428,7 +428,7 @@ impl PlanExec {
                     let (parts, nodes) = match repair_parts(code, scheme, placement, stripe, &[p]) {
                         Ok(r) => r,
                         Err(e) => {
-                            eprintln!(
+                            log::warn!(
                                 "node {me}: no start-up repair template for stripe {stripe} \
                                  position {p}: {e}"
                             );

@@ -911,7 +911,7 @@ impl<T: Transport> Loop<T> {
                 }
                 Err(reason) => {
                     self.pool.put(payload);
-                    eprintln!(
+                    log::warn!(
                         "node {}: start frame from {from} dropped: {reason}",
                         self.t.local()
                     );

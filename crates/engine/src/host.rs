@@ -97,14 +97,14 @@ pub struct Replier {
 }
 
 impl Replier {
-    /// An opaque reply body; a body too large for a frame is dropped with a message on stderr
+    /// An opaque reply body; a body too large for a frame is dropped with a warning (the `log` facade)
     /// (the requester then times out): applications keep replies under
     /// [`channel::MAX_CONTROL_BINARY_BYTES`].
     pub fn reply(&self, to: NodeId, req: u64, body: &[u8]) {
         let sent = channel::encode_raw(Port::App, body, self.engine.pool())
             .and_then(|p| channel::post(&self.engine, to, req, p));
         if let Err(e) = sent {
-            eprintln!("node {}: reply to {to} dropped: {e}", self.engine.node());
+            log::warn!("node {}: reply to {to} dropped: {e}", self.engine.node());
         }
     }
 
@@ -113,7 +113,7 @@ impl Replier {
         let sent = channel::encode_json(Port::App, msg, binary, self.engine.pool())
             .and_then(|p| channel::post(&self.engine, to, req, p));
         if let Err(e) = sent {
-            eprintln!("node {}: reply to {to} dropped: {e}", self.engine.node());
+            log::warn!("node {}: reply to {to} dropped: {e}", self.engine.node());
         }
     }
 }
