@@ -42,8 +42,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod check;
-pub mod chunk_file;
 mod linalg;
 mod lru;
 pub mod matrices;

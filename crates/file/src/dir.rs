@@ -11,7 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use codes::chunk_file::{chunk_file_name, parse_chunk_file_name};
+use crate::chunk_file::{chunk_file_name, parse_chunk_file_name};
 use codes::Code;
 
 use crate::encode::{check_params, encode_stream, EncodeSummary};

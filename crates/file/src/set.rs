@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 
-use codes::chunk_file::{
+use crate::chunk_file::{
     check_record, chunk_file_name, ChunkFileError, ChunkHeader, StripeLayout, HEADER_BYTES,
     RECORD_TRAILER_BYTES,
 };
