@@ -32,8 +32,8 @@ use std::time::Duration;
 
 use codes::Code;
 use engine::{
-    Application, ChunkRef, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge, OutputSpec,
-    PlanRunner, RunInfo, VertexPart,
+    AppError, Application, ChunkRef, EngineError, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge,
+    OutputSpec, PlanRunner, RunError, RunInfo, VertexPart,
 };
 use graph::{PlanSpec, Scheme, Target};
 
@@ -89,6 +89,44 @@ pub struct RunPayload {
     pub write: Option<WriteMeta>,
 }
 
+/// Why a plan of the cache could not be built, installed or run; the caller falls back to
+/// peer messages (or the agent's own repair) and logs it.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("bad run payload of {bytes} bytes")]
+    BadPayload { bytes: usize },
+    /// `graph` could not build the plan (`what`: encode, repair).
+    #[error("no {what} plan: {source}")]
+    NoPlan {
+        what: &'static str,
+        source: graph::PlanError,
+    },
+    #[error("{what} plan lowering failed: {source}")]
+    Lowering {
+        what: &'static str,
+        source: graph::PlanError,
+    },
+    #[error("the engine host is not set up")]
+    NotSetUp,
+    #[error("an empty value")]
+    EmptyValue,
+    #[error("nothing to read from other nodes")]
+    NothingToRead,
+    #[error("node {node} went down during the run (given up)")]
+    GivenUp { node: engine::NodeId },
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The run finished without this position's chunk (`what`: read, repair).
+    #[error("the {what} plan did not deliver position {position}")]
+    NotDelivered { what: &'static str, position: usize },
+    #[error("repair plan failed: {0}")]
+    RepairFailed(Box<ExecError>),
+    #[error("cannot start the plan runner: {0}")]
+    Runner(EngineError),
+    #[error("installing the repair plan failed: {0}")]
+    Install(EngineError),
+}
+
 const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2;
 const WRITE_META: usize = 8 + 4 + 8 + 8;
 
@@ -111,8 +149,8 @@ impl RunPayload {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<RunPayload, String> {
-        let bad = || format!("bad run payload of {} bytes", b.len());
+    pub fn decode(b: &[u8]) -> Result<RunPayload, ExecError> {
+        let bad = || ExecError::BadPayload { bytes: b.len() };
         if b.len() < PAYLOAD_HEAD {
             return Err(bad());
         }
@@ -233,7 +271,7 @@ pub fn repair_parts(
     placement: &Placement,
     stripe: usize,
     lost: &[usize],
-) -> Result<(Vec<VertexPart>, Vec<usize>), String> {
+) -> Result<(Vec<VertexPart>, Vec<usize>), ExecError> {
     let agent = placement.node_of(stripe, 0);
     let mut spec = PlanSpec::new(
         scheme,
@@ -248,10 +286,16 @@ pub fn repair_parts(
         nodes: placement.members(stripe),
         agent,
     };
-    let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+    let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+        what: "repair",
+        source,
+    })?;
     let parts = plan
         .parts(stripe as u64)
-        .map_err(|e| format!("repair plan lowering failed: {e}"))?;
+        .map_err(|source| ExecError::Lowering {
+            what: "repair",
+            source,
+        })?;
     Ok((parts, plan.nodes()))
 }
 
@@ -352,16 +396,22 @@ pub fn write_parts(
     scheme: Scheme,
     placement: &Placement,
     stripe: usize,
-) -> Result<Option<Vec<VertexPart>>, String> {
+) -> Result<Option<Vec<VertexPart>>, ExecError> {
     let mut spec = PlanSpec::new(scheme, code, graph::Request::Encode, STARTUP_CHUNK_BYTES);
     spec.placement = graph::Placement {
         nodes: placement.members(stripe),
         agent: placement.node_of(stripe, 0),
     };
-    let plan = graph::build(&spec).map_err(|e| format!("no encode plan: {e}"))?;
+    let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+        what: "encode",
+        source,
+    })?;
     plan.parts(stripe as u64)
         .map(Some)
-        .map_err(|e| format!("encode plan lowering failed: {e}"))
+        .map_err(|source| ExecError::Lowering {
+            what: "encode",
+            source,
+        })
 }
 
 fn engine_mode(mode: ExecMode) -> Mode {
@@ -406,7 +456,7 @@ impl PlanExec {
         code: Code,
         scheme: Scheme,
         placement: &Placement,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, ExecError> {
         let mut installed = 0;
         for stripe in 0..placement.node_count() {
             if !placement.members(stripe).contains(&me) {
@@ -461,10 +511,10 @@ impl PlanExec {
         Ok(installed)
     }
 
-    fn launcher(&self) -> Result<&Launcher, String> {
+    fn launcher(&self) -> Result<&Launcher, ExecError> {
         match (self.launcher.get(), self.startup.get()) {
             (Some(l), Some(true)) => Ok(l),
-            _ => Err("the engine host is not set up".into()),
+            _ => Err(ExecError::NotSetUp),
         }
     }
 
@@ -478,20 +528,22 @@ impl PlanExec {
         l: Launch,
         nonce: u64,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExecError> {
         let nodes = l.nodes.clone();
         let rx = launcher.launch(l);
         loop {
             match rx.recv_timeout(DOWN_CHECK) {
-                Ok(r) => return r,
+                Ok(r) => return Ok(r?),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err("the host did not finish the launch".into())
+                    return Err(ExecError::Run(RunError::HostSilent {
+                        what: "finish the launch",
+                    }))
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Some(&n) = nodes.iter().find(|&&n| !up(n)) {
                         self.abandon(nonce);
                         self.counters.runs_given_up.fetch_add(1, Ordering::Relaxed);
-                        return Err(format!("node {n} went down during the run (given up)"));
+                        return Err(ExecError::GivenUp { node: n });
                     }
                 }
             }
@@ -537,12 +589,12 @@ impl PlanExec {
         value: &[u8],
         meta: WriteMeta,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExecError> {
         let launcher = self.launcher()?;
         let k = code.k();
         let chunk_bytes = value.len().div_ceil(k);
         if chunk_bytes == 0 {
-            return Err("an empty value".into());
+            return Err(ExecError::EmptyValue);
         }
         let chunks: Vec<Arc<Vec<u8>>> = (0..k)
             .map(|i| {
@@ -607,7 +659,7 @@ impl PlanExec {
         version: u64,
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    ) -> Result<Vec<(usize, Vec<u8>)>, ExecError> {
         let launcher = self.launcher()?;
         let agent = placement.node_of(stripe, 0);
         let positions: Vec<usize> = (0..code.k())
@@ -618,7 +670,7 @@ impl PlanExec {
             agent,
         );
         if members.is_empty() || chunk_bytes == 0 {
-            return Err("nothing to read from other nodes".into());
+            return Err(ExecError::NothingToRead);
         }
         let nonce = self.nonce();
         let payload = RunPayload {
@@ -654,7 +706,10 @@ impl PlanExec {
                     .find(|(i, _)| *i as usize == p)
                     .map(|(_, b)| (p, b.to_vec()))
                     .filter(|(_, b)| b.len() == chunk_bytes)
-                    .ok_or_else(|| format!("the read plan did not deliver position {p}"))
+                    .ok_or(ExecError::NotDelivered {
+                        what: "read",
+                        position: p,
+                    })
             })
             .collect()
     }
@@ -679,7 +734,7 @@ impl PlanExec {
         version: u64,
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<Vec<Vec<u8>>, String> {
+    ) -> Result<Vec<Vec<u8>>, ExecError> {
         let launcher = self.launcher()?;
         // One data chunk lost at the designated agent: the start-up template, resized to the
         // run's chunk size. Otherwise a template per (loss pattern, size class), on first use.
@@ -741,7 +796,7 @@ impl PlanExec {
             // A participant may have restarted without the template: install it again next
             // time, from a fresh runner.
             self.drop_runner();
-            return Err(format!("repair plan failed: {e}"));
+            return Err(ExecError::RepairFailed(Box::new(e)));
         }
         wanted
             .iter()
@@ -750,7 +805,10 @@ impl PlanExec {
                     .find(|(i, _)| *i as usize == p)
                     .map(|(_, b)| b[..chunk_bytes.min(b.len())].to_vec())
                     .filter(|b| b.len() == chunk_bytes)
-                    .ok_or_else(|| format!("the repair plan did not deliver position {p}"))
+                    .ok_or(ExecError::NotDelivered {
+                        what: "repair",
+                        position: p,
+                    })
             })
             .collect()
     }
@@ -763,7 +821,7 @@ impl PlanExec {
         members: &[usize],
         agent: usize,
         tkey: &TemplateKey,
-    ) -> Result<(u64, Vec<usize>), String> {
+    ) -> Result<(u64, Vec<usize>), ExecError> {
         let mut guard = self.runner.lock().unwrap_or_else(|p| p.into_inner());
         if guard.is_none() {
             let nodes: Vec<(engine::NodeId, String)> = self
@@ -772,8 +830,7 @@ impl PlanExec {
                 .enumerate()
                 .map(|(i, a)| (i as engine::NodeId, a.to_string()))
                 .collect();
-            let runner = PlanRunner::tcp(engine::runner_id(), &nodes)
-                .map_err(|e| format!("cannot start the plan runner: {e}"))?;
+            let runner = PlanRunner::tcp(engine::runner_id(), &nodes).map_err(ExecError::Runner)?;
             *guard = Some(Runner {
                 runner,
                 templates: HashMap::new(),
@@ -797,15 +854,21 @@ impl PlanExec {
             nodes: members.to_vec(),
             agent,
         };
-        let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+        let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+            what: "repair",
+            source,
+        })?;
         let parts = plan
             .parts(stripe as u64)
-            .map_err(|e| format!("plan lowering failed: {e}"))?;
+            .map_err(|source| ExecError::Lowering {
+                what: "repair",
+                source,
+            })?;
         let id = repair_template_id(agent, self.next_template.fetch_add(1, Ordering::Relaxed));
         if let Err(e) = r.runner.install(id, &parts) {
             drop(guard);
             self.drop_runner();
-            return Err(format!("installing the repair plan failed: {e}"));
+            return Err(ExecError::Install(e));
         }
         self.counters
             .plan_templates_installed
@@ -921,17 +984,17 @@ impl Application for CacheApp {
         _ctx: &HostCtx,
         run: &RunInfo,
         chunk: ChunkRef,
-    ) -> Result<Arc<Vec<u8>>, String> {
+    ) -> Result<Arc<Vec<u8>>, AppError> {
         let node = self.node.upgrade().ok_or("node is shutting down")?;
         let x = node.plan_exec().ok_or("no engine path")?;
-        let p = RunPayload::decode(&run.payload)?;
+        let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         x.counters.plan_inputs.fetch_add(1, Ordering::Relaxed);
         if p.kind == RunKind::Write {
             return x.input_of(p.nonce, chunk.index).ok_or_else(|| {
-                format!(
+                AppError::new(format!(
                     "node {}: no data chunk {} for this write",
                     node.cfg.id, chunk.index
-                )
+                ))
             });
         }
         if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
@@ -940,22 +1003,26 @@ impl Application for CacheApp {
         let rec = node
             .record(p.stripe, chunk.index as u8, &p.key, p.version)
             .ok_or_else(|| {
-                format!(
+                AppError::new(format!(
                     "node {}: no record of position {} version {}",
                     node.cfg.id, chunk.index, p.version
-                )
+                ))
             })?;
-        let (h, data) = record::parse(&rec).map_err(|e| format!("node {}: {e}", node.cfg.id))?;
+        let (h, data) =
+            record::parse(&rec).map_err(|e| AppError::new(format!("node {}: {e}", node.cfg.id)))?;
         if h.version != p.version || h.key != p.key || u32::from(h.chunk_index) != chunk.index {
-            return Err(format!("node {}: record of another version", node.cfg.id));
+            return Err(AppError::new(format!(
+                "node {}: record of another version",
+                node.cfg.id
+            )));
         }
         let class = p.class_bytes as usize;
         if data.len() > class {
-            return Err(format!(
+            return Err(AppError::new(format!(
                 "node {}: chunk of {} bytes exceeds the plan's {class}",
                 node.cfg.id,
                 data.len()
-            ));
+            )));
         }
         let mut buf = Vec::with_capacity(class);
         buf.extend_from_slice(data);
@@ -969,10 +1036,10 @@ impl Application for CacheApp {
         run: &RunInfo,
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         let node = self.node.upgrade().ok_or("node is shutting down")?;
         let x = node.plan_exec().ok_or("no engine path")?;
-        let p = RunPayload::decode(&run.payload)?;
+        let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         match p.write {
             None => {
                 x.deliver(p.nonce, chunk.index, bytes);
@@ -989,7 +1056,8 @@ impl Application for CacheApp {
                     exptime: w.exptime,
                 };
                 let rec = record::encode(&h, &bytes);
-                node.put_record(p.stripe, rec, w.watermark)?;
+                node.put_record(p.stripe, rec, w.watermark)
+                    .map_err(AppError::new)?;
                 x.counters
                     .plan_records_stored
                     .fetch_add(1, Ordering::Relaxed);

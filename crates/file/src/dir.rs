@@ -69,12 +69,10 @@ impl ChunkDir {
             .into_iter()
             .map(|(name_index, path)| Candidate {
                 name_index,
-                source: File::open(&path)
-                    .and_then(|f| {
-                        let len = f.metadata()?.len();
-                        Ok((f, len))
-                    })
-                    .map_err(|e| format!("cannot read: {e}")),
+                source: File::open(&path).and_then(|f| {
+                    let len = f.metadata()?.len();
+                    Ok((f, len))
+                }),
             })
             .collect();
         ChunkSet::scan(&self.path, candidates)
