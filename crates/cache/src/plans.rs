@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use codes::Code;
@@ -488,7 +488,7 @@ impl PlanExec {
                     if placement.node_of(stripe, 0) == me {
                         self.startup_repairs
                             .lock()
-                            .unwrap_or_else(|e| e.into_inner())
+                            .unwrap_or_else(PoisonError::into_inner)
                             .insert((stripe, p), nodes);
                     }
                     templates.push((startup_repair_template(stripe, p), parts));
@@ -554,7 +554,10 @@ impl PlanExec {
     /// timeout, when its host has long ended it).
     fn abandon(&self, nonce: u64) {
         let now = std::time::Instant::now();
-        let mut a = self.abandoned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut a = self
+            .abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         a.retain(|_, at| now.duration_since(*at) < RUN_TIMEOUT * 2);
         a.insert(nonce, now);
         drop(a);
@@ -568,7 +571,7 @@ impl PlanExec {
     fn take_outputs(&self, nonce: u64) -> Delivered {
         self.outputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&nonce)
             .unwrap_or_default()
     }
@@ -609,7 +612,7 @@ impl PlanExec {
         let nonce = self.nonce();
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(nonce, chunks);
         let payload = RunPayload {
             kind: RunKind::Write,
@@ -639,7 +642,7 @@ impl PlanExec {
         );
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&nonce);
         self.take_outputs(nonce);
         r
@@ -742,7 +745,7 @@ impl PlanExec {
             [p] if members.first() == Some(&agent) => self
                 .startup_repairs
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(PoisonError::into_inner)
                 .get(&(stripe, *p))
                 .map(|nodes| (startup_repair_template(stripe, *p), nodes.clone())),
             _ => None,
@@ -822,7 +825,7 @@ impl PlanExec {
         agent: usize,
         tkey: &TemplateKey,
     ) -> Result<(u64, Vec<usize>), ExecError> {
-        let mut guard = self.runner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.runner.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
             let nodes: Vec<(engine::NodeId, String)> = self
                 .addrs
@@ -879,7 +882,11 @@ impl PlanExec {
     }
 
     fn drop_runner(&self) {
-        let old = self.runner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let old = self
+            .runner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(r) = old {
             let (s, rcv) = r.runner.engine().frame_counts();
             self.old_runner_frames[0].fetch_add(s, Ordering::Relaxed);
@@ -900,7 +907,7 @@ impl PlanExec {
         if let Some(x) = self
             .runner
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
             let (a, b) = x.runner.engine().frame_counts();
@@ -932,14 +939,14 @@ impl PlanExec {
         if self
             .abandoned
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .contains_key(&nonce)
         {
             return;
         }
         self.outputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(nonce)
             .or_default()
             .push((index, bytes));
@@ -948,7 +955,7 @@ impl PlanExec {
     fn input_of(&self, nonce: u64, index: u32) -> Option<Arc<Vec<u8>>> {
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&nonce)
             .and_then(|c| c.get(index as usize).cloned())
     }

@@ -23,7 +23,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -267,7 +267,10 @@ impl Launcher {
     }
 
     fn submit(&self, r: LocalRequest) {
-        self.queue.lock().unwrap().push_back(r);
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(r);
         self.engine.cq().push(Completion::Wake);
     }
 
@@ -626,7 +629,12 @@ impl<A: Application> Host<'_, A> {
     /// Handles the requests of this node's [`Launcher`]s.
     fn local_requests(&mut self) {
         loop {
-            let Some(r) = self.local.lock().unwrap().pop_front() else {
+            let Some(r) = self
+                .local
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_front()
+            else {
                 return;
             };
             match r {
