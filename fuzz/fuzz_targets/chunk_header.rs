@@ -5,5 +5,5 @@
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {
-    let _ = codes::check::chunk_header_arbitrary(data);
+    let _ = file::check::chunk_header_arbitrary(data);
 });

@@ -9,6 +9,11 @@
 //! with `INEC_REQUIRE_TOOLS=1` (`.ci/run`), it fails instead, naming the package to install: a
 //! test that cannot run must not pass there. `INEC_REQUIRE_TOOLS=0` allows skips under CI too.
 //!
+//! This module alone of the libraries prints (`eprintln!`) instead of logging: it runs inside
+//! test binaries, which install no logger, and its `SKIPPED:` line is the test's own output,
+//! which the test harness captures per test (it catches `eprintln!`, not a write to the
+//! stderr handle) and shows with `--nocapture` or when the test fails.
+//!
 //! ```no_run
 //! if !bench::cache::server::Memcached::available() {
 //!     bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
@@ -50,16 +55,33 @@ pub fn policy(ci: Option<&str>, require_tools: Option<&str>) -> Missing {
     }
 }
 
+/// A test that must fail because `tool` is missing (CI, or `INEC_REQUIRE_TOOLS=1`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{test} cannot run: {tool} is missing; it needs {package} (CI or INEC_REQUIRE_TOOLS=1: a \
+     missing tool fails the test; scripts/test-all installs what it can)"
+)]
+pub struct ToolRequired {
+    pub test: String,
+    pub tool: String,
+    pub package: String,
+}
+
 /// What to do for `test`, lacking `tool` (provided by `package`), under `policy`: the line to
-/// print (skip) or the failure message.
-pub fn outcome(policy: Missing, test: &str, tool: &str, package: &str) -> Result<String, String> {
+/// print (skip) or the failure.
+pub fn outcome(
+    policy: Missing,
+    test: &str,
+    tool: &str,
+    package: &str,
+) -> Result<String, ToolRequired> {
     match policy {
         Missing::Skip => Ok(format!("SKIPPED: {test}: {tool} is missing ({package})")),
-        Missing::Fail => Err(format!(
-            "{test} cannot run: {tool} is missing; it needs {package} (CI or \
-             INEC_REQUIRE_TOOLS=1: a missing tool fails the test; scripts/test-all installs \
-             what it can)"
-        )),
+        Missing::Fail => Err(ToolRequired {
+            test: test.to_string(),
+            tool: tool.to_string(),
+            package: package.to_string(),
+        }),
     }
 }
 
@@ -107,7 +129,7 @@ pub fn skip_or_fail(tool: &str, package: &str) {
                 }
             }
         }
-        Err(message) => panic!("{message}"),
+        Err(failure) => panic!("{failure}"),
     }
 }
 
@@ -151,7 +173,8 @@ mod tests {
             "memccapable",
             "Debian libmemcached-tools",
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(failure.contains("t::x cannot run"), "{failure}");
         assert!(failure.contains("Debian libmemcached-tools"), "{failure}");
     }

@@ -44,13 +44,18 @@ impl ExecMode {
     }
 }
 
+/// A mode name that is neither `coherent` nor `incoherent`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown mode {0:?} (coherent or incoherent)")]
+pub struct UnknownMode(pub String);
+
 impl std::str::FromStr for ExecMode {
-    type Err = String;
-    fn from_str(s: &str) -> Result<ExecMode, String> {
+    type Err = UnknownMode;
+    fn from_str(s: &str) -> Result<ExecMode, UnknownMode> {
         match s {
             "coherent" => Ok(ExecMode::Coherent),
             "incoherent" => Ok(ExecMode::Incoherent),
-            _ => Err(format!("unknown mode {s:?} (coherent or incoherent)")),
+            _ => Err(UnknownMode(s.to_string())),
         }
     }
 }
@@ -309,11 +314,13 @@ impl Node {
 
     /// Stores a record that arrived through an engine plan (a write's chunk), as a peer
     /// `Put` would.
-    pub fn put_record(&self, stripe: u32, record: Vec<u8>, watermark: u64) -> Result<(), String> {
-        lock(&self.store)
-            .put(stripe, record, watermark)
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+    pub fn put_record(
+        &self,
+        stripe: u32,
+        record: Vec<u8>,
+        watermark: u64,
+    ) -> Result<(), crate::record::RecordError> {
+        lock(&self.store).put(stripe, record, watermark).map(|_| ())
     }
 
     /// The engine path for a write or normal read of a coded value of `stripe`, when this node
@@ -1296,7 +1303,7 @@ impl Node {
                             x.counters
                                 .read_plan_fallbacks
                                 .fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
+                            log::warn!(
                                 "node {}: read of stripe {stripe} over peer messages instead \
                                  of its plan: {reason}",
                                 self.cfg.id
@@ -1446,7 +1453,7 @@ impl Node {
                 x.counters
                     .degraded_plan_fallbacks
                     .fetch_add(1, Ordering::Relaxed);
-                eprintln!(
+                log::warn!(
                     "node {}: degraded read of stripe {stripe} repaired at the agent instead of \
                      on the engine: {reason}",
                     self.cfg.id
@@ -1718,7 +1725,7 @@ impl Node {
                             x.counters
                                 .write_plan_fallbacks
                                 .fetch_add(1, Ordering::Relaxed);
-                            eprintln!(
+                            log::warn!(
                                 "node {}: write of stripe {stripe} over peer messages instead \
                                  of its plan: {reason}",
                                 self.cfg.id

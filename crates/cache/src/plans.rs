@@ -27,13 +27,13 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, Weak};
+use std::sync::{mpsc, Arc, Mutex, PoisonError, Weak};
 use std::time::Duration;
 
 use codes::Code;
 use engine::{
-    Application, ChunkRef, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge, OutputSpec,
-    PlanRunner, RunInfo, VertexPart,
+    AppError, Application, ChunkRef, EngineError, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge,
+    OutputSpec, PlanRunner, RunError, RunInfo, VertexPart,
 };
 use graph::{PlanSpec, Scheme, Target};
 
@@ -89,6 +89,44 @@ pub struct RunPayload {
     pub write: Option<WriteMeta>,
 }
 
+/// Why a plan of the cache could not be built, installed or run; the caller falls back to
+/// peer messages (or the agent's own repair) and logs it.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("bad run payload of {bytes} bytes")]
+    BadPayload { bytes: usize },
+    /// `graph` could not build the plan (`what`: encode, repair).
+    #[error("no {what} plan: {source}")]
+    NoPlan {
+        what: &'static str,
+        source: graph::PlanError,
+    },
+    #[error("{what} plan lowering failed: {source}")]
+    Lowering {
+        what: &'static str,
+        source: graph::PlanError,
+    },
+    #[error("the engine host is not set up")]
+    NotSetUp,
+    #[error("an empty value")]
+    EmptyValue,
+    #[error("nothing to read from other nodes")]
+    NothingToRead,
+    #[error("node {node} went down during the run (given up)")]
+    GivenUp { node: engine::NodeId },
+    #[error(transparent)]
+    Run(#[from] RunError),
+    /// The run finished without this position's chunk (`what`: read, repair).
+    #[error("the {what} plan did not deliver position {position}")]
+    NotDelivered { what: &'static str, position: usize },
+    #[error("repair plan failed: {0}")]
+    RepairFailed(Box<ExecError>),
+    #[error("cannot start the plan runner: {0}")]
+    Runner(EngineError),
+    #[error("installing the repair plan failed: {0}")]
+    Install(EngineError),
+}
+
 const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2;
 const WRITE_META: usize = 8 + 4 + 8 + 8;
 
@@ -111,8 +149,8 @@ impl RunPayload {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<RunPayload, String> {
-        let bad = || format!("bad run payload of {} bytes", b.len());
+    pub fn decode(b: &[u8]) -> Result<RunPayload, ExecError> {
+        let bad = || ExecError::BadPayload { bytes: b.len() };
         if b.len() < PAYLOAD_HEAD {
             return Err(bad());
         }
@@ -233,7 +271,7 @@ pub fn repair_parts(
     placement: &Placement,
     stripe: usize,
     lost: &[usize],
-) -> Result<(Vec<VertexPart>, Vec<usize>), String> {
+) -> Result<(Vec<VertexPart>, Vec<usize>), ExecError> {
     let agent = placement.node_of(stripe, 0);
     let mut spec = PlanSpec::new(
         scheme,
@@ -248,10 +286,16 @@ pub fn repair_parts(
         nodes: placement.members(stripe),
         agent,
     };
-    let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+    let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+        what: "repair",
+        source,
+    })?;
     let parts = plan
         .parts(stripe as u64)
-        .map_err(|e| format!("repair plan lowering failed: {e}"))?;
+        .map_err(|source| ExecError::Lowering {
+            what: "repair",
+            source,
+        })?;
     Ok((parts, plan.nodes()))
 }
 
@@ -352,16 +396,22 @@ pub fn write_parts(
     scheme: Scheme,
     placement: &Placement,
     stripe: usize,
-) -> Result<Option<Vec<VertexPart>>, String> {
+) -> Result<Option<Vec<VertexPart>>, ExecError> {
     let mut spec = PlanSpec::new(scheme, code, graph::Request::Encode, STARTUP_CHUNK_BYTES);
     spec.placement = graph::Placement {
         nodes: placement.members(stripe),
         agent: placement.node_of(stripe, 0),
     };
-    let plan = graph::build(&spec).map_err(|e| format!("no encode plan: {e}"))?;
+    let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+        what: "encode",
+        source,
+    })?;
     plan.parts(stripe as u64)
         .map(Some)
-        .map_err(|e| format!("encode plan lowering failed: {e}"))
+        .map_err(|source| ExecError::Lowering {
+            what: "encode",
+            source,
+        })
 }
 
 fn engine_mode(mode: ExecMode) -> Mode {
@@ -406,7 +456,7 @@ impl PlanExec {
         code: Code,
         scheme: Scheme,
         placement: &Placement,
-    ) -> Result<usize, String> {
+    ) -> Result<usize, ExecError> {
         let mut installed = 0;
         for stripe in 0..placement.node_count() {
             if !placement.members(stripe).contains(&me) {
@@ -428,7 +478,7 @@ impl PlanExec {
                     let (parts, nodes) = match repair_parts(code, scheme, placement, stripe, &[p]) {
                         Ok(r) => r,
                         Err(e) => {
-                            eprintln!(
+                            log::warn!(
                                 "node {me}: no start-up repair template for stripe {stripe} \
                                  position {p}: {e}"
                             );
@@ -438,7 +488,7 @@ impl PlanExec {
                     if placement.node_of(stripe, 0) == me {
                         self.startup_repairs
                             .lock()
-                            .unwrap_or_else(|e| e.into_inner())
+                            .unwrap_or_else(PoisonError::into_inner)
                             .insert((stripe, p), nodes);
                     }
                     templates.push((startup_repair_template(stripe, p), parts));
@@ -461,10 +511,10 @@ impl PlanExec {
         Ok(installed)
     }
 
-    fn launcher(&self) -> Result<&Launcher, String> {
+    fn launcher(&self) -> Result<&Launcher, ExecError> {
         match (self.launcher.get(), self.startup.get()) {
             (Some(l), Some(true)) => Ok(l),
-            _ => Err("the engine host is not set up".into()),
+            _ => Err(ExecError::NotSetUp),
         }
     }
 
@@ -478,20 +528,22 @@ impl PlanExec {
         l: Launch,
         nonce: u64,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExecError> {
         let nodes = l.nodes.clone();
         let rx = launcher.launch(l);
         loop {
             match rx.recv_timeout(DOWN_CHECK) {
-                Ok(r) => return r,
+                Ok(r) => return Ok(r?),
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
-                    return Err("the host did not finish the launch".into())
+                    return Err(ExecError::Run(RunError::HostSilent {
+                        what: "finish the launch",
+                    }))
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
                     if let Some(&n) = nodes.iter().find(|&&n| !up(n)) {
                         self.abandon(nonce);
                         self.counters.runs_given_up.fetch_add(1, Ordering::Relaxed);
-                        return Err(format!("node {n} went down during the run (given up)"));
+                        return Err(ExecError::GivenUp { node: n });
                     }
                 }
             }
@@ -502,7 +554,10 @@ impl PlanExec {
     /// timeout, when its host has long ended it).
     fn abandon(&self, nonce: u64) {
         let now = std::time::Instant::now();
-        let mut a = self.abandoned.lock().unwrap_or_else(|p| p.into_inner());
+        let mut a = self
+            .abandoned
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         a.retain(|_, at| now.duration_since(*at) < RUN_TIMEOUT * 2);
         a.insert(nonce, now);
         drop(a);
@@ -516,7 +571,7 @@ impl PlanExec {
     fn take_outputs(&self, nonce: u64) -> Delivered {
         self.outputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&nonce)
             .unwrap_or_default()
     }
@@ -537,12 +592,12 @@ impl PlanExec {
         value: &[u8],
         meta: WriteMeta,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<(), String> {
+    ) -> Result<(), ExecError> {
         let launcher = self.launcher()?;
         let k = code.k();
         let chunk_bytes = value.len().div_ceil(k);
         if chunk_bytes == 0 {
-            return Err("an empty value".into());
+            return Err(ExecError::EmptyValue);
         }
         let chunks: Vec<Arc<Vec<u8>>> = (0..k)
             .map(|i| {
@@ -557,7 +612,7 @@ impl PlanExec {
         let nonce = self.nonce();
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .insert(nonce, chunks);
         let payload = RunPayload {
             kind: RunKind::Write,
@@ -587,7 +642,7 @@ impl PlanExec {
         );
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .remove(&nonce);
         self.take_outputs(nonce);
         r
@@ -607,7 +662,7 @@ impl PlanExec {
         version: u64,
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<Vec<(usize, Vec<u8>)>, String> {
+    ) -> Result<Vec<(usize, Vec<u8>)>, ExecError> {
         let launcher = self.launcher()?;
         let agent = placement.node_of(stripe, 0);
         let positions: Vec<usize> = (0..code.k())
@@ -618,7 +673,7 @@ impl PlanExec {
             agent,
         );
         if members.is_empty() || chunk_bytes == 0 {
-            return Err("nothing to read from other nodes".into());
+            return Err(ExecError::NothingToRead);
         }
         let nonce = self.nonce();
         let payload = RunPayload {
@@ -654,7 +709,10 @@ impl PlanExec {
                     .find(|(i, _)| *i as usize == p)
                     .map(|(_, b)| (p, b.to_vec()))
                     .filter(|(_, b)| b.len() == chunk_bytes)
-                    .ok_or_else(|| format!("the read plan did not deliver position {p}"))
+                    .ok_or(ExecError::NotDelivered {
+                        what: "read",
+                        position: p,
+                    })
             })
             .collect()
     }
@@ -679,7 +737,7 @@ impl PlanExec {
         version: u64,
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
-    ) -> Result<Vec<Vec<u8>>, String> {
+    ) -> Result<Vec<Vec<u8>>, ExecError> {
         let launcher = self.launcher()?;
         // One data chunk lost at the designated agent: the start-up template, resized to the
         // run's chunk size. Otherwise a template per (loss pattern, size class), on first use.
@@ -687,7 +745,7 @@ impl PlanExec {
             [p] if members.first() == Some(&agent) => self
                 .startup_repairs
                 .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .unwrap_or_else(PoisonError::into_inner)
                 .get(&(stripe, *p))
                 .map(|nodes| (startup_repair_template(stripe, *p), nodes.clone())),
             _ => None,
@@ -741,7 +799,7 @@ impl PlanExec {
             // A participant may have restarted without the template: install it again next
             // time, from a fresh runner.
             self.drop_runner();
-            return Err(format!("repair plan failed: {e}"));
+            return Err(ExecError::RepairFailed(Box::new(e)));
         }
         wanted
             .iter()
@@ -750,7 +808,10 @@ impl PlanExec {
                     .find(|(i, _)| *i as usize == p)
                     .map(|(_, b)| b[..chunk_bytes.min(b.len())].to_vec())
                     .filter(|b| b.len() == chunk_bytes)
-                    .ok_or_else(|| format!("the repair plan did not deliver position {p}"))
+                    .ok_or(ExecError::NotDelivered {
+                        what: "repair",
+                        position: p,
+                    })
             })
             .collect()
     }
@@ -763,8 +824,8 @@ impl PlanExec {
         members: &[usize],
         agent: usize,
         tkey: &TemplateKey,
-    ) -> Result<(u64, Vec<usize>), String> {
-        let mut guard = self.runner.lock().unwrap_or_else(|p| p.into_inner());
+    ) -> Result<(u64, Vec<usize>), ExecError> {
+        let mut guard = self.runner.lock().unwrap_or_else(PoisonError::into_inner);
         if guard.is_none() {
             let nodes: Vec<(engine::NodeId, String)> = self
                 .addrs
@@ -772,8 +833,7 @@ impl PlanExec {
                 .enumerate()
                 .map(|(i, a)| (i as engine::NodeId, a.to_string()))
                 .collect();
-            let runner = PlanRunner::tcp(engine::runner_id(), &nodes)
-                .map_err(|e| format!("cannot start the plan runner: {e}"))?;
+            let runner = PlanRunner::tcp(engine::runner_id(), &nodes).map_err(ExecError::Runner)?;
             *guard = Some(Runner {
                 runner,
                 templates: HashMap::new(),
@@ -797,15 +857,21 @@ impl PlanExec {
             nodes: members.to_vec(),
             agent,
         };
-        let plan = graph::build(&spec).map_err(|e| format!("no repair plan: {e}"))?;
+        let plan = graph::build(&spec).map_err(|source| ExecError::NoPlan {
+            what: "repair",
+            source,
+        })?;
         let parts = plan
             .parts(stripe as u64)
-            .map_err(|e| format!("plan lowering failed: {e}"))?;
+            .map_err(|source| ExecError::Lowering {
+                what: "repair",
+                source,
+            })?;
         let id = repair_template_id(agent, self.next_template.fetch_add(1, Ordering::Relaxed));
         if let Err(e) = r.runner.install(id, &parts) {
             drop(guard);
             self.drop_runner();
-            return Err(format!("installing the repair plan failed: {e}"));
+            return Err(ExecError::Install(e));
         }
         self.counters
             .plan_templates_installed
@@ -816,7 +882,11 @@ impl PlanExec {
     }
 
     fn drop_runner(&self) {
-        let old = self.runner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let old = self
+            .runner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
         if let Some(r) = old {
             let (s, rcv) = r.runner.engine().frame_counts();
             self.old_runner_frames[0].fetch_add(s, Ordering::Relaxed);
@@ -837,7 +907,7 @@ impl PlanExec {
         if let Some(x) = self
             .runner
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .as_ref()
         {
             let (a, b) = x.runner.engine().frame_counts();
@@ -869,14 +939,14 @@ impl PlanExec {
         if self
             .abandoned
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .contains_key(&nonce)
         {
             return;
         }
         self.outputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .entry(nonce)
             .or_default()
             .push((index, bytes));
@@ -885,7 +955,7 @@ impl PlanExec {
     fn input_of(&self, nonce: u64, index: u32) -> Option<Arc<Vec<u8>>> {
         self.inputs
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .get(&nonce)
             .and_then(|c| c.get(index as usize).cloned())
     }
@@ -921,17 +991,17 @@ impl Application for CacheApp {
         _ctx: &HostCtx,
         run: &RunInfo,
         chunk: ChunkRef,
-    ) -> Result<Arc<Vec<u8>>, String> {
+    ) -> Result<Arc<Vec<u8>>, AppError> {
         let node = self.node.upgrade().ok_or("node is shutting down")?;
         let x = node.plan_exec().ok_or("no engine path")?;
-        let p = RunPayload::decode(&run.payload)?;
+        let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         x.counters.plan_inputs.fetch_add(1, Ordering::Relaxed);
         if p.kind == RunKind::Write {
             return x.input_of(p.nonce, chunk.index).ok_or_else(|| {
-                format!(
+                AppError::new(format!(
                     "node {}: no data chunk {} for this write",
                     node.cfg.id, chunk.index
-                )
+                ))
             });
         }
         if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
@@ -940,22 +1010,26 @@ impl Application for CacheApp {
         let rec = node
             .record(p.stripe, chunk.index as u8, &p.key, p.version)
             .ok_or_else(|| {
-                format!(
+                AppError::new(format!(
                     "node {}: no record of position {} version {}",
                     node.cfg.id, chunk.index, p.version
-                )
+                ))
             })?;
-        let (h, data) = record::parse(&rec).map_err(|e| format!("node {}: {e}", node.cfg.id))?;
+        let (h, data) =
+            record::parse(&rec).map_err(|e| AppError::new(format!("node {}: {e}", node.cfg.id)))?;
         if h.version != p.version || h.key != p.key || u32::from(h.chunk_index) != chunk.index {
-            return Err(format!("node {}: record of another version", node.cfg.id));
+            return Err(AppError::new(format!(
+                "node {}: record of another version",
+                node.cfg.id
+            )));
         }
         let class = p.class_bytes as usize;
         if data.len() > class {
-            return Err(format!(
+            return Err(AppError::new(format!(
                 "node {}: chunk of {} bytes exceeds the plan's {class}",
                 node.cfg.id,
                 data.len()
-            ));
+            )));
         }
         let mut buf = Vec::with_capacity(class);
         buf.extend_from_slice(data);
@@ -969,10 +1043,10 @@ impl Application for CacheApp {
         run: &RunInfo,
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         let node = self.node.upgrade().ok_or("node is shutting down")?;
         let x = node.plan_exec().ok_or("no engine path")?;
-        let p = RunPayload::decode(&run.payload)?;
+        let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         match p.write {
             None => {
                 x.deliver(p.nonce, chunk.index, bytes);
@@ -989,7 +1063,8 @@ impl Application for CacheApp {
                     exptime: w.exptime,
                 };
                 let rec = record::encode(&h, &bytes);
-                node.put_record(p.stripe, rec, w.watermark)?;
+                node.put_record(p.stripe, rec, w.watermark)
+                    .map_err(AppError::new)?;
                 x.counters
                     .plan_records_stored
                     .fetch_add(1, Ordering::Relaxed);

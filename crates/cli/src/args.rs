@@ -9,8 +9,8 @@
 
 use std::io::IsTerminal;
 
-use codes::chunk_file::MAX_CHUNK_BYTES;
 use codes::Code;
+use file::chunk_file::MAX_CHUNK_BYTES;
 
 /// `--code`: `rs:K,M`, `rs-xor:K,M`, `rs-vand:K,M` or `lrc:K,L,R`.
 pub fn code(s: &str) -> Result<Code, String> {

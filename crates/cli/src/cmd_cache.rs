@@ -185,7 +185,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         .opts
         .mode
         .parse()
-        .map_err(|e: String| anyhow!("bad --mode: {e}"))?;
+        .map_err(|e: cache::node::UnknownMode| anyhow!("bad --mode: {e}"))?;
     if scheme == Scheme::Lrc && !matches!(code, Code::Lrc { .. }) {
         bail!("--scheme lrc needs an LRC code (--code lrc:K,L,R), got {code}");
     }
@@ -587,7 +587,7 @@ fn up(a: UpArgs) -> Result<()> {
         .opts
         .mode
         .parse()
-        .map_err(|e: String| anyhow!("bad --mode: {e}"))?;
+        .map_err(|e: cache::node::UnknownMode| anyhow!("bad --mode: {e}"))?;
     let n = a.nodes.unwrap_or(code.n());
     if n == 0 {
         bail!("--nodes must be at least 1");

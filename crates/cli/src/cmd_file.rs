@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
-use codes::chunk_file::{chunk_file_name, parse_chunk_file_name};
 use codes::{Code, MatrixKind};
+use file::chunk_file::{chunk_file_name, parse_chunk_file_name};
 use file::{ChunkDir, ChunkState, DecodeMode, DecodeReport, FileError, Status};
 
 use crate::args;

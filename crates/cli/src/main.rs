@@ -21,6 +21,7 @@ mod cmd_cluster;
 mod cmd_demo;
 mod cmd_file;
 mod cmd_plan;
+mod logger;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -37,6 +38,10 @@ output goes away; SIGPIPE itself stays ignored, so that a closed connection is a
 connection, never the end of a server."
 )]
 struct Cli {
+    /// Log more on stderr: -v information, -vv debugging detail (warnings and errors are always
+    /// shown; RUST_LOG, when set, decides instead: `info`, `cache=debug,engine=info`).
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -106,6 +111,7 @@ fn main() -> ExitCode {
             _ => e.exit(),
         },
     };
+    logger::init(cli.verbose);
     // Refuse a forced kernel the CPU lacks before anything runs.
     if let Err(e) = gf::try_kernel() {
         eprintln!("Error: {e}");

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use codes::chunk_file::{stripe_crc32c, ChunkHeader, MAX_FILE_BYTES};
 use codes::Code;
+use file::chunk_file::{stripe_crc32c, ChunkHeader, MAX_FILE_BYTES};
 
 use rand::rngs::SmallRng;
 use rand::{RngCore, SeedableRng};

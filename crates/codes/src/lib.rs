@@ -42,8 +42,6 @@
 
 #![forbid(unsafe_code)]
 
-pub mod check;
-pub mod chunk_file;
 mod linalg;
 mod lru;
 pub mod matrices;
@@ -51,7 +49,7 @@ pub mod size;
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 pub use gf::{Kernel, Matrix};
 pub use linalg::{invert, multiply};
@@ -662,9 +660,7 @@ impl Codec {
     fn lock_decoders(&self) -> std::sync::MutexGuard<'_, DecoderCache> {
         // The cache holds no invariant a panicking holder could break half-way (entries are
         // inserted whole), so a poisoned lock is still usable.
-        self.decoders
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.decoders.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The calculator that maps the k data chunks to all parity chunks.

@@ -2,7 +2,7 @@
 //! Vandermonde-style matrix.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use gf::field;
 
@@ -139,7 +139,11 @@ pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
     }
     static CACHE: OnceLock<Mutex<HashMap<(usize, usize), VandermondeVerdict>>> = OnceLock::new();
     let cache = CACHE.get_or_init(|| Mutex::new(HashMap::new()));
-    if let Some(v) = cache.lock().expect("verdict cache").get(&(k, m)) {
+    if let Some(v) = cache
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&(k, m))
+    {
         return v.clone();
     }
     let mut work = VANDERMONDE_CHECK_LIMIT;
@@ -155,7 +159,7 @@ pub fn vandermonde_verdict(k: usize, m: usize) -> VandermondeVerdict {
     };
     cache
         .lock()
-        .expect("verdict cache")
+        .unwrap_or_else(PoisonError::into_inner)
         .insert((k, m), verdict.clone());
     verdict
 }

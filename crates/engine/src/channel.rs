@@ -92,32 +92,51 @@ pub fn encode_raw(port: Port, body: &[u8], pool: &BufferPool) -> Result<Vec<u8>,
     Ok(v)
 }
 
+/// Why a control payload could not be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ControlError {
+    #[error("empty control frame")]
+    Empty,
+    #[error("unknown control port {port}")]
+    UnknownPort { port: u8 },
+    #[error("control body of {bytes} bytes is too short")]
+    ShortBody { bytes: usize },
+    #[error(
+        "control json of {json_bytes} bytes does not fit the frame ({bytes} bytes, limit \
+         {MAX_CONTROL_JSON_BYTES})"
+    )]
+    JsonTooLarge { json_bytes: usize, bytes: usize },
+    /// The JSON did not parse as the expected message (serde_json's words).
+    #[error("bad control json: {reason}")]
+    BadJson { reason: String },
+}
+
 /// Splits a control payload into its port and body.
-pub fn split(payload: &[u8]) -> Result<(Port, &[u8]), String> {
+pub fn split(payload: &[u8]) -> Result<(Port, &[u8]), ControlError> {
     match payload.split_first() {
-        None => Err("empty control frame".into()),
+        None => Err(ControlError::Empty),
         Some((&p, body)) => Port::from_u8(p)
             .map(|port| (port, body))
-            .ok_or_else(|| format!("unknown control port {p}")),
+            .ok_or(ControlError::UnknownPort { port: p }),
     }
 }
 
 /// Reads a body written by [`encode_json`] (after the port byte): the message and the binary
 /// data that follows it.
-pub fn decode_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<(T, &[u8]), String> {
+pub fn decode_json<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<(T, &[u8]), ControlError> {
     if body.len() < 4 {
-        return Err(format!("control body of {} bytes is too short", body.len()));
+        return Err(ControlError::ShortBody { bytes: body.len() });
     }
     let n = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
     if n > MAX_CONTROL_JSON_BYTES || 4 + n > body.len() {
-        return Err(format!(
-            "control json of {n} bytes does not fit the frame ({} bytes, limit \
-             {MAX_CONTROL_JSON_BYTES})",
-            body.len()
-        ));
+        return Err(ControlError::JsonTooLarge {
+            json_bytes: n,
+            bytes: body.len(),
+        });
     }
-    let msg =
-        serde_json::from_slice(&body[4..4 + n]).map_err(|e| format!("bad control json: {e}"))?;
+    let msg = serde_json::from_slice(&body[4..4 + n]).map_err(|e| ControlError::BadJson {
+        reason: e.to_string(),
+    })?;
     Ok((msg, &body[4 + n..]))
 }
 
@@ -151,9 +170,9 @@ impl Reply {
 
     /// Decodes a JSON body (see [`decode_json`]); the error names the node.
     pub fn json<T: for<'de> Deserialize<'de>>(&self) -> Result<(T, &[u8]), EngineError> {
-        decode_json(self.body()).map_err(|reason| EngineError::BadMessage {
+        decode_json(self.body()).map_err(|e| EngineError::BadMessage {
             from: Some(self.from),
-            reason,
+            reason: e.to_string(),
         })
     }
 
@@ -247,10 +266,10 @@ impl Channel {
                     }
                     let port = match split(&payload) {
                         Ok((port, _)) => port,
-                        Err(reason) => {
+                        Err(e) => {
                             return Err(EngineError::BadMessage {
                                 from: Some(from),
-                                reason,
+                                reason: e.to_string(),
                             })
                         }
                     };
@@ -352,7 +371,10 @@ mod tests {
         assert_eq!(port, Port::App);
         let ((k, v), bin): ((String, u32), &[u8]) = decode_json(body).unwrap();
         assert_eq!((k.as_str(), v, bin), ("key", 7, &b"bytes"[..]));
-        assert!(split(&[9]).unwrap_err().contains("unknown control port 9"));
+        assert_eq!(
+            split(&[9]).unwrap_err(),
+            ControlError::UnknownPort { port: 9 }
+        );
         assert!(split(&[]).is_err());
         assert!(decode_json::<u32>(&[1, 0]).is_err());
         // A JSON length beyond the body is refused, not read past.

@@ -2,7 +2,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -148,7 +148,10 @@ pub struct CompletionQueue {
 impl CompletionQueue {
     /// Pushes one completion from outside the engine thread (a host's own requests).
     pub(crate) fn push(&self, c: Completion) {
-        self.q.lock().unwrap().push_back(c);
+        self.q
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(c);
         self.cv.notify_one();
     }
 
@@ -156,14 +159,17 @@ impl CompletionQueue {
         if cs.is_empty() {
             return;
         }
-        self.q.lock().unwrap().extend(cs.drain(..));
+        self.q
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .extend(cs.drain(..));
         self.cv.notify_one();
     }
 
     /// The next completion, waiting up to `timeout`.
     pub fn wait(&self, timeout: Duration) -> Option<Completion> {
         let deadline = Instant::now() + timeout;
-        let mut q = self.q.lock().unwrap();
+        let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(c) = q.pop_front() {
                 return Some(c);
@@ -172,7 +178,11 @@ impl CompletionQueue {
             if now >= deadline {
                 return None;
             }
-            q = self.cv.wait_timeout(q, deadline - now).unwrap().0;
+            q = self
+                .cv
+                .wait_timeout(q, deadline - now)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
         }
     }
 
@@ -180,7 +190,12 @@ impl CompletionQueue {
     pub fn wait_all(&self, out: &mut Vec<Completion>, timeout: Duration) {
         if let Some(c) = self.wait(timeout) {
             out.push(c);
-            out.extend(self.q.lock().unwrap().drain(..));
+            out.extend(
+                self.q
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .drain(..),
+            );
         }
     }
 }
@@ -263,13 +278,21 @@ impl Engine {
 
     /// Posts one work request.
     pub fn post(&self, wr: WorkRequest) {
-        self.shared.wq.lock().unwrap().push(wr);
+        self.shared
+            .wq
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(wr);
         self.shared.waker.wake();
     }
 
     /// Posts several work requests with one wake-up of the engine thread.
     pub fn post_all(&self, wrs: impl IntoIterator<Item = WorkRequest>) {
-        let mut q = self.shared.wq.lock().unwrap();
+        let mut q = self
+            .shared
+            .wq
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         let before = q.len();
         q.extend(wrs);
         let any = q.len() > before;
@@ -295,7 +318,12 @@ impl Engine {
     /// Stops the engine thread and waits for it.
     pub fn shutdown(&self) {
         self.post(WorkRequest::Shutdown);
-        if let Some(t) = self.thread.lock().unwrap().take() {
+        if let Some(t) = self
+            .thread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+        {
             let _ = t.join();
         }
     }
@@ -471,7 +499,13 @@ fn with_start(
 impl<T: Transport> Loop<T> {
     fn run(&mut self) {
         let reason = loop {
-            let wrs = std::mem::take(&mut *self.shared.wq.lock().unwrap());
+            let wrs = std::mem::take(
+                &mut *self
+                    .shared
+                    .wq
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner),
+            );
             let mut stop = false;
             for wr in wrs {
                 if let WorkRequest::Shutdown = wr {
@@ -911,7 +945,7 @@ impl<T: Transport> Loop<T> {
                 }
                 Err(reason) => {
                     self.pool.put(payload);
-                    eprintln!(
+                    log::warn!(
                         "node {}: start frame from {from} dropped: {reason}",
                         self.t.local()
                     );

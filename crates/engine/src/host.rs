@@ -23,7 +23,7 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -37,6 +37,7 @@ use crate::part::PartRun;
 use crate::pool::BufferPool;
 use crate::store::ChunkStore;
 use crate::transport::{MemHub, NodeId, TcpTransport};
+use crate::EngineError;
 use graph::part::{ChunkRef, VertexPart};
 
 /// One run of an installed template on this node, as the application sees it.
@@ -97,14 +98,14 @@ pub struct Replier {
 }
 
 impl Replier {
-    /// An opaque reply body; a body too large for a frame is dropped with a message on stderr
+    /// An opaque reply body; a body too large for a frame is dropped with a warning (the `log` facade)
     /// (the requester then times out): applications keep replies under
     /// [`channel::MAX_CONTROL_BINARY_BYTES`].
     pub fn reply(&self, to: NodeId, req: u64, body: &[u8]) {
         let sent = channel::encode_raw(Port::App, body, self.engine.pool())
             .and_then(|p| channel::post(&self.engine, to, req, p));
         if let Err(e) = sent {
-            eprintln!("node {}: reply to {to} dropped: {e}", self.engine.node());
+            log::warn!("node {}: reply to {to} dropped: {e}", self.engine.node());
         }
     }
 
@@ -113,9 +114,72 @@ impl Replier {
         let sent = channel::encode_json(Port::App, msg, binary, self.engine.pool())
             .and_then(|p| channel::post(&self.engine, to, req, p));
         if let Err(e) = sent {
-            eprintln!("node {}: reply to {to} dropped: {e}", self.engine.node());
+            log::warn!("node {}: reply to {to} dropped: {e}", self.engine.node());
         }
     }
+}
+
+/// Why an [`Application`] could not give or keep a chunk: any error of the application's own,
+/// kept whole (its message and its source chain).
+#[derive(Debug)]
+pub struct AppError(Box<dyn std::error::Error + Send + Sync + 'static>);
+
+impl AppError {
+    /// Wraps an error of the application (or a message, `AppError::new(format!(..))`).
+    pub fn new(error: impl Into<Box<dyn std::error::Error + Send + Sync + 'static>>) -> AppError {
+        AppError(error.into())
+    }
+
+    /// The application's error, to downcast to its own type.
+    pub fn get_ref(&self) -> &(dyn std::error::Error + Send + Sync + 'static) {
+        &*self.0
+    }
+}
+
+impl From<String> for AppError {
+    fn from(message: String) -> AppError {
+        AppError::new(message)
+    }
+}
+
+impl From<&str> for AppError {
+    fn from(message: &str) -> AppError {
+        AppError::new(message)
+    }
+}
+
+impl std::fmt::Display for AppError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for AppError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0.source()
+    }
+}
+
+/// Why a run, a launch or an install failed, as the host reports it to the application that
+/// asked. Failures of other nodes arrive as the text of their `Done` reply.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("node {node}: template {template} is not installed")]
+    NotInstalled { node: NodeId, template: u64 },
+    /// The host thread did not answer a [`Launcher`] in time (`what` it did not do).
+    #[error("the host did not {what}")]
+    HostSilent { what: &'static str },
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// A template part that does not validate.
+    #[error("{0}")]
+    BadPart(#[from] graph::PlanError),
+    /// The application refused an input of this node's part.
+    #[error(transparent)]
+    App(#[from] AppError),
+    /// A failure as reported in words: another node's `Done`, a node lost, a timeout.
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// What a node does besides running plans: its storage and its own messages. The host calls
@@ -128,7 +192,7 @@ pub trait Application {
         ctx: &HostCtx,
         run: &RunInfo,
         chunk: ChunkRef,
-    ) -> Result<Arc<Vec<u8>>, String>;
+    ) -> Result<Arc<Vec<u8>>, AppError>;
 
     /// A chunk `run` computed or received and keeps on this node (a `store` output). An error
     /// (the application could not keep it) fails the node's part of the run.
@@ -138,7 +202,7 @@ pub trait Application {
         run: &RunInfo,
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String>;
+    ) -> Result<(), AppError>;
 
     /// `run` starts on this node (before its inputs are asked for).
     fn started(&mut self, _ctx: &HostCtx, _run: &RunInfo) {}
@@ -172,11 +236,11 @@ pub struct Launch {
 
 /// What a [`Launcher`] asks its host.
 enum LocalRequest {
-    Launch(Launch, mpsc::Sender<Result<(), String>>),
+    Launch(Launch, mpsc::Sender<Result<(), RunError>>),
     Install {
         template: u64,
         parts: Vec<VertexPart>,
-        done: mpsc::Sender<Result<(), String>>,
+        done: mpsc::Sender<Result<(), RunError>>,
     },
 }
 
@@ -203,13 +267,16 @@ impl Launcher {
     }
 
     fn submit(&self, r: LocalRequest) {
-        self.queue.lock().unwrap().push_back(r);
+        self.queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push_back(r);
         self.engine.cq().push(Completion::Wake);
     }
 
     /// Installs this node's `parts` of a template without a message (every node builds its
     /// own parts of the plans it knows it takes part in); waits for the host.
-    pub fn install(&self, template: u64, parts: Vec<VertexPart>) -> Result<(), String> {
+    pub fn install(&self, template: u64, parts: Vec<VertexPart>) -> Result<(), RunError> {
         let (tx, rx) = mpsc::channel();
         self.submit(LocalRequest::Install {
             template,
@@ -217,23 +284,27 @@ impl Launcher {
             done: tx,
         });
         rx.recv_timeout(Duration::from_secs(30))
-            .map_err(|_| "the host did not answer the install".to_string())?
+            .map_err(|_| RunError::HostSilent {
+                what: "answer the install",
+            })?
     }
 
     /// Launches a run; the receiver gets its result once this node's parts have finished and
     /// every node in `acks` answered `Done` (or at the first failure, or at the timeout).
-    pub fn launch(&self, l: Launch) -> mpsc::Receiver<Result<(), String>> {
+    pub fn launch(&self, l: Launch) -> mpsc::Receiver<Result<(), RunError>> {
         let (tx, rx) = mpsc::channel();
         self.submit(LocalRequest::Launch(l, tx));
         rx
     }
 
     /// [`Launcher::launch`] and wait.
-    pub fn run(&self, l: Launch) -> Result<(), String> {
+    pub fn run(&self, l: Launch) -> Result<(), RunError> {
         let wait = l.timeout + Duration::from_secs(2);
         self.launch(l)
             .recv_timeout(wait)
-            .map_err(|_| "the host did not finish the launch".to_string())?
+            .map_err(|_| RunError::HostSilent {
+                what: "finish the launch",
+            })?
     }
 }
 
@@ -252,7 +323,7 @@ struct LaunchState {
     acks: HashSet<NodeId>,
     own_done: bool,
     deadline: Instant,
-    tx: mpsc::Sender<Result<(), String>>,
+    tx: mpsc::Sender<Result<(), RunError>>,
 }
 
 /// The host's state: installed templates and runs in progress.
@@ -341,7 +412,12 @@ impl<A: Application> Host<'_, A> {
                     Completion::Stopped { reason } => {
                         let ops: Vec<u64> = self.launches.keys().copied().collect();
                         for op in ops {
-                            self.launch_failed(op, format!("engine stopped: {reason}"));
+                            self.launch_failed(
+                                op,
+                                RunError::Engine(EngineError::Stopped {
+                                    reason: reason.clone(),
+                                }),
+                            );
                         }
                         return reason;
                     }
@@ -353,7 +429,10 @@ impl<A: Application> Host<'_, A> {
                             .map(|(&op, _)| op)
                             .collect();
                         for op in ops {
-                            self.launch_failed(op, format!("node {peer} lost: {reason}"));
+                            self.launch_failed(
+                                op,
+                                RunError::Failed(format!("node {peer} lost: {reason}")),
+                            );
                         }
                     }
                     _ => {}
@@ -370,20 +449,23 @@ impl<A: Application> Host<'_, A> {
                 return false;
             }
             Ok((Port::Engine, body)) => body,
-            Err(message) => {
+            Err(e) => {
+                let message = e.to_string();
                 self.reply(from, req, &Reply::Error { message });
                 return false;
             }
         };
         let node = self.ctx.node();
         let reply = match channel::decode_json::<Request>(body) {
-            Err(message) => {
+            Err(e) => {
                 // A reply (a participant's `Done` to a launch) is never answered.
                 if let Ok((reply, _)) = channel::decode_json::<Reply>(body) {
                     self.launch_reply(from, req, reply);
                     return false;
                 }
-                Reply::Error { message }
+                Reply::Error {
+                    message: e.to_string(),
+                }
             }
             Ok((Request::Shutdown, _)) => {
                 self.driver.flush();
@@ -441,6 +523,7 @@ impl<A: Application> Host<'_, A> {
                 match self.start(&info, req, how) {
                     Ok(()) => return false,
                     Err(error) => {
+                        let error = error.to_string();
                         self.app.finished(&self.ctx, &info, Some(&error));
                         Reply::Done {
                             op,
@@ -456,14 +539,14 @@ impl<A: Application> Host<'_, A> {
     }
 
     /// Starts this node's parts of a run; the `Done` reply follows when they finish.
-    fn start(&mut self, info: &RunInfo, req: u64, how: How) -> Result<(), String> {
+    fn start(&mut self, info: &RunInfo, req: u64, how: How) -> Result<(), RunError> {
         let node = self.ctx.node();
         self.app.started(&self.ctx, info);
         let Some(parts) = self.templates.get(&info.template) else {
-            return Err(format!(
-                "node {node}: template {} is not installed",
-                info.template
-            ));
+            return Err(RunError::NotInstalled {
+                node,
+                template: info.template,
+            });
         };
         let mut runs = Vec::with_capacity(parts.len());
         for p in parts {
@@ -474,7 +557,8 @@ impl<A: Application> Host<'_, A> {
                         q.slice_bytes = bytes;
                     }
                     q.chunk_bytes = bytes;
-                    q.validate().map_err(|e| format!("node {node}: {e}"))?;
+                    q.validate()
+                        .map_err(|e| RunError::Failed(format!("node {node}: {e}")))?;
                     Arc::new(q)
                 }
                 _ => p.clone(),
@@ -483,9 +567,9 @@ impl<A: Application> Host<'_, A> {
                 .local
                 .iter()
                 .map(|&c| self.app.input(&self.ctx, info, c))
-                .collect::<Result<Vec<_>, String>>()?;
+                .collect::<Result<Vec<_>, AppError>>()?;
             let run = PartRun::new(info.op, p, locals, self.kernel, self.ctx.pool().clone())
-                .map_err(|e| format!("node {node}: {e}"))?;
+                .map_err(|e| RunError::Failed(format!("node {node}: {e}")))?;
             runs.push(run);
         }
         self.running.insert(
@@ -529,7 +613,7 @@ impl<A: Application> Host<'_, A> {
         self.app.finished(&self.ctx, &r.info, error.as_deref());
         if r.launched {
             match error {
-                Some(e) => self.launch_failed(op, e),
+                Some(e) => self.launch_failed(op, RunError::Failed(e)),
                 None => {
                     if let Some(l) = self.launches.get_mut(&op) {
                         l.own_done = true;
@@ -545,7 +629,12 @@ impl<A: Application> Host<'_, A> {
     /// Handles the requests of this node's [`Launcher`]s.
     fn local_requests(&mut self) {
         loop {
-            let Some(r) = self.local.lock().unwrap().pop_front() else {
+            let Some(r) = self
+                .local
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .pop_front()
+            else {
                 return;
             };
             match r {
@@ -557,7 +646,7 @@ impl<A: Application> Host<'_, A> {
                     let r = parts
                         .iter()
                         .try_for_each(VertexPart::validate)
-                        .map_err(|e| e.to_string());
+                        .map_err(RunError::BadPart);
                     if r.is_ok() {
                         self.templates
                             .insert(template, parts.into_iter().map(Arc::new).collect());
@@ -571,15 +660,15 @@ impl<A: Application> Host<'_, A> {
 
     /// Starts a launch: the participants' starts (attached to the first frame each is fed,
     /// else one message), then this node's parts.
-    fn launch(&mut self, l: Launch, tx: mpsc::Sender<Result<(), String>>) {
+    fn launch(&mut self, l: Launch, tx: mpsc::Sender<Result<(), RunError>>) {
         let node = self.ctx.node();
         self.next_op += 1;
         let op = self.next_op;
         let Some(parts) = self.templates.get(&l.template) else {
-            let _ = tx.send(Err(format!(
-                "node {node}: template {} is not installed",
-                l.template
-            )));
+            let _ = tx.send(Err(RunError::NotInstalled {
+                node,
+                template: l.template,
+            }));
             return;
         };
         // The nodes this node's source parts send to as soon as they start.
@@ -608,7 +697,7 @@ impl<A: Application> Host<'_, A> {
             {
                 Ok(b) => b,
                 Err(e) => {
-                    let _ = tx.send(Err(e.to_string()));
+                    let _ = tx.send(Err(RunError::Engine(e)));
                     return;
                 }
             };
@@ -634,7 +723,7 @@ impl<A: Application> Host<'_, A> {
         }
         for (p, bytes) in messages {
             if let Err(e) = channel::post(&self.ctx.engine, p, op, bytes) {
-                self.launch_failed(op, e.to_string());
+                self.launch_failed(op, RunError::Engine(e));
                 return;
             }
         }
@@ -652,7 +741,7 @@ impl<A: Application> Host<'_, A> {
             quiet: false,
         };
         if let Err(e) = self.start(&info, op, how) {
-            self.app.finished(&self.ctx, &info, Some(&e));
+            self.app.finished(&self.ctx, &info, Some(&e.to_string()));
             self.launch_failed(op, e);
         }
     }
@@ -673,7 +762,7 @@ impl<A: Application> Host<'_, A> {
                 error: Some(message),
                 ..
             }
-            | Reply::Error { message } => self.launch_failed(op, message),
+            | Reply::Error { message } => self.launch_failed(op, RunError::Failed(message)),
             Reply::Ok => {}
         }
     }
@@ -691,7 +780,7 @@ impl<A: Application> Host<'_, A> {
 
     /// Fails a launch: tells the caller and stops this node's parts (the engine aborts the
     /// peers they exchange data with).
-    fn launch_failed(&mut self, op: u64, error: String) {
+    fn launch_failed(&mut self, op: u64, error: RunError) {
         let Some(l) = self.launches.remove(&op) else {
             return;
         };
@@ -699,7 +788,7 @@ impl<A: Application> Host<'_, A> {
             self.ctx.engine.post(WorkRequest::Fail {
                 op,
                 error: crate::EngineError::Stopped {
-                    reason: error.clone(),
+                    reason: error.to_string(),
                 },
             });
         } else {
@@ -721,7 +810,9 @@ impl<A: Application> Host<'_, A> {
             let waiting: Vec<NodeId> = self.launches[&op].acks.iter().copied().collect();
             self.launch_failed(
                 op,
-                format!("launch timed out waiting for nodes {waiting:?} or this node's parts"),
+                RunError::Failed(format!(
+                    "launch timed out waiting for nodes {waiting:?} or this node's parts"
+                )),
             );
         }
     }

@@ -70,7 +70,8 @@ pub use engine::{Completion, CompletionQueue, Engine, Mode, WorkRequest};
 pub use graph::part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
 pub use graph::Primitive;
 pub use host::{
-    serve, serve_with, Application, HostCtx, Launch, Launcher, LocalNode, Replier, RunInfo,
+    serve, serve_with, AppError, Application, HostCtx, Launch, Launcher, LocalNode, Replier,
+    RunError, RunInfo,
 };
 pub use part::{Outgoing, PartRun};
 pub use pool::BufferPool;

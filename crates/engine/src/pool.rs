@@ -1,7 +1,7 @@
 //! Reusable byte buffers, so that no slice costs an allocation once a run is warm.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A shared free list of byte buffers keyed by length. The engine thread, the transport and
 /// the application thread all take and return buffers here; the lock is held only for a
@@ -34,7 +34,7 @@ impl BufferPool {
         if len == 0 {
             return Vec::new();
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(v) = inner.by_len.get_mut(&len).and_then(|l| l.pop()) {
             inner.pooled_bytes -= len;
             return v;
@@ -49,7 +49,7 @@ impl BufferPool {
         if len == 0 {
             return;
         }
-        let mut inner = self.inner.lock().unwrap();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         if inner.pooled_bytes + len > MAX_POOLED_BYTES {
             return;
         }

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::channel::{self, Port, MAX_CONTROL_BINARY_BYTES};
-use crate::host::{Application, HostCtx, RunInfo};
+use crate::host::{AppError, Application, HostCtx, RunInfo};
 use crate::runner::PlanRunner;
 use crate::transport::{NodeId, Payload};
 use crate::EngineError;
@@ -110,14 +110,14 @@ impl Application for ChunkStore {
         ctx: &HostCtx,
         _run: &RunInfo,
         chunk: ChunkRef,
-    ) -> Result<Arc<Vec<u8>>, String> {
+    ) -> Result<Arc<Vec<u8>>, AppError> {
         self.chunks.get(&chunk).cloned().ok_or_else(|| {
-            format!(
+            AppError::new(format!(
                 "node {}: chunk {}/{} is not stored here",
                 ctx.node(),
                 chunk.stripe,
                 chunk.index
-            )
+            ))
         })
     }
 
@@ -127,14 +127,21 @@ impl Application for ChunkStore {
         _run: &RunInfo,
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         self.keep(ctx, chunk, bytes);
         Ok(())
     }
 
     fn message(&mut self, ctx: &HostCtx, from: NodeId, req: u64, body: &[u8]) {
         match channel::decode_json::<StoreRequest>(body) {
-            Err(message) => ctx.reply_json(from, req, &StoreReply::Error { message }, &[]),
+            Err(e) => ctx.reply_json(
+                from,
+                req,
+                &StoreReply::Error {
+                    message: e.to_string(),
+                },
+                &[],
+            ),
             Ok((request, binary)) => {
                 let (reply, data) = self.handle(ctx, request, binary);
                 ctx.reply_json(from, req, &reply, data);

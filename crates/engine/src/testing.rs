@@ -39,6 +39,18 @@ pub fn recoverable_patterns(codec: &Codec, max_lost: usize) -> Vec<Vec<usize>> {
     out
 }
 
+/// A check that failed, or could not run: what was wrong, in words (these helpers serve
+/// tests, which print it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct CheckFailed(pub String);
+
+impl From<String> for CheckFailed {
+    fn from(message: String) -> CheckFailed {
+        CheckFailed(message)
+    }
+}
+
 /// Stores a seeded random stripe of `code` (every chunk on its standard-placement node, chunk
 /// i on node i + 1, the data chunks also on the agent, node 0) as stripe `stripe`. Returns the
 /// stripe's chunks.
@@ -48,7 +60,7 @@ pub fn store_stripe(
     stripe: u64,
     chunk_bytes: usize,
     seed: u64,
-) -> Result<Vec<Vec<u8>>, String> {
+) -> Result<Vec<Vec<u8>>, CheckFailed> {
     let chunks = sim::random_stripe(codec, chunk_bytes, seed).map_err(|e| e.to_string())?;
     runner
         .store_stripe(stripe, &chunks, codec.code().k())
@@ -69,7 +81,7 @@ pub fn run_and_check(
     template: u64,
     mode: Mode,
     timeout: Duration,
-) -> Result<(), String> {
+) -> Result<(), CheckFailed> {
     let given: BTreeMap<usize, Vec<u8>> = match &plan.operation {
         Operation::Encode => (0..plan.k).map(|i| (i, chunks[i].clone())).collect(),
         Operation::Repair { lost, .. } => (0..plan.n)
@@ -88,7 +100,7 @@ pub fn run_and_check(
         }
     }
     if simulated.outputs.is_empty() {
-        return Err("the simulator stored nothing".into());
+        return Err(CheckFailed("the simulator stored nothing".into()));
     }
     // Install the parts and forget the outputs of an earlier run (so that a run that stores
     // nothing fails).
@@ -133,14 +145,14 @@ pub fn run_and_check(
             )
             .map_err(|e| format!("fetch chunk {index} from node {node}: {e}"))?;
         if got != *want {
-            return Err(format!(
+            return Err(CheckFailed(format!(
                 "chunk {index} on node {node} differs from the simulator's"
-            ));
+            )));
         }
         if got != chunks[index] {
-            return Err(format!(
+            return Err(CheckFailed(format!(
                 "chunk {index} on node {node} differs from the stripe"
-            ));
+            )));
         }
     }
     Ok(())
@@ -161,7 +173,7 @@ pub fn check_code(
     chunk_bytes: usize,
     max_lost: usize,
     stripe: u64,
-) -> Result<CheckCount, String> {
+) -> Result<CheckCount, CheckFailed> {
     let codec = Codec::new(code);
     let chunks = store_stripe(runner, &codec, stripe, chunk_bytes, stripe)?;
     let mut requests = vec![Request::Encode];

@@ -45,16 +45,17 @@ pub enum Kind {
 
 /// Splits the payload of a [`Kind::Start`] frame into (slice length, the start control
 /// payload's range).
-pub fn split_start(payload: &[u8]) -> Result<(usize, std::ops::Range<usize>), String> {
+pub fn split_start(payload: &[u8]) -> Result<(usize, std::ops::Range<usize>), StartFrameError> {
     let n = payload.len();
     if n < 4 {
-        return Err(format!("start frame of {n} bytes has no trailer"));
+        return Err(StartFrameError::NoTrailer { bytes: n });
     }
     let start_bytes = u32::from_le_bytes(payload[n - 4..].try_into().expect("4 bytes")) as usize;
     if start_bytes + 4 > n {
-        return Err(format!(
-            "start frame of {n} bytes cannot hold a start of {start_bytes} bytes"
-        ));
+        return Err(StartFrameError::StartTooLong {
+            bytes: n,
+            start_bytes,
+        });
     }
     let slice = n - 4 - start_bytes;
     Ok((slice, slice..n - 4))
@@ -94,6 +95,17 @@ pub enum WireError {
     BadKind { found: u8 },
     #[error("frame payload of {payload_bytes} bytes exceeds the limit of {MAX_PAYLOAD_BYTES}")]
     TooLarge { payload_bytes: usize },
+}
+
+/// Why the payload of a [`Kind::Start`] frame was refused. The frame is dropped.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StartFrameError {
+    /// Too short for its trailer.
+    #[error("start frame of {bytes} bytes has no trailer")]
+    NoTrailer { bytes: usize },
+    /// Its trailer names a start longer than the payload.
+    #[error("start frame of {bytes} bytes cannot hold a start of {start_bytes} bytes")]
+    StartTooLong { bytes: usize, start_bytes: usize },
 }
 
 impl Header {
@@ -224,6 +236,7 @@ mod tests {
         assert!(split_start(&[1, 2]).is_err());
         assert!(split_start(&[0, 0, 0, 9, 0, 0, 0])
             .unwrap_err()
+            .to_string()
             .contains("cannot hold"));
     }
 

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use engine::channel::{self, Port};
 use engine::{
-    Application, BufferPool, ChunkRef, HostCtx, InEdge, LocalNode, MemHub, Mode, NodeId, OutEdge,
-    OutputSpec, PlanRunner, RunInfo, RunSpec, VertexPart, RUNNER_BASE,
+    AppError, Application, BufferPool, ChunkRef, HostCtx, InEdge, LocalNode, MemHub, Mode, NodeId,
+    OutEdge, OutputSpec, PlanRunner, RunInfo, RunSpec, VertexPart, RUNNER_BASE,
 };
 
 /// Chunk bytes by `(key, chunk index)`.
@@ -30,13 +30,13 @@ impl Application for Keyed {
         _ctx: &HostCtx,
         run: &RunInfo,
         chunk: ChunkRef,
-    ) -> Result<Arc<Vec<u8>>, String> {
+    ) -> Result<Arc<Vec<u8>>, AppError> {
         self.chunks
             .lock()
             .unwrap()
             .get(&(run.payload.clone(), chunk.index))
             .cloned()
-            .ok_or_else(|| format!("no chunk {} for this key", chunk.index))
+            .ok_or_else(|| AppError::new(format!("no chunk {} for this key", chunk.index)))
     }
 
     fn output(
@@ -45,7 +45,7 @@ impl Application for Keyed {
         run: &RunInfo,
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), AppError> {
         self.chunks
             .lock()
             .unwrap()
@@ -385,7 +385,8 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
             payload: b"other".to_vec(),
             ..launch.clone()
         })
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("no chunk 1 for this key"), "{err}");
     // Several launches in flight at once.
     let rx: Vec<_> = (0..8)

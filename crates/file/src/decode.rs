@@ -2,7 +2,7 @@
 
 use std::io::{Read, Seek, Write};
 
-use codes::chunk_file::{chunk_file_name, ChunkHeader};
+use crate::chunk_file::{chunk_file_name, ChunkHeader};
 use codes::Codec;
 
 use crate::set::{rebuild, ChunkSet, Damage, Source, State};

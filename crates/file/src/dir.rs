@@ -11,7 +11,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use codes::chunk_file::{chunk_file_name, parse_chunk_file_name};
+use crate::chunk_file::{chunk_file_name, parse_chunk_file_name};
 use codes::Code;
 
 use crate::encode::{check_params, encode_stream, EncodeSummary};
@@ -69,12 +69,10 @@ impl ChunkDir {
             .into_iter()
             .map(|(name_index, path)| Candidate {
                 name_index,
-                source: File::open(&path)
-                    .and_then(|f| {
-                        let len = f.metadata()?.len();
-                        Ok((f, len))
-                    })
-                    .map_err(|e| format!("cannot read: {e}")),
+                source: File::open(&path).and_then(|f| {
+                    let len = f.metadata()?.len();
+                    Ok((f, len))
+                }),
             })
             .collect();
         ChunkSet::scan(&self.path, candidates)

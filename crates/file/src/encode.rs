@@ -2,7 +2,7 @@
 
 use std::io::{Read, Seek, SeekFrom, Write};
 
-use codes::chunk_file::{
+use crate::chunk_file::{
     stripe_crc32c, ChunkHeader, StripeLayout, HEADER_BYTES, RECORD_TRAILER_BYTES,
 };
 use codes::{Code, Codec};

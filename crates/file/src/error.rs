@@ -3,7 +3,7 @@
 use std::io;
 use std::path::PathBuf;
 
-use codes::chunk_file::ChunkFileError;
+use crate::chunk_file::ChunkFileError;
 use codes::CodeError;
 
 /// An error of this crate. Every variant names what was being done; none leaves a file under a

@@ -1,8 +1,8 @@
 //! Files as erasure-coded chunk files: what `inec encode`, `inec decode` and `inec verify` do,
 //! as a library over `Read`/`Write`.
 //!
-//! The byte format is `codes::chunk_file` (specified in `docs/chunk-format.md`); this crate is
-//! the I/O around it:
+//! The byte format is [`chunk_file`] (specified in `docs/chunk-format.md`), pure and without
+//! I/O; the rest of this crate is the I/O around it:
 //!
 //! - [`encode::encode_stream`]: a byte stream of known length to n chunk streams;
 //! - [`ChunkSet`]: the chunk files of one encoded file as found (the header most files agree
@@ -19,6 +19,8 @@
 #![forbid(unsafe_code)]
 
 mod buf;
+pub mod check;
+pub mod chunk_file;
 pub mod decode;
 pub mod dir;
 pub mod encode;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 
-use codes::chunk_file::{
+use crate::chunk_file::{
     check_record, chunk_file_name, ChunkFileError, ChunkHeader, StripeLayout, HEADER_BYTES,
     RECORD_TRAILER_BYTES,
 };
@@ -21,7 +21,7 @@ pub struct Candidate<R> {
     /// The chunk index in the file's name (`chunk-NNN`).
     pub name_index: usize,
     /// The opened file and its length in bytes, or why it could not be opened.
-    pub source: Result<(R, u64), String>,
+    pub source: std::io::Result<(R, u64)>,
 }
 
 /// One chunk index of the encoded file as found.
@@ -63,7 +63,8 @@ impl<R: Read + Seek> ChunkSet<R> {
         let mut headers: Vec<(usize, R, u64, ChunkHeader)> = Vec::new();
         let mut bad: BTreeMap<usize, String> = BTreeMap::new();
         for c in candidates {
-            let parsed = c.source.and_then(|(mut r, len)| {
+            let opened = c.source.map_err(|e| format!("cannot read: {e}"));
+            let parsed = opened.and_then(|(mut r, len)| {
                 let mut buf = [0u8; HEADER_BYTES];
                 let got = r
                     .seek(SeekFrom::Start(0))

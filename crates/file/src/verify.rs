@@ -4,7 +4,7 @@
 
 use std::io::{Read, Seek};
 
-use codes::chunk_file::{chunk_file_name, ChunkHeader};
+use crate::chunk_file::{chunk_file_name, ChunkHeader};
 use codes::Codec;
 
 use crate::set::{ChunkSet, Damage, Source, State};

@@ -4,8 +4,8 @@
 
 use std::io::{Cursor, Write};
 
-use codes::chunk_file::{stripe_crc32c, HEADER_BYTES, RECORD_TRAILER_BYTES};
 use codes::Code;
+use file::chunk_file::{stripe_crc32c, HEADER_BYTES, RECORD_TRAILER_BYTES};
 use file::{
     decode_stream, encode_stream, verify, Candidate, ChunkDir, ChunkSet, ChunkState, DecodeMode,
     FileError, Status,

@@ -84,6 +84,19 @@ pub struct Calibration {
     pub mul_add_gbyte_s: f64,
 }
 
+/// A calibration constant out of range: `positive` ones must be > 0, the others >= 0, all
+/// finite.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error(
+    "{name} is {value}, expected a finite number {}",
+    if *positive { "> 0" } else { ">= 0" }
+)]
+pub struct BadConstant {
+    pub name: &'static str,
+    pub value: f64,
+    pub positive: bool,
+}
+
 impl Calibration {
     /// Reads and checks a calibration file.
     pub fn load(path: &Path) -> Result<Calibration, PlanError> {
@@ -101,7 +114,7 @@ impl Calibration {
             reason,
         };
         let c: Calibration = serde_json::from_str(text).map_err(|e| bad(e.to_string()))?;
-        c.validate().map_err(bad)?;
+        c.validate().map_err(|e| bad(e.to_string()))?;
         Ok(c)
     }
 
@@ -127,7 +140,7 @@ impl Calibration {
     }
 
     /// Every rate positive, every time non-negative, all finite.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), BadConstant> {
         for (name, v, positive) in [
             ("bandwidth_gbit_s", self.bandwidth_gbit_s, true),
             ("latency_us", self.latency_us, false),
@@ -136,10 +149,11 @@ impl Calibration {
             ("mul_add_gbyte_s", self.mul_add_gbyte_s, true),
         ] {
             if !v.is_finite() || v < 0.0 || (positive && v == 0.0) {
-                return Err(format!(
-                    "{name} is {v}, expected a finite number {}",
-                    if positive { "> 0" } else { ">= 0" }
-                ));
+                return Err(BadConstant {
+                    name,
+                    value: v,
+                    positive,
+                });
             }
         }
         Ok(())

@@ -322,13 +322,22 @@ impl LibraryName {
     }
 }
 
+/// A size flag that is not a size of at least one byte.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BadSize {
+    #[error(transparent)]
+    Parse(#[from] codes::size::SizeError),
+    #[error("size {0} out of range (at least 1 byte)")]
+    OutOfRange(String),
+}
+
 /// A size as every `inec` flag takes it (`codes::size`), at least one byte.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let bytes = codes::size::parse_bytes(s).map_err(|e| e.to_string())?;
+pub fn parse_size(s: &str) -> Result<usize, BadSize> {
+    let bytes = codes::size::parse_bytes(s)?;
     usize::try_from(bytes)
         .ok()
         .filter(|&b| b > 0)
-        .ok_or_else(|| format!("size {s} out of range (at least 1 byte)"))
+        .ok_or_else(|| BadSize::OutOfRange(s.to_string()))
 }
 
 fn size_label(bytes: usize) -> String {

@@ -802,7 +802,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
             )?;
         }
         if rc.transport != "tcp-loopback-processes" {
-            eprintln!(
+            log::warn!(
                 "note: the nodes talk over {}, while iperf3 ran on this host's loopback; the \
                  ratio compares the two",
                 rc.transport
@@ -833,7 +833,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
         let have = cluster.nodes.len();
         let (fit, skipped): (Vec<Code>, Vec<Code>) = codes.into_iter().partition(|c| c.n() < have);
         for c in &skipped {
-            eprintln!(
+            log::warn!(
                 "note: skipped {c}: it needs {} nodes (an agent + {} chunks), the cluster has {have}; \
                  `inec cluster up --nodes {}` runs it",
                 c.n() + 1,

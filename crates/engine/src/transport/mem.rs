@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use super::{Event, NodeId, Payload, Transport, TransportError, Waker};
@@ -31,7 +31,13 @@ pub struct MemHub {
 
 impl std::fmt::Debug for MemHub {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let ids: Vec<NodeId> = self.ports.lock().unwrap().keys().copied().collect();
+        let ids: Vec<NodeId> = self
+            .ports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .keys()
+            .copied()
+            .collect();
         write!(f, "MemHub({ids:?})")
     }
 }
@@ -44,7 +50,11 @@ impl MemHub {
     /// Plugs in a new node. Panics if `id` is taken.
     pub fn attach(&self, id: NodeId, pool: BufferPool) -> MemTransport {
         let (tx, rx) = mpsc::channel();
-        let prev = self.ports.lock().unwrap().insert(id, tx.clone());
+        let prev = self
+            .ports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, tx.clone());
         assert!(prev.is_none(), "node id {id} attached twice");
         MemTransport {
             id,
@@ -58,7 +68,7 @@ impl MemHub {
     /// Cuts `id` off as if its process died: every other node sees `PeerLost`, and the dead
     /// node's own engine stops.
     pub fn kill(&self, id: NodeId) {
-        let mut ports = self.ports.lock().unwrap();
+        let mut ports = self.ports.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(tx) = ports.remove(&id) {
             let _ = tx.send(Msg::Killed);
         }
@@ -88,7 +98,11 @@ struct MemWaker(Mutex<Sender<Msg>>);
 
 impl Waker for MemWaker {
     fn wake(&self) {
-        let _ = self.0.lock().unwrap().send(Msg::Wake);
+        let _ = self
+            .0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .send(Msg::Wake);
     }
 }
 
@@ -130,7 +144,13 @@ impl Transport for MemTransport {
         header: Header,
         payload: Payload,
     ) -> Result<(), TransportError> {
-        let tx = self.hub.ports.lock().unwrap().get(&peer).cloned();
+        let tx = self
+            .hub
+            .ports
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&peer)
+            .cloned();
         let Some(tx) = tx else {
             return Err(TransportError::PeerLost {
                 peer,

@@ -11,7 +11,7 @@
 //! I/O.
 //!
 //! ```
-//! use codes::chunk_file::{ChunkHeader, HEADER_BYTES};
+//! use file::chunk_file::{ChunkHeader, HEADER_BYTES};
 //! use codes::{Code, MatrixKind};
 //!
 //! let code = Code::Rs { k: 4, m: 2, matrix: MatrixKind::Cauchy };
@@ -25,7 +25,7 @@
 //! assert_eq!(layout.stripe_chunk_bytes(0), 2500);
 //! ```
 
-use crate::{Code, CodeError, MatrixKind};
+use codes::{Code, CodeError, MatrixKind};
 
 /// The first eight bytes of every chunk file.
 pub const MAGIC: [u8; 8] = *b"INECCHNK";

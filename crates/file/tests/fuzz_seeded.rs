@@ -2,8 +2,8 @@
 //! stable in every test run: valid headers of random codes and sizes, mutated a byte or a few
 //! at a time, cut short, or followed by a record; and plain random bytes.
 
-use codes::chunk_file::{stripe_crc32c, ChunkHeader};
 use codes::Code;
+use file::chunk_file::{stripe_crc32c, ChunkHeader};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -66,9 +66,9 @@ fn chunk_header_arbitrary_seeded() {
                 bytes.truncate(cut);
             }
         }
-        accepted += codes::check::chunk_header_arbitrary(&bytes);
+        accepted += file::check::chunk_header_arbitrary(&bytes);
         let noise: Vec<u8> = (0..rng.gen_range(0..100)).map(|_| rng.gen()).collect();
-        accepted += codes::check::chunk_header_arbitrary(&noise);
+        accepted += file::check::chunk_header_arbitrary(&noise);
     }
     // Valid headers (a quarter unchanged, most of the rest resealed) reach the deep checks.
     assert!(accepted > 2_500, "only {accepted} headers accepted");
