@@ -14,6 +14,7 @@ pub mod stdout;
 pub mod cache;
 pub mod clients;
 pub mod codec;
+pub mod demo;
 mod error;
 pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]

@@ -10,7 +10,7 @@
 //! test that cannot run must not pass there. `INEC_REQUIRE_TOOLS=0` allows skips under CI too.
 //!
 //! ```no_run
-//! if !bench::cache::server::Memcached::available() {
+//! if !harness::Memcached::available() {
 //!     bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
 //!     return;
 //! }

@@ -35,13 +35,7 @@ fn state(dir: &Path) -> serde_json::Value {
 }
 
 fn pid_alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
+    harness::pid_alive(pid as u32)
 }
 
 impl Cluster {

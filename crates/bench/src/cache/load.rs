@@ -378,7 +378,7 @@ impl PhaseStats {
         self.ops.entry(k).or_default()
     }
 
-    fn merge(&mut self, o: PhaseStats) {
+    pub(crate) fn merge(&mut self, o: PhaseStats) {
         for (k, s) in o.ops {
             let mine = self.op(k);
             mine.hist.add(&s.hist).expect("same bounds");
