@@ -85,7 +85,7 @@ impl Out {
         if !self.tty {
             return indicatif::ProgressBar::hidden();
         }
-        crate::progress_bar(total, msg)
+        harness::progress::bar(total, msg, false)
     }
 }
 
@@ -749,7 +749,7 @@ fn controller(
                 }
                 restarting = true;
                 if tty {
-                    let b = crate::progress_bar(records, "recovery (keys rebuilt)");
+                    let b = harness::progress::bar(records, "recovery (keys rebuilt)", false);
                     bar = Some(b);
                 }
             }

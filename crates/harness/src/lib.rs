@@ -2,7 +2,8 @@
 //! ([`cache`]: `inec cache up|down|restart|status`, and [`cache::InecCache`], a cache a
 //! program starts, crashes, restarts and watches recover), clusters of engine nodes
 //! ([`cluster`]: `inec cluster up|down|status`), network namespaces with rate-limited links
-//! ([`netns`]), memcached ([`memcached`]), and the pids of them all ([`process`]).
+//! ([`netns`]), memcached ([`memcached`]), and the pids of them all ([`process`]); and the
+//! progress bars a command shows while it runs ([`progress`]).
 //!
 //! The `inec` executable the nodes run is always passed in (`exe`): the CLI passes its own,
 //! a test the one cargo built for it.
@@ -13,6 +14,7 @@ pub mod cluster;
 pub mod memcached;
 pub mod netns;
 pub mod process;
+pub mod progress;
 
 pub use memcached::{ask, parse_stats, Memcached, MemcachedOptions};
 pub use process::{pid_alive, pids_naming, resident_bytes, sigkill};
