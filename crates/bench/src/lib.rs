@@ -14,6 +14,7 @@ pub mod stdout;
 pub mod cache;
 pub mod clients;
 pub mod codec;
+pub mod demo;
 mod error;
 pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
@@ -23,20 +24,3 @@ pub mod report;
 pub mod skip;
 pub mod stats;
 pub mod ycsb;
-
-/// A progress bar on standard error when it is a terminal (and `INEC_NO_PROGRESS` is unset),
-/// hidden otherwise, so that piped output carries nothing extra.
-pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
-    use std::io::IsTerminal;
-    if !std::io::stderr().is_terminal() || std::env::var_os("INEC_NO_PROGRESS").is_some() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    if let Ok(style) =
-        indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} eta {eta}")
-    {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    bar
-}

@@ -15,7 +15,7 @@
 //! stderr handle) and shows with `--nocapture` or when the test fails.
 //!
 //! ```no_run
-//! if !bench::cache::server::Memcached::available() {
+//! if !harness::Memcached::available() {
 //!     bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
 //!     return;
 //! }

@@ -7,6 +7,9 @@ pub use engine::stdout::{is_closed, print, Stdout, StdoutClosed};
 
 /// `println!` that returns an [`std::io::Result`] (see [`print`]).
 macro_rules! outln {
+    () => {
+        $crate::stdout::print(format_args!("\n"))
+    };
     ($($arg:tt)*) => {
         $crate::stdout::print(format_args!("{}\n", format_args!($($arg)*)))
     };

@@ -11,8 +11,8 @@ use std::time::Duration;
 use bench::cache::load::{
     CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target,
 };
-use bench::cache::server::{Memcached, MemcachedOptions};
 use bench::cache::UniformMix;
+use harness::{Memcached, MemcachedOptions};
 use proto::compose::{self, Reply};
 use proto::{Command, GetKind, Limits, Parse, Parser, StoreMode};
 

@@ -6,8 +6,8 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
 use bench::cache::load::{ycsb_fnvhash64, OpKind, Route};
-use bench::cache::server::{Memcached, MemcachedOptions};
 use bench::ycsb::{self, Workload, Ycsb, YcsbConfig};
+use harness::{Memcached, MemcachedOptions};
 
 #[track_caller]
 fn memcached() -> Option<Memcached> {

@@ -32,5 +32,6 @@ pub mod plans;
 pub mod record;
 pub mod semantics;
 pub mod server;
+pub mod start;
 pub mod stripe;
 pub mod time;

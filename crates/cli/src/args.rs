@@ -7,8 +7,6 @@
 //!   (`codes::size`);
 //! - a list is given by repeating the flag: `--code rs:6,3 --code lrc:6,2,2`.
 
-use std::io::IsTerminal;
-
 use codes::Code;
 use file::chunk_file::MAX_CHUNK_BYTES;
 
@@ -40,22 +38,4 @@ pub fn chunk_bytes(s: &str) -> Result<usize, String> {
             "chunk size {s} out of range 1..={MAX_CHUNK_BYTES} bytes"
         )),
     }
-}
-
-/// A progress bar on standard error when it is a terminal, and nothing otherwise.
-pub fn progress(total: u64, what: &str, bytes: bool) -> indicatif::ProgressBar {
-    if !std::io::stderr().is_terminal() || std::env::var_os("INEC_NO_PROGRESS").is_some() {
-        return indicatif::ProgressBar::hidden();
-    }
-    let bar = indicatif::ProgressBar::new(total);
-    let template = if bytes {
-        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}"
-    } else {
-        "{msg} [{bar:30}] {pos}/{len} eta {eta}"
-    };
-    if let Ok(style) = indicatif::ProgressStyle::with_template(template) {
-        bar.set_style(style.progress_chars("=> "));
-    }
-    bar.set_message(what.to_string());
-    bar
 }

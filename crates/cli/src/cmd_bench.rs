@@ -19,12 +19,16 @@ pub enum BenchCommand {
     Ycsb(bench::ycsb::YcsbArgs),
 }
 
+/// Runs a benchmark; those that start node processes run this executable.
 pub fn run(cmd: BenchCommand) -> Result<()> {
+    let exe = Some(std::env::current_exe()?);
     match cmd {
         BenchCommand::Codec(a) => bench::codec::run(a)?,
-        BenchCommand::Primitives(a) => bench::primitives::run(a)?,
-        BenchCommand::Cache(a) => bench::cache::run(a)?,
-        BenchCommand::Ycsb(a) => bench::ycsb::run_cli(a)?,
+        BenchCommand::Primitives(a) => {
+            bench::primitives::run(bench::primitives::PrimitivesArgs { exe, ..a })?
+        }
+        BenchCommand::Cache(a) => bench::cache::run(bench::cache::CacheArgs { exe, ..a })?,
+        BenchCommand::Ycsb(a) => bench::ycsb::run_cli(bench::ycsb::YcsbArgs { exe, ..a })?,
     }
     Ok(())
 }

@@ -133,7 +133,7 @@ pub fn encode(a: EncodeArgs) -> Result<()> {
     };
     let dir = ChunkDir::new(&a.output);
     let total = fs::metadata(&a.file).map(|m| m.len()).unwrap_or(0);
-    let bar = args::progress(total, "encode", true);
+    let bar = harness::progress::bar(total, "encode", true);
     let outcome = match dir.encode_file(&a.file, code, a.chunk_bytes, a.force, &mut |done| {
         bar.set_position(done)
     }) {
@@ -275,7 +275,7 @@ pub fn decode(a: DecodeArgs) -> Result<()> {
     }
     set.check_recoverable()?;
     let target = target(a.output.as_deref(), &a.dir, a.force)?;
-    let bar = args::progress(set.header.file_bytes, "decode", true);
+    let bar = harness::progress::bar(set.header.file_bytes, "decode", true);
     let mut progress = |done: u64| bar.set_position(done);
     let (report, shown) = match &target {
         Target::Stdout => {
@@ -433,7 +433,7 @@ pub fn verify(a: VerifyArgs) -> Result<Status> {
     for note in &set.notes {
         outln!("note: {note}")?;
     }
-    let bar = args::progress(header.layout().stripe_count(), "verify", false);
+    let bar = harness::progress::bar(header.layout().stripe_count(), "verify", false);
     let report = file::verify(&mut set, &mut |s| bar.set_position(s))?;
     bar.finish_and_clear();
     let stripes = report.stripes;

@@ -2,13 +2,10 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use codes::Code;
-use graph::cluster::{ClusterSpec, ClusterSummary};
-use graph::model::{Calibration, BUILTIN_CALIBRATION_PATH};
-use graph::paper::{schemes_for, PAPER_CODES};
-use graph::sim::NetConfig;
+use graph::tables::Loaded;
 use graph::{build, PlanSpec, Request, Scheme, Target};
 
 /// Network and compute constants: a calibration file (default: the one built in), or compute
@@ -40,80 +37,23 @@ pub struct CalibrationArgs {
     mul_add_gbyte_s: Option<f64>,
 }
 
-/// The constants in use and a line saying where they come from.
-struct Loaded {
-    cal: Calibration,
-    line: String,
-}
-
 impl CalibrationArgs {
+    /// The constants in use, a warning about them printed.
     fn load(&self) -> Result<Loaded> {
-        let (mut c, origin) = match &self.calibration {
-            Some(path) => (Calibration::load(path)?, path.display().to_string()),
-            None => (
-                Calibration::builtin(),
-                format!("default ({BUILTIN_CALIBRATION_PATH})"),
-            ),
-        };
-        let mut notes = Vec::new();
-        if self.calibrate {
-            let rates = graph::model::measure_compute(256 << 10, 16, 5);
-            c.xor_gbyte_s = rates.xor_gbyte_s;
-            c.mul_add_gbyte_s = rates.mul_add_gbyte_s;
-            c.kernel = rates.kernel;
-            c.description = format!(
-                "{}; compute rates measured now: {}",
-                c.description, rates.method
-            );
-            notes.push(format!("compute rates measured now ({})", rates.method));
-        } else if self.xor_gbyte_s.is_none() || self.mul_add_gbyte_s.is_none() {
-            // Some compute rate still comes from the file: it must describe this kernel.
-            if let Some(warning) = c.kernel_mismatch() {
-                eprintln!("{warning}");
-            }
+        let loaded = graph::tables::CalibrationSource {
+            file: self.calibration.clone(),
+            measure: self.calibrate,
+            bandwidth_gbps: self.bandwidth_gbps,
+            latency_us: self.latency_us,
+            overhead_us: self.overhead_us,
+            xor_gbyte_s: self.xor_gbyte_s,
+            mul_add_gbyte_s: self.mul_add_gbyte_s,
         }
-        for (flag, value, field) in [
-            (
-                "--bandwidth-gbps",
-                self.bandwidth_gbps,
-                &mut c.bandwidth_gbit_s,
-            ),
-            ("--latency-us", self.latency_us, &mut c.latency_us),
-            (
-                "--overhead-us",
-                self.overhead_us,
-                &mut c.message_overhead_us,
-            ),
-            ("--xor-gbyte-s", self.xor_gbyte_s, &mut c.xor_gbyte_s),
-            (
-                "--mul-add-gbyte-s",
-                self.mul_add_gbyte_s,
-                &mut c.mul_add_gbyte_s,
-            ),
-        ] {
-            if let Some(v) = value {
-                *field = v;
-                notes.push(format!("{flag} {v}"));
-            }
+        .load()?;
+        if let Some(warning) = &loaded.warning {
+            eprintln!("{warning}");
         }
-        c.validate()
-            .map_err(|reason| anyhow::anyhow!("bad calibration override: {reason}"))?;
-        let with = if notes.is_empty() {
-            String::new()
-        } else {
-            format!(" with {}", notes.join(", "))
-        };
-        let line = format!(
-            "calibration: {origin}{with} ({} Gb/s, latency {} us, {} us per message, xor {} GB/s, \
-             mul-add {} GB/s, kernel {})",
-            c.bandwidth_gbit_s,
-            c.latency_us,
-            c.message_overhead_us,
-            c.xor_gbyte_s,
-            c.mul_add_gbyte_s,
-            c.kernel
-        );
-        Ok(Loaded { cal: c, line })
+        Ok(loaded)
     }
 }
 
@@ -248,246 +188,18 @@ pub struct ModelArgs {
     calibration: CalibrationArgs,
 }
 
-/// The chunk sizes of the papers' figures: 128 B to 16 MiB.
-const MODEL_CHUNK_BYTES: [usize; 8] = [
-    128,
-    1 << 10,
-    8 << 10,
-    64 << 10,
-    256 << 10,
-    1 << 20,
-    4 << 20,
-    16 << 20,
-];
-
-/// One row of `inec model`'s summary: code, scheme, operation, and (chunk size, model time,
-/// simulated time) per chunk size.
-type SummaryRow = (String, String, &'static str, Vec<(usize, f64, f64)>);
-
 pub fn model(a: ModelArgs) -> Result<()> {
     let loaded = a.calibration.load()?;
-    let net: NetConfig = loaded.cal.net();
-    let sizes = match (a.chunk_bytes.is_empty(), a.nodes.is_some()) {
-        (false, _) => a.chunk_bytes.clone(),
-        (true, false) => MODEL_CHUNK_BYTES.to_vec(),
-        (true, true) => vec![1 << 20],
+    let query = graph::tables::ModelQuery {
+        chunk_bytes: a.chunk_bytes,
+        codes: a.codes,
+        grid: a.grid,
+        nodes: a.nodes,
+        stripes: a.stripes,
+        requesters: a.requesters,
+        lost: a.lost,
+        json: a.json,
     };
-    let codes: Vec<Code> = if a.codes.is_empty() {
-        PAPER_CODES
-            .iter()
-            .map(|s| s.parse())
-            .collect::<Result<_, _>>()?
-    } else {
-        a.codes.clone()
-    };
-    if sizes.contains(&0) {
-        bail!("chunk sizes must be at least 1 byte");
-    }
-    if let Some(nodes) = a.nodes {
-        return cluster(&a, &loaded, &net, nodes, &sizes, &codes);
-    }
-    let mut rows = Vec::new();
-    let mut cells: Vec<SummaryRow> = Vec::new();
-    for &code in &codes {
-        for scheme in schemes_for(code) {
-            for (op, request) in [
-                ("encode", Request::Encode),
-                (
-                    "repair",
-                    Request::Repair {
-                        lost: vec![0],
-                        target: Target::Node(0),
-                    },
-                ),
-            ] {
-                let mut times = Vec::new();
-                for &c in &sizes {
-                    let spec = PlanSpec::new(scheme, code, request.clone(), c);
-                    let plan = build(&spec).with_context(|| format!("{scheme} {code} {op}"))?;
-                    let acct = graph::account(&plan);
-                    let model = graph::model::predict_plan(&plan, &net).time_s;
-                    let sim = graph::sim::simulate_time(&plan, &net);
-                    times.push((c, model, sim));
-                    let row = serde_json::json!({
-                        "code": code.to_string(), "scheme": scheme, "op": op,
-                        "chunk_bytes": c, "slice_bytes": plan.slice_bytes,
-                        "steps": acct.steps, "max_fan_in": acct.max_fan_in,
-                        "model_time_s": model, "sim_time_s": sim,
-                    });
-                    rows.push(row);
-                }
-                cells.push((code.to_string(), scheme.to_string(), op, times));
-            }
-        }
-    }
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
-        return Ok(());
-    }
-    outln!("{}", loaded.line)?;
-    outln!(
-        "# encode: one stripe from the agent; repair: chunk 0 lost, rebuilt at node 0. Times in \
-         microseconds. model: the critical path of the primitives' alpha-beta terms; sim: the \
-         discrete-event simulator (without bytes here; the tests run every plan on real bytes)."
-    )?;
-    if a.grid {
-        outln!(
-            "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14} {:>14} {:>9}",
-            "code",
-            "scheme",
-            "op",
-            "chunk_B",
-            "steps",
-            "fan_in",
-            "model_us",
-            "sim_us",
-            "model/sim"
-        )?;
-        for r in &rows {
-            let (model, sim) = (
-                r["model_time_s"].as_f64().unwrap_or(0.0),
-                r["sim_time_s"].as_f64().unwrap_or(0.0),
-            );
-            outln!(
-                "{:<11} {:<7} {:<7} {:>10} {:>6} {:>8} {:>14.3} {:>14.3} {:>9.3}",
-                r["code"].as_str().unwrap_or(""),
-                r["scheme"].as_str().unwrap_or(""),
-                r["op"].as_str().unwrap_or(""),
-                r["chunk_bytes"],
-                r["steps"],
-                r["max_fan_in"],
-                model * 1e6,
-                sim * 1e6,
-                model / sim
-            )?;
-        }
-        return Ok(());
-    }
-    // The summary: the model's time at a few chunk sizes (those given, or 1 KiB, 64 KiB,
-    // 1 MiB, 16 MiB), and how far the model strays from the simulator over every size.
-    let shown: Vec<usize> = if a.chunk_bytes.is_empty() {
-        vec![1 << 10, 64 << 10, 1 << 20, 16 << 20]
-    } else {
-        sizes.clone()
-    };
-    let mut header = format!("{:<11} {:<7} {:<7}", "code", "op", "scheme");
-    for &c in &shown {
-        header.push_str(&format!(
-            " {:>14}",
-            format!("{}_us", codes::size::format_bytes(c as u64))
-        ));
-    }
-    header.push_str(&format!(" {:>16}", "model/sim range"));
-    outln!("{header}")?;
-    let mut order: Vec<usize> = (0..cells.len()).collect();
-    order.sort_by_key(|&i| (cells[i].2 != "encode", i));
-    for i in order {
-        let (code, scheme, op, times) = &cells[i];
-        let mut line = format!("{code:<11} {op:<7} {scheme:<7}");
-        for &c in &shown {
-            match times.iter().find(|t| t.0 == c) {
-                Some(&(_, model, _)) => line.push_str(&format!(" {:>14.1}", model * 1e6)),
-                None => line.push_str(&format!(" {:>14}", "-")),
-            }
-        }
-        let ratios = times.iter().map(|&(_, m, s)| m / s);
-        let lo = ratios.clone().fold(f64::INFINITY, f64::min);
-        let hi = ratios.fold(0.0, f64::max);
-        line.push_str(&format!(" {:>16}", format!("{lo:.2}–{hi:.2}")));
-        outln!("{line}")?;
-    }
-    outln!(
-        "# {} rows of {} plans; `inec model --grid` prints every chunk size with steps and fan-in, \
-         --json every row as JSON",
-        cells.len(),
-        rows.len()
-    )?;
-    Ok(())
-}
-
-/// `inec model --nodes N`: many stripes' repairs on one simulated cluster.
-fn cluster(
-    a: &ModelArgs,
-    loaded: &Loaded,
-    net: &NetConfig,
-    nodes: usize,
-    sizes: &[usize],
-    codes: &[Code],
-) -> Result<()> {
-    let stripes = a.stripes.unwrap_or(nodes);
-    let requesters = if a.requesters.is_empty() {
-        let mut r = vec![1, stripes.min(nodes)];
-        r.dedup();
-        r
-    } else {
-        a.requesters.clone()
-    };
-    let lost = if a.lost.is_empty() {
-        vec![0]
-    } else {
-        a.lost.clone()
-    };
-    let mut rows: Vec<ClusterSummary> = Vec::new();
-    if !a.json {
-        outln!("{}", loaded.line)?;
-        outln!(
-            "# {stripes} stripes over {nodes} nodes (chunk i of stripe t on node (t+i) mod \
-             {nodes}), chunks {lost:?} of every stripe repaired at once; stripe t at requester \
-             t mod r. All repairs share every NIC (simulated, without bytes). throughput: bytes \
-             rebuilt per second; one_stripe: one repair alone."
-        )?;
-        outln!(
-            "{:<11} {:<7} {:>10} {:>10} {:>14} {:>14} {:>12} {:>14} {:>14}",
-            "code",
-            "scheme",
-            "chunk_B",
-            "requesters",
-            "sim_us",
-            "one_stripe_us",
-            "GB/s",
-            "max_nic_in_B",
-            "max_nic_out_B"
-        )?;
-    }
-    for &code in codes {
-        for scheme in schemes_for(code) {
-            for &c in sizes {
-                for &r in &requesters {
-                    let spec = ClusterSpec {
-                        scheme,
-                        code,
-                        nodes,
-                        stripes,
-                        requesters: r,
-                        lost: lost.clone(),
-                        chunk_bytes: c,
-                        slice_bytes: None,
-                        aggregators: None,
-                    };
-                    let run = graph::cluster::run(&spec, net)
-                        .with_context(|| format!("{scheme} {code} {nodes} nodes"))?;
-                    let s = run.summary(&spec);
-                    if !a.json {
-                        outln!(
-                            "{:<11} {:<7} {:>10} {:>10} {:>14.3} {:>14.3} {:>12.3} {:>14} {:>14}",
-                            s.code,
-                            s.scheme.to_string(),
-                            s.chunk_bytes,
-                            s.requesters,
-                            s.sim_time_s * 1e6,
-                            s.one_stripe_s * 1e6,
-                            s.throughput_gbyte_s,
-                            s.max_nic_in_bytes,
-                            s.max_nic_out_bytes
-                        )?;
-                    }
-                    rows.push(s);
-                }
-            }
-        }
-    }
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
-    }
+    out!("{}", graph::tables::model(&query, &loaded)?)?;
     Ok(())
 }

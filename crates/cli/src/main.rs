@@ -12,13 +12,10 @@ use clap::{CommandFactory, Parser, Subcommand};
 mod stdout;
 
 mod args;
-mod cluster_state;
 #[cfg(feature = "bench")]
 mod cmd_bench;
 mod cmd_cache;
 mod cmd_cluster;
-#[cfg(feature = "bench")]
-mod cmd_demo;
 mod cmd_file;
 mod cmd_plan;
 mod logger;
@@ -68,7 +65,7 @@ files)."
     /// The cache through a crash, start to finish (about two minutes): a local cluster under
     /// YCSB-A, a node killed and restarted, recovery, every value verified, a report with plots.
     #[cfg(feature = "bench")]
-    Demo(cmd_demo::DemoArgs),
+    Demo(bench::demo::DemoArgs),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
@@ -139,12 +136,12 @@ fn main() -> ExitCode {
         #[cfg(feature = "bench")]
         Command::Bench(mut b) => (|| {
             if let cmd_bench::BenchCommand::Primitives(a) = &mut b {
-                cluster_state::give_to_bench(a)?;
+                cmd_cluster::give_to_bench(a)?;
             }
             cmd_bench::run(b)
         })(),
         #[cfg(feature = "bench")]
-        Command::Demo(a) => cmd_demo::run(a),
+        Command::Demo(a) => (|| bench::demo::run(a, &std::env::current_exe()?))(),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),

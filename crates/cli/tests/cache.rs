@@ -35,13 +35,7 @@ fn state(dir: &Path) -> serde_json::Value {
 }
 
 fn pid_alive(pid: u64) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        !s.rsplit(')')
-            .next()
-            .unwrap_or("")
-            .trim_start()
-            .starts_with('Z')
-    })
+    harness::pid_alive(pid as u32)
 }
 
 impl Cluster {
@@ -835,7 +829,6 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(m5 - m4, 2 * (k - 1) as u64, "mg at the agent");
     assert_eq!(p5 - p4, 0, "mg at the agent: peer messages");
     assert_eq!(stat("read_plan_runs") - reads0, 1);
-    let (m3, p3) = (m5, p5);
     // A degraded read of data position 1 (the repair template of one lost data chunk was
     // installed at start-up; a first read warms the connections): the normal read of the
     // k-2 data chunks left over peer messages (a request and a chunk each), then the repair

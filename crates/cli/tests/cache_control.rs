@@ -1,11 +1,12 @@
-//! `bench::cache::server::InecCache` controls a real local cache: kill a node (SIGKILL),
+//! `harness::cache::InecCache` controls a real local cache: kill a node (SIGKILL),
 //! read its state through `stats inec`, restart it empty and wait until it has recovered.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use bench::cache::server::{pid_alive, InecCache, InecOptions, NodeHealth};
+use harness::cache::{InecCache, InecOptions, NodeHealth};
+use harness::pid_alive;
 
 fn set(addr: SocketAddr, key: &str, value: &[u8]) {
     let mut s = TcpStream::connect(addr).unwrap();
@@ -51,19 +52,9 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 
 /// A local RS(3,2) cache of five nodes in `dir`, nodes declared down after 500 ms.
 fn rs32_cache(dir: &std::path::Path) -> InecCache {
-    InecCache::start_in(
-        &InecOptions {
-            exe: env!("CARGO_BIN_EXE_inec").into(),
-            code: "rs:3,2".into(),
-            scheme: "rs".into(),
-            mode: "coherent".into(),
-            memory_mib: 16,
-            nodes: None,
-        },
-        dir,
-        &["--down-after-ms".into(), "500".into()],
-    )
-    .expect("inec cache up")
+    let mut o = InecOptions::new(env!("CARGO_BIN_EXE_inec"), "rs:3,2", "rs", "coherent", 16);
+    o.options.down_after_ms = 500;
+    InecCache::start_in(&o, dir).expect("inec cache up")
 }
 
 fn value(i: usize) -> Vec<u8> {
@@ -150,7 +141,7 @@ fn kill_restart_and_recover_a_node() {
     assert!(c.kill(7).is_err());
     drop(c);
     assert!(!dir.exists(), "the drop removes the directory");
-    assert!(bench::cache::server::pids_naming(&dir.join("cluster.txt")).is_empty());
+    assert!(harness::pids_naming(&dir.join("cluster.txt")).is_empty());
 }
 
 /// Several `inec cache up` at once on one host (parallel tests, a benchmark beside a test):

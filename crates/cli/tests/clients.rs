@@ -10,8 +10,9 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 
-use bench::cache::server::{Memcached, MemcachedOptions};
 use bench::clients::{self, CapableStatus, ClientsError};
+use harness::cache::{InecCache, InecOptions};
+use harness::{Memcached, MemcachedOptions};
 
 #[track_caller]
 fn memcached() -> Option<Memcached> {
@@ -140,15 +141,14 @@ fn memccapable_failures_are_reported_with_reasons() {
 }
 
 /// A local inec cache (RS(6,3) on 9 nodes, `inec cache up` of this build).
-fn inec_cache() -> bench::cache::server::InecCache {
-    bench::cache::server::InecCache::start(&bench::cache::server::InecOptions {
-        exe: env!("CARGO_BIN_EXE_inec").into(),
-        code: "rs:6,3".into(),
-        scheme: "rs".into(),
-        mode: "coherent".into(),
-        memory_mib: 64,
-        nodes: None,
-    })
+fn inec_cache() -> InecCache {
+    InecCache::start(&InecOptions::new(
+        env!("CARGO_BIN_EXE_inec"),
+        "rs:6,3",
+        "rs",
+        "coherent",
+        64,
+    ))
     .expect("inec cache up")
 }
 

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use bench::cache::server::{pid_alive, pids_naming};
+use harness::{pid_alive, pids_naming};
 
 fn inec() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_inec"));

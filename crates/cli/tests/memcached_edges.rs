@@ -7,7 +7,8 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use bench::cache::server::{InecCache, InecOptions, Memcached, MemcachedOptions};
+use harness::cache::{InecCache, InecOptions};
+use harness::{Memcached, MemcachedOptions};
 
 /// Ends every exchange: its reply `MN` marks the end of the replies before it.
 const SENTINEL: &[u8] = b"mn\r\n";
@@ -90,14 +91,13 @@ struct Servers {
 
 impl Servers {
     fn start() -> Servers {
-        let inec = InecCache::start(&InecOptions {
-            exe: env!("CARGO_BIN_EXE_inec").into(),
-            code: "rs:3,2".into(),
-            scheme: "rs".into(),
-            mode: "coherent".into(),
-            memory_mib: 64,
-            nodes: None,
-        })
+        let inec = InecCache::start(&InecOptions::new(
+            env!("CARGO_BIN_EXE_inec"),
+            "rs:3,2",
+            "rs",
+            "coherent",
+            64,
+        ))
         .expect("inec cache up");
         let memcached = Memcached::start(&MemcachedOptions::default())
             .expect("memcached 1.6 (Debian package memcached)");

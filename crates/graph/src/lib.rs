@@ -32,6 +32,7 @@ pub mod part;
 pub mod plan;
 pub mod report;
 pub mod sim;
+pub mod tables;
 
 pub use account::{account, Accounting};
 pub use build::{build, Placement, PlanSpec, Request, Target};

@@ -5,7 +5,7 @@
 //! - **Keys** belong to threads (key id `i` to thread `i % threads`), so a key's write history
 //!   ([`KeyState`]) lives in one thread and needs no lock. At most one write per key is in
 //!   flight; a write drawn for a key being written becomes a read of it.
-//! - **Routing**: [`Route::Hash`] sends a key to address `fnv1a64(key) % addresses` (as a stock
+//! - **Routing**: [`Route::Hash`] sends a key to address `fnv1a_64(key) % addresses` (as a stock
 //!   client with several servers does); [`Route::Spread`] spreads the connections over the
 //!   addresses and sends any key on any connection (for servers where any node accepts any key).
 //! - **Loops**: without a target rate, closed loop — one request per connection, latency from
@@ -21,6 +21,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use cache::placement::fnv1a_64;
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -112,20 +113,10 @@ impl KeyNames {
     }
 }
 
-/// FNV-1a 64 of a key: the client-side routing hash of [`Route::Hash`].
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-    for &b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01B3);
-    }
-    h
-}
-
 /// How requests find a server.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
-    /// A key goes to `addrs[fnv1a64(key) % addrs.len()]`.
+    /// A key goes to `addrs[fnv1a_64(key) % addrs.len()]`.
     Hash,
     /// Connections are spread over the addresses; any key goes on any connection.
     Spread,
@@ -135,7 +126,7 @@ pub enum Route {
     /// stripe's agent), so a killed node is routed around.
     HashFailover,
     /// Client-side replication over `r` addresses: the key's replicas are the addresses
-    /// `h, h+1, …, h+r-1` (mod the count; `h = fnv1a64(key) % addresses`). A write goes to
+    /// `h, h+1, …, h+r-1` (mod the count; `h = fnv1a_64(key) % addresses`). A write goes to
     /// every replica and is acknowledged when at least one stored it (a replica's failure is
     /// counted under `replica: …` in the errors, not as a failed request); a read goes to the
     /// first replica not known to be down and, on a miss or an error, to the next one.
@@ -378,7 +369,7 @@ impl PhaseStats {
         self.ops.entry(k).or_default()
     }
 
-    fn merge(&mut self, o: PhaseStats) {
+    pub(crate) fn merge(&mut self, o: PhaseStats) {
         for (k, s) in o.ops {
             let mine = self.op(k);
             mine.hist.add(&s.hist).expect("same bounds");
@@ -702,7 +693,7 @@ impl<'a> Worker<'a> {
             Route::Hash | Route::HashFailover | Route::Replicated(_) => {
                 let mut name = Vec::with_capacity(32);
                 self.target.keys.append(&mut name, self.key_id(local));
-                (fnv1a64(&name) % self.groups.len() as u64) as usize
+                (fnv1a_64(&name) % self.groups.len() as u64) as usize
             }
         }
     }

@@ -7,7 +7,6 @@
 
 pub mod check;
 pub mod load;
-pub mod server;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,8 +20,9 @@ use rand::rngs::SmallRng;
 use rand::Rng;
 use serde::Serialize;
 
+use harness::cache::{InecCache, InecOptions};
+use harness::{Memcached, MemcachedOptions};
 use load::{Choice, Chooser, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target};
-use server::{Memcached, MemcachedOptions};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheArgs {
@@ -110,6 +110,10 @@ pub struct CacheArgs {
     /// Where `results.jsonl` and `table.md` go.
     #[arg(long, default_value = "reports/cache")]
     pub out: PathBuf,
+    /// The `inec` executable the nodes of inec caches run (the caller passes its own path;
+    /// not a flag).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
 }
 
 /// A system under test.
@@ -126,7 +130,7 @@ pub enum SystemKind {
     /// Servers already running at these addresses.
     External(Vec<SocketAddr>),
     /// An inec local cache started by the benchmark for every round.
-    Inec(server::InecOptions),
+    Inec(InecOptions),
 }
 
 /// Parses `LABEL=ADDR[,ADDR...]`.
@@ -358,7 +362,7 @@ fn run_round(
         }
         SystemKind::External(addrs) => addrs.clone(),
         SystemKind::Inec(o) => {
-            let c = server::InecCache::start(o)?;
+            let c = InecCache::start(o)?;
             let addrs = c.addrs().to_vec();
             pids.extend_from_slice(c.pids());
             _inec = Some(c);
@@ -417,8 +421,11 @@ fn run_round(
             degraded_fraction,
         })
     })?;
-    let server_rss_bytes =
-        (!pids.is_empty()).then(|| pids.iter().filter_map(|&p| server::resident_bytes(p)).sum());
+    let server_rss_bytes = (!pids.is_empty()).then(|| {
+        pids.iter()
+            .filter_map(|&p| harness::resident_bytes(p))
+            .sum()
+    });
     let mut errors = loaded.errors.clone();
     for (r, n) in &st.errors {
         *errors.entry(r.clone()).or_default() += n;
@@ -559,30 +566,6 @@ pub fn table(rows: &[Row]) -> String {
 /// The per-request forced-degraded read of inec's cache (docs/cache.md): data chunk 0 lost.
 pub const INEC_DEGRADED_FORM: &str = "mg {key} v Oinec-degrade-0";
 
-/// The `inec` executable, if this benchmark runs from it.
-/// This process's executable when it is `inec` (which can start inec caches).
-pub(crate) fn inec_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    (exe.file_name()?.to_str()? == "inec").then_some(exe)
-}
-
-/// (k, n) of `rs:K,M` / `rs-vand:K,M` / `lrc:K,L,R`.
-pub fn code_k_n(code: &str) -> Result<(usize, usize)> {
-    let (kind, rest) = code
-        .split_once(':')
-        .ok_or_else(|| anyhow!("--inec-code {code:?}: expected rs:K,M or lrc:K,L,R"))?;
-    let parts: Vec<usize> = rest
-        .split(',')
-        .map(|x| x.trim().parse::<usize>())
-        .collect::<Result<_, _>>()
-        .with_context(|| format!("--inec-code {code:?}"))?;
-    match (kind, parts.as_slice()) {
-        ("rs" | "rs-vand", [k, m]) if *k > 0 => Ok((*k, k + m)),
-        ("lrc", [k, l, r]) if *k > 0 => Ok((*k, k + l + r)),
-        _ => bail!("--inec-code {code:?}: expected rs:K,M or lrc:K,L,R"),
-    }
-}
-
 /// Runs `inec bench cache`.
 pub fn run(a: CacheArgs) -> Result<()> {
     let get_fraction = parse_mix(&a.mix)?;
@@ -617,7 +600,7 @@ pub fn run(a: CacheArgs) -> Result<()> {
         if !Memcached::available() {
             bail!(
                 "{} is missing: install the memcached package, or pass --no-memcached",
-                server::MEMCACHED
+                harness::memcached::MEMCACHED
             );
         }
         memcached_version = Memcached::version().ok();
@@ -642,10 +625,12 @@ pub fn run(a: CacheArgs) -> Result<()> {
         systems.push(sys);
     }
     if !a.inec_modes.is_empty() {
-        let exe = inec_exe().ok_or_else(|| {
-            anyhow!("--inec needs the benchmark to run from the `inec` binary (it runs `inec cache up`)")
+        let exe = a.exe.clone().ok_or_else(|| {
+            anyhow!("--inec needs the `inec` executable (its nodes run `inec serve`)")
         })?;
-        let (k, n) = code_k_n(&a.inec_code)?;
+        let code: codes::Code =
+            (a.inec_code.parse()).map_err(|e| anyhow!("--inec-code {:?}: {e}", a.inec_code))?;
+        let (k, n) = (code.k(), code.n());
         let nodes = a.inec_nodes.unwrap_or(n);
         // Each node's -m is split over its n (stripe, position) slots; a slot holds about
         // keys/nodes values of value/k bytes each (plus record headers).
@@ -657,13 +642,15 @@ pub fn run(a: CacheArgs) -> Result<()> {
             }
             systems.push(SystemSpec {
                 label: format!("inec-{mode}"),
-                kind: SystemKind::Inec(server::InecOptions {
-                    exe: exe.clone(),
-                    code: a.inec_code.clone(),
-                    scheme: a.inec_scheme.clone(),
-                    mode: mode.clone(),
-                    memory_mib: a.inec_memory_mib.unwrap_or(need_mib * 2 + 16),
+                kind: SystemKind::Inec(InecOptions {
                     nodes: a.inec_nodes,
+                    ..InecOptions::new(
+                        &exe,
+                        &a.inec_code,
+                        &a.inec_scheme,
+                        mode,
+                        a.inec_memory_mib.unwrap_or(need_mib * 2 + 16) as u64,
+                    )
                 }),
             });
         }

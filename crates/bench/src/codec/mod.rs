@@ -774,7 +774,7 @@ pub fn execute<'w>(
     let mut out = Output {
         json,
         table,
-        bar: crate::progress_bar(cells as u64, "bench codec: cells"),
+        bar: harness::progress::bar(cells as u64, "bench codec: cells", false),
         columns: libraries.clone(),
         rows: Vec::new(),
         errors: Vec::new(),

@@ -83,6 +83,10 @@ pub struct PrimitivesArgs {
     /// Where the table, JSON lines and SVG plots go.
     #[arg(long, default_value = "reports/primitives")]
     pub out: PathBuf,
+    /// The `inec` executable for the node processes it starts (the caller passes its own
+    /// path; not a flag).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
     /// Per-operation timeout, seconds.
     #[arg(long, default_value_t = 60)]
     pub timeout_s: u64,
@@ -166,13 +170,6 @@ impl Drop for NodeProcs {
     }
 }
 
-/// The `inec` executable, if this benchmark runs from it (it can then start node processes).
-fn inec_exe() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    let name = exe.file_name()?.to_str()?;
-    (name == "inec").then_some(exe)
-}
-
 /// Starts `inec node` processes with ids `0..n` on loopback; returns them and their
 /// addresses (read from each node's readiness line, no fixed sleep).
 fn spawn_nodes(exe: &std::path::Path, n: usize) -> Result<(NodeProcs, Vec<(NodeId, String)>)> {
@@ -226,8 +223,8 @@ fn connect(args: &PrimitivesArgs, need: usize) -> Result<Cluster> {
             transport,
         });
     }
-    if let Some(exe) = inec_exe() {
-        let (procs, addrs) = spawn_nodes(&exe, need)?;
+    if let Some(exe) = &args.exe {
+        let (procs, addrs) = spawn_nodes(exe, need)?;
         let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
         coord.introduce(&addrs)?;
         return Ok(Cluster {
@@ -576,12 +573,12 @@ fn raw_cluster(args: &PrimitivesArgs) -> Result<(Cluster, NodeId, NodeId)> {
     if args.dir.is_some() {
         return Ok((connect(args, 3)?, 1, 2));
     }
-    let exe = inec_exe().ok_or_else(|| {
+    let exe = args.exe.as_ref().ok_or_else(|| {
         BenchError::Settings(
             "--raw needs node processes: run it as `inec bench primitives` or give --dir".into(),
         )
     })?;
-    let (procs, addrs) = spawn_nodes(&exe, 2)?;
+    let (procs, addrs) = spawn_nodes(exe, 2)?;
     let mut coord = PlanRunner::tcp(runner_id(), &addrs)?;
     coord.introduce(&addrs)?;
     Ok((

@@ -18,9 +18,10 @@ use super::cpu::{self, CpuPerOp, ServerMeter};
 use super::dist::Weibull;
 use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
 use crate::cache::load::{OpKind, PhaseStats, Route};
-use crate::cache::server::{self, InecCache, InecOptions, Memcached, MemcachedOptions};
-use crate::cache::{inec_exe, load_average};
+use crate::cache::load_average;
 use crate::report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
+use harness::cache::{InecCache, InecOptions, NodeHealth};
+use harness::{Memcached, MemcachedOptions};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct YcsbArgs {
@@ -128,6 +129,10 @@ pub struct YcsbArgs {
     /// Where results.jsonl, table.md and the SVG plots go.
     #[arg(long, default_value = "reports/ycsb")]
     pub out: PathBuf,
+    /// The `inec` executable the nodes of inec caches run (the caller passes its own path;
+    /// not a flag).
+    #[arg(skip)]
+    pub exe: Option<PathBuf>,
 }
 
 /// Node failures a system survives without losing data, from its code or replication.
@@ -204,11 +209,7 @@ impl Running {
                 nodes
                     .iter()
                     .copied()
-                    .filter(|&n| {
-                        st.nodes
-                            .get(n)
-                            .is_some_and(|x| x.health == server::NodeHealth::Up)
-                    })
+                    .filter(|&n| st.nodes.get(n).is_some_and(|x| x.health == NodeHealth::Up))
                     .collect()
             }
             Running::Memcached(..) => Vec::new(),
@@ -377,20 +378,17 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
     let records = a.records + a.operations.unwrap_or(0) / 10 + a.records / 5;
     match name {
         "inec-coherent" | "inec-incoherent" => {
-            let exe = inec_exe().ok_or_else(|| {
-                anyhow!("inec systems need the benchmark to run from the `inec` binary")
+            let exe = a.exe.clone().ok_or_else(|| {
+                anyhow!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
             let nodes = a.inec_nodes.unwrap_or(n_inec);
-            let n = super::super::cache::code_k_n(&a.code)?.1;
+            let n = parse_code(&a.code)?.n();
             let per_slot = (records as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
             let need_mib = (per_slot * n).div_ceil(1 << 20);
+            let mode = name.trim_start_matches("inec-");
             let o = InecOptions {
-                exe,
-                code: a.code.clone(),
-                scheme: a.scheme.clone(),
-                mode: name.trim_start_matches("inec-").to_string(),
-                memory_mib: need_mib * 2 + 16,
                 nodes: a.inec_nodes,
+                ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
             };
             let c = InecCache::start(&o)?;
             // Without failures the same as Route::Hash (each key to its stripe's agent).
@@ -477,7 +475,7 @@ pub(crate) fn run_system(
     let rss_idle_bytes: u64 = sys
         .pids()
         .iter()
-        .filter_map(|&p| server::resident_bytes(p))
+        .filter_map(|&p| harness::resident_bytes(p))
         .sum();
     let mut y = Ycsb::new(cfg)?;
     let loaded = y.load()?;
@@ -580,7 +578,10 @@ pub(crate) fn run_system(
         Running::Memcached(..) => None,
     };
     let pids = sys.pids();
-    let rss_bytes: u64 = pids.iter().filter_map(|&p| server::resident_bytes(p)).sum();
+    let rss_bytes: u64 = pids
+        .iter()
+        .filter_map(|&p| harness::resident_bytes(p))
+        .sum();
     let value_bytes = y.keys() * a.value_bytes as u64;
     let origin = run.started.unwrap_or(t_start);
     let t = |at: Instant| {
@@ -843,11 +844,12 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     if a.kill_mean_s.is_some_and(|m| m <= 0.0) {
         bail!("--kill-mean-s must be positive");
     }
-    let (k, n) = crate::cache::code_k_n(&a.code)?;
+    let code = parse_code(&a.code)?;
+    let (k, n) = (code.k(), code.n());
     if a.systems.iter().any(|s| s.starts_with("memcached")) && !Memcached::available() {
         bail!(
             "{} is missing: install the memcached package, or leave memcached out of --systems",
-            server::MEMCACHED
+            harness::memcached::MEMCACHED
         );
     }
     if let Some(which) = &a.study {
@@ -1003,4 +1005,9 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         bail!("{wrong} reads returned a wrong or missing value (see above)");
     }
     Ok(())
+}
+
+/// `--code`, parsed.
+pub(crate) fn parse_code(code: &str) -> Result<codes::Code> {
+    code.parse().map_err(|e| anyhow!("--code {code:?}: {e}"))
 }

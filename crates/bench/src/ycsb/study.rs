@@ -205,7 +205,8 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         a.dead_nodes = case.dead_nodes.clone();
         a.kill_mean_s = None;
         a.inec_nodes = None;
-        let (k, n) = crate::cache::code_k_n(&a.code)?;
+        let code = super::cli::parse_code(&a.code)?;
+        let (k, n) = (code.k(), code.n());
         let mut runs: Vec<(SystemRun, PhaseStats)> = Vec::new();
         for mode in ["inec-coherent", "inec-incoherent"] {
             let (r, st, _) = run_system(&a, mode, case.workload, n, k, &mut log)?;

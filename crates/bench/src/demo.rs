@@ -12,17 +12,18 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use bench::cache::load::{
-    fnv1a64, key_id, keys_of_thread, Choice, Chooser, DegradedForm, KeyNames, LoadAll, OpKind,
-    Phase, PhaseStats, Route, Session, Target, TIMELINE_STEP,
-};
-use bench::cache::server::{self, CacheStatus, InecCache, InecOptions};
-use bench::report::{
-    BarChart, CdfPlot, CdfSeries, Event, Page, Series, Table, Timeline, TimelineBand, TimelinePanel,
-};
-use bench::ycsb::{ReadAll, Workload, YcsbChooser};
 use clap::Args;
 use codes::Code;
+use harness::cache::{CacheStatus, InecCache, InecOptions};
+
+use crate::cache::load::{
+    key_id, keys_of_thread, Choice, Chooser, DegradedForm, KeyNames, LoadAll, OpKind, Phase,
+    PhaseStats, Route, Session, Target, TIMELINE_STEP,
+};
+use crate::report::{
+    BarChart, CdfPlot, CdfSeries, Event, Page, Series, Table, Timeline, TimelineBand, TimelinePanel,
+};
+use crate::ycsb::{ReadAll, Workload, YcsbChooser};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -32,7 +33,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub quick: bool,
     /// The code: rs:K,M or lrc:K,L,R.
-    #[arg(long, default_value = "rs:6,3", value_parser = crate::args::code)]
+    #[arg(long, default_value = "rs:6,3")]
     pub code: Code,
     /// Repair scheme of degraded reads: rs, lrc, ppr, ecpipe or triec.
     #[arg(long, default_value = "ppr")]
@@ -47,7 +48,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub records: Option<u64>,
     /// Bytes per value.
-    #[arg(long, default_value = "8KiB", value_parser = crate::args::size)]
+    #[arg(long, default_value = "8KiB", value_parser = crate::codec::parse_size)]
     pub value_bytes: usize,
     /// Seconds of YCSB-A before the kill and while the node is down (the phase after
     /// recovery runs half as long). Default 20; --quick 2.
@@ -84,7 +85,7 @@ impl Out {
         if !self.tty {
             return indicatif::ProgressBar::hidden();
         }
-        crate::args::progress(total, msg, false)
+        harness::progress::bar(total, msg, false)
     }
 }
 
@@ -110,7 +111,7 @@ impl Chooser for Classify {
             self.buf.clear();
             self.names
                 .append(&mut self.buf, key_id(c.local, self.thread, self.threads));
-            let stripe = fnv1a64(&self.buf) % self.nodes;
+            let stripe = cache::placement::fnv1a_64(&self.buf) % self.nodes;
             // Position p of stripe s is on node (s + p) mod N; positions 0..k hold data.
             if (0..self.k).any(|p| missing & (1 << ((stripe + p) % self.nodes)) != 0) {
                 c.op = OpKind::DegradedGet;
@@ -173,7 +174,7 @@ fn fmt_int(v: f64) -> String {
     }
 }
 
-fn pct(h: Option<&bench::cache::load::OpStats>) -> String {
+fn pct(h: Option<&crate::cache::load::OpStats>) -> String {
     match h {
         Some(s) if s.ok > 0 => format!(
             "{} / {}",
@@ -191,7 +192,8 @@ fn documented(reason: &str) -> bool {
     reason.starts_with("connection")
 }
 
-pub fn run(a: DemoArgs) -> Result<()> {
+/// Runs the demo; its cache nodes run `exe` (the `inec` executable).
+pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
     let code = a.code;
     let _: graph::Scheme = a.scheme.parse().map_err(|e| anyhow!("bad --scheme: {e}"))?;
     if !matches!(a.mode.as_str(), "coherent" | "incoherent") {
@@ -221,11 +223,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
         bail!("--seconds must be in (0, 3600]");
     }
     let phase_len = Duration::from_secs_f64(secs);
-    let value_bytes = a.value_bytes.max(bench::cache::check::HEADER_BYTES);
+    let value_bytes = a.value_bytes.max(crate::cache::check::HEADER_BYTES);
     let out = Out {
         tty: std::io::stderr().is_terminal() && std::env::var_os("INEC_NO_PROGRESS").is_none(),
     };
-    let exe = std::env::current_exe().context("finding the inec executable")?;
     let dir = std::env::temp_dir().join(format!("inec-demo-{}", std::process::id()));
 
     // Ctrl-C, SIGTERM, SIGHUP: stop every node of this demo's cluster, then exit.
@@ -233,12 +234,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
         let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])
             .context("installing signal handlers")?;
-        let (exe, dir) = (exe.clone(), dir.clone());
+        let dir = dir.clone();
         std::thread::spawn(move || {
             if let Some(sig) = signals.forever().next() {
-                eprintln!("\ninec demo: interrupted (signal {sig}); stopping the cache nodes");
-                server::teardown_dir(&exe, &dir);
-                eprintln!("inec demo: every node stopped");
+                log::warn!("inec demo: interrupted (signal {sig}); stopping the cache nodes");
+                harness::cache::teardown_dir(&dir);
+                log::warn!("inec demo: every node stopped");
                 std::process::exit(130);
             }
         });
@@ -261,14 +262,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
         ),
     )?;
     let opts = InecOptions {
-        exe: exe.clone(),
-        code: code.to_string(),
-        scheme: a.scheme.clone(),
-        mode: a.mode.clone(),
-        memory_mib,
         nodes: Some(nodes),
+        ..InecOptions::new(
+            exe,
+            &code.to_string(),
+            &a.scheme,
+            &a.mode,
+            memory_mib as u64,
+        )
     };
-    let mut cache = InecCache::start_in(&opts, &dir, &[]).context("starting the cache")?;
+    let mut cache = InecCache::start_in(&opts, &dir).context("starting the cache")?;
     outln!(
         "      cluster directory {} (node logs), node pids {:?}",
         dir.display(),
@@ -288,7 +291,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let rss: u64 = cache
         .pids()
         .iter()
-        .filter_map(|&p| server::resident_bytes(p))
+        .filter_map(|&p| harness::resident_bytes(p))
         .sum();
     let logs_kept = match &result {
         Err(_) => keep_logs(cache.dir(), &a.out),
@@ -384,9 +387,9 @@ fn demo(
                     let items: u64 = cache
                         .addrs()
                         .iter()
-                        .filter_map(|&c| server::ask(c, "stats\r\n", Duration::from_secs(1)).ok())
+                        .filter_map(|&c| harness::ask(c, "stats\r\n", Duration::from_secs(1)).ok())
                         .map(|t| {
-                            server::parse_stats(&t)
+                            harness::parse_stats(&t)
                                 .get("curr_items")
                                 .and_then(|v| v.parse::<u64>().ok())
                                 .unwrap_or(0)
@@ -546,7 +549,7 @@ fn demo(
                 recovering = Some(match recovering {
                     None => p,
                     Some(mut acc) => {
-                        acc.stats.merge_after(p.stats, p.start - acc.start);
+                        merge_after(&mut acc.stats, p.stats, p.start - acc.start);
                         acc.end = p.end;
                         acc.server_degraded += p.server_degraded;
                         acc
@@ -746,7 +749,7 @@ fn controller(
                 }
                 restarting = true;
                 if tty {
-                    let b = crate::args::progress(records, "recovery (keys rebuilt)", false);
+                    let b = harness::progress::bar(records, "recovery (keys rebuilt)", false);
                     bar = Some(b);
                 }
             }
@@ -788,53 +791,17 @@ fn controller(
     }
 }
 
-trait MergeAfter {
-    fn merge_after(&mut self, o: PhaseStats, offset: Duration);
-}
-
-impl MergeAfter for PhaseStats {
-    /// Adds a later slice's stats; its timeline continues this one's at `offset`.
-    fn merge_after(&mut self, o: PhaseStats, offset: Duration) {
-        let at = (offset.as_secs_f64() / TIMELINE_STEP.as_secs_f64()).round() as usize;
-        let mut timeline = std::mem::take(&mut self.timeline);
-        timeline.resize_with(at, Default::default);
-        let recorded = self.recorded_secs + o.recorded_secs;
-        let mut tail = o.clone();
-        tail.timeline = Vec::new();
-        self.merge_stats(tail);
-        timeline.extend(o.timeline);
-        self.timeline = timeline;
-        self.recorded_secs = recorded;
-    }
-}
-
-trait MergeStats {
-    fn merge_stats(&mut self, o: PhaseStats);
-}
-
-impl MergeStats for PhaseStats {
-    fn merge_stats(&mut self, o: PhaseStats) {
-        for (k, s) in o.ops {
-            let mine = self.ops.entry(k).or_default();
-            let _ = mine.hist.add(&s.hist);
-            mine.ok += s.ok;
-            mine.errors += s.errors;
-        }
-        let c = &mut self.check;
-        c.ok += o.check.ok;
-        c.miss_never_written += o.check.miss_never_written;
-        c.missing += o.check.missing;
-        c.stale += o.check.stale;
-        c.unknown_counter += o.check.unknown_counter;
-        c.wrong_key += o.check.wrong_key;
-        c.bad_length += o.check.bad_length;
-        c.torn += o.check.torn;
-        for (r, n) in o.errors {
-            *self.errors.entry(r).or_default() += n;
-        }
-        self.unfinished += o.unfinished;
-        self.reconnects += o.reconnects;
-    }
+/// Adds a later slice's stats to `acc`; its timeline continues `acc`'s at `offset`, its
+/// recorded time adds to `acc`'s.
+fn merge_after(acc: &mut PhaseStats, mut o: PhaseStats, offset: Duration) {
+    let at = (offset.as_secs_f64() / TIMELINE_STEP.as_secs_f64()).round() as usize;
+    let mut timeline = std::mem::take(&mut acc.timeline);
+    timeline.resize_with(at, Default::default);
+    timeline.append(&mut o.timeline);
+    let recorded = acc.recorded_secs + o.recorded_secs;
+    let connections = acc.connections;
+    acc.merge(o);
+    (acc.timeline, acc.recorded_secs, acc.connections) = (timeline, recorded, connections);
 }
 
 /// Prints the summary, writes the report, and says whether the run passed.
@@ -947,7 +914,7 @@ fn finish(
             "cluster".to_string(),
             format!(
                 "{nodes} nodes, {code}, scheme {}, {}",
-                opts.scheme, opts.mode
+                opts.options.scheme, opts.options.mode
             ),
         ])
         .row([
@@ -1004,9 +971,9 @@ fn finish(
     // ---- 8. summary and report ----
     outln!("[8/8] summary")?;
     outln!()?;
-    out!("{}", table.to_markdown())?;
+    crate::stdout::print(format_args!("{}", table.to_markdown()))?;
     outln!()?;
-    out!("{}", facts.to_markdown())?;
+    crate::stdout::print(format_args!("{}", facts.to_markdown()))?;
     outln!()?;
     if !all_errors.is_empty() {
         outln!("client errors by reason: {all_errors:?}")?;
@@ -1206,7 +1173,7 @@ fn write_report(
             "Command: inec demo{}{}. Machine: {} ({} CPUs).",
             if a.quick { " --quick" } else { "" },
             format_args!(" --code {} --scheme {} --mode {}", a.code, a.scheme, a.mode),
-            cpu_name(),
+            crate::codec::cpu_model(),
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ));
     let index = dir.join("index.html");
@@ -1219,11 +1186,11 @@ fn write_report(
         "phases": r.phases.iter().map(|p| serde_json::json!({
             "name": p.name,
             "seconds": (p.end - p.start).as_secs_f64(),
-            "summary": bench::ycsb::summary(&p.stats),
+            "summary": crate::ycsb::summary(&p.stats),
             "degraded_reads_counted_by_nodes": p.server_degraded,
         })).collect::<Vec<_>>(),
-        "load": bench::ycsb::summary(&r.load),
-        "verify": bench::ycsb::summary(&r.verify),
+        "load": crate::ycsb::summary(&r.load),
+        "verify": crate::ycsb::summary(&r.verify),
         "recovery_s": (r.recovered - r.restarted).as_secs_f64(),
         "down_s": (r.restarted - r.killed).as_secs_f64(),
         "resident_bytes": r.rss,
@@ -1233,16 +1200,4 @@ fn write_report(
         serde_json::to_string_pretty(&json)?,
     )?;
     Ok(std::fs::canonicalize(&index).unwrap_or(index))
-}
-
-fn cpu_name() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|m| m.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into())
 }

@@ -1,0 +1,159 @@
+//! Starting one cache node: its listeners, the node, its engine host with the plans of its
+//! stripes and the background jobs; then [`Server::run`] serves its clients and peers.
+//! `inec serve` is this with flags.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::time::Duration;
+
+use codes::Code;
+use engine::{BufferPool, LocalNode};
+use graph::Scheme;
+
+use crate::node::{Node, NodeConfig};
+use crate::peer::TcpTransport;
+use crate::plans::{CacheApp, PlanExec};
+use crate::server::{self, ServerConfig};
+
+/// Everything a node needs to start.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node's own settings; `node.id` indexes `peers` and `engines`.
+    pub node: NodeConfig,
+    /// Where clients connect (memcached's `-l`, `-p`).
+    pub client: SocketAddr,
+    /// Every node's peer address, in node-id order.
+    pub peers: Vec<SocketAddr>,
+    /// Every node's engine host, in node-id order; with them, writes, reads and degraded
+    /// reads run as engine plans, without them over peer messages.
+    pub engines: Option<Vec<SocketAddr>>,
+    /// memcached's `-c`.
+    pub max_connections: usize,
+    /// Worker threads running the requests the client loop hands over (`-t`).
+    pub workers: usize,
+}
+
+/// Why a node could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("node {id} is not in the cluster of {nodes} nodes")]
+    NotInCluster { id: usize, nodes: usize },
+    #[error("the lrc scheme needs an LRC code (lrc:K,L,R), got {0}")]
+    LrcSchemeNeedsLrc(Code),
+    #[error("binding {what} address {addr}: {source}")]
+    Bind {
+        what: &'static str,
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+}
+
+/// A started node, not yet serving (peers that connect wait in the backlog).
+#[derive(Debug)]
+pub struct Server {
+    node: Arc<Node>,
+    client: TcpListener,
+    peer: TcpListener,
+    peers: Vec<SocketAddr>,
+    limits: proto::Limits,
+    max_connections: usize,
+    workers: usize,
+    /// Kept for the life of the server: the engine host its plans run on.
+    _engine_host: Option<LocalNode>,
+    /// Why the write and read plans of its stripes were not installed (they then go over peer
+    /// messages), if they were not.
+    pub plans_not_installed: Option<String>,
+}
+
+impl Server {
+    /// Binds the client and peer ports (and the engine host's), builds the node, installs its
+    /// parts of its stripes' write and read plans, starts the background jobs.
+    pub fn start(config: Config) -> Result<Server, StartError> {
+        let cfg = config.node;
+        let nodes = config.peers.len();
+        let (id, code, scheme) = (cfg.id, cfg.code, cfg.scheme);
+        if id >= nodes {
+            return Err(StartError::NotInCluster { id, nodes });
+        }
+        if scheme == Scheme::Lrc && !matches!(code, Code::Lrc { .. }) {
+            return Err(StartError::LrcSchemeNeedsLrc(code));
+        }
+        let bind = |what, addr| {
+            TcpListener::bind(addr).map_err(|source| StartError::Bind { what, addr, source })
+        };
+        let client = bind("client", config.client)?;
+        let peer = bind("peer", config.peers[id])?;
+        let limits = proto::Limits {
+            item_size_max_bytes: cfg.item_size_max_bytes,
+            ..proto::Limits::default()
+        };
+        let debug_commands = cfg.debug_commands;
+        let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
+        let transport = Arc::new(TcpTransport::new(
+            config.peers.clone(),
+            server::PEER_TIMEOUT,
+        ));
+        let heartbeats = Arc::new(TcpTransport::new(config.peers.clone(), hb_timeout));
+        let node = Arc::new(Node::new(cfg, transport, heartbeats));
+        // Degraded reads run their repair plans on the engine hosts when every node has one.
+        let mut plans_not_installed = None;
+        let engine_host = match config.engines {
+            Some(addrs) if addrs.len() == nodes => {
+                let mine = addrs[id];
+                let exec = Arc::new(PlanExec::new(addrs, node.incarnation));
+                node.set_plan_exec(Arc::clone(&exec));
+                let app = CacheApp::new(Arc::downgrade(&node), debug_commands);
+                let host = LocalNode::tcp_with(id as engine::NodeId, mine, BufferPool::new(), app)
+                    .map_err(|source| StartError::Bind {
+                        what: "engine",
+                        addr: mine,
+                        source,
+                    })?;
+                // Engines connect on the peers' first heartbeat answers.
+                exec.set_engine(host.engine.clone());
+                // This node's parts of the write and read templates of its stripes, installed
+                // locally before it serves (no message; the others do the same).
+                if let Err(e) =
+                    exec.install_startup(host.launcher(), id, code, scheme, &node.placement)
+                {
+                    plans_not_installed = Some(e.to_string());
+                }
+                Some(host)
+            }
+            _ => None,
+        };
+        node.start_background();
+        Ok(Server {
+            node,
+            client,
+            peer,
+            peers: config.peers,
+            limits,
+            max_connections: config.max_connections,
+            workers: config.workers,
+            _engine_host: engine_host,
+            plans_not_installed,
+        })
+    }
+
+    /// The address clients connect to.
+    pub fn client_addr(&self) -> std::io::Result<SocketAddr> {
+        self.client.local_addr()
+    }
+
+    /// Serves clients and peers (one event loop) until the client listener fails.
+    pub fn run(self) -> std::io::Result<()> {
+        let _host = self._engine_host;
+        server::serve(
+            self.node,
+            self.client,
+            self.peer,
+            ServerConfig {
+                limits: self.limits,
+                max_connections: self.max_connections,
+                workers: self.workers,
+                peer_addrs: self.peers,
+            },
+        )
+    }
+}

@@ -1,0 +1,167 @@
+//! One network namespace per node behind a veth pair on a bridge, each link rate-limited with
+//! `tc tbf` (root): the network-bound testbed of `inec cluster up --netns` and
+//! `inec cache up --netns`. The names are machine-wide: one namespace cluster at a time.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::process::run as sh;
+use crate::Error;
+
+const BRIDGE: &str = "inec-br";
+
+/// The namespace of node `i`.
+pub fn ns_name(i: usize) -> String {
+    format!("inec-ns{i}")
+}
+
+/// The address of node `i` inside its namespace.
+pub fn ns_addr(i: usize) -> String {
+    format!("10.77.{}.{}", (i + 10) / 250, (i + 10) % 250 + 2)
+}
+
+/// Parses `1gbit`, `500mbit`, `100kbit` into bits per second.
+pub fn parse_rate(s: &str) -> Result<u64, Error> {
+    let s = s.trim().to_ascii_lowercase();
+    let bad = |why: &str| Error::Usage(format!("bad link rate {s:?}: {why}"));
+    let (num, mult) = if let Some(n) = s.strip_suffix("gbit") {
+        (n, 1_000_000_000)
+    } else if let Some(n) = s.strip_suffix("mbit") {
+        (n, 1_000_000)
+    } else if let Some(n) = s.strip_suffix("kbit") {
+        (n, 1_000)
+    } else {
+        return Err(bad("expected a number with gbit, mbit or kbit"));
+    };
+    let v: f64 = num.parse().map_err(|_| bad("not a number"))?;
+    if v.is_nan() || v <= 0.0 {
+        return Err(bad("must be positive"));
+    }
+    Ok((v * mult as f64) as u64)
+}
+
+/// What [`setup`] created, so that a failure (or a cluster's `down`) removes exactly that.
+#[derive(Debug, Default)]
+pub struct NetnsCreated {
+    pub bridge: bool,
+    pub namespaces: Vec<String>,
+    pub host_links: Vec<String>,
+}
+
+impl NetnsCreated {
+    /// What `setup(n, ..)` creates for nodes `0..n` (for tearing down a cluster whose state
+    /// names its namespaces).
+    pub fn of_nodes(n: usize) -> NetnsCreated {
+        NetnsCreated {
+            bridge: true,
+            namespaces: (0..n)
+                .map(ns_name)
+                .filter(|ns| Path::new("/run/netns").join(ns).exists())
+                .collect(),
+            host_links: (0..n).map(|i| format!("inec-h{i}")).collect(),
+        }
+    }
+
+    pub fn remove(&self) {
+        for ns in &self.namespaces {
+            let _ = sh(&["ip", "netns", "del", ns]);
+        }
+        let links = self.host_links.iter().map(String::as_str);
+        for link in links.chain(self.bridge.then_some(BRIDGE)) {
+            let _ = Command::new("ip")
+                .args(["link", "del", link])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn link_exists(name: &str) -> bool {
+    Command::new("ip")
+        .args(["link", "show", name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Creates the bridge, one namespace per node and their veth links. Refuses to touch an
+/// existing setup; on failure removes what it created.
+pub fn setup(n: usize, rate: Option<&str>) -> Result<NetnsCreated, Error> {
+    if link_exists(BRIDGE) {
+        return Err(Error::Usage(format!(
+            "bridge {BRIDGE} exists: a namespace cluster is already up on this machine \
+             (stop it with `inec cluster down --dir <its dir>`, or remove a stale one with \
+             `ip link del {BRIDGE}` and `ip netns del inec-ns<i>`)"
+        )));
+    }
+    for i in 0..n {
+        if Path::new("/run/netns").join(ns_name(i)).exists() {
+            return Err(Error::Usage(format!(
+                "network namespace {} exists (left by another cluster?); remove it with \
+                 `ip netns del {}`",
+                ns_name(i),
+                ns_name(i)
+            )));
+        }
+    }
+    let mut made = NetnsCreated::default();
+    match build(n, rate, &mut made) {
+        Ok(()) => Ok(made),
+        Err(e) => {
+            made.remove();
+            Err(e)
+        }
+    }
+}
+
+fn build(n: usize, rate: Option<&str>, made: &mut NetnsCreated) -> Result<(), Error> {
+    let tbf = rate
+        .map(|r| -> Result<(String, String), Error> {
+            let bps = parse_rate(r)?;
+            // One millisecond of traffic, at least 16 KiB, as the bucket.
+            let burst = (bps / 8 / 1000).max(16 << 10);
+            Ok((r.to_string(), format!("{burst}b")))
+        })
+        .transpose()?;
+    sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
+    made.bridge = true;
+    sh(&["ip", "addr", "add", "10.77.0.1/16", "dev", BRIDGE])?;
+    sh(&["ip", "link", "set", BRIDGE, "up"])?;
+    for i in 0..n {
+        let ns = ns_name(i);
+        let (host, inner) = (format!("inec-h{i}"), format!("inec-n{i}"));
+        sh(&["ip", "netns", "add", &ns])?;
+        made.namespaces.push(ns.clone());
+        sh(&[
+            "ip", "link", "add", &host, "type", "veth", "peer", "name", &inner,
+        ])?;
+        made.host_links.push(host.clone());
+        sh(&["ip", "link", "set", &inner, "netns", &ns])?;
+        sh(&["ip", "link", "set", &host, "master", BRIDGE])?;
+        sh(&["ip", "link", "set", &host, "up"])?;
+        let cidr = format!("{}/16", ns_addr(i));
+        sh(&["ip", "-n", &ns, "addr", "add", &cidr, "dev", &inner])?;
+        sh(&["ip", "-n", &ns, "link", "set", &inner, "up"])?;
+        sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])?;
+        if let Some((rate, burst)) = &tbf {
+            // Upload: the node's side; download: the bridge's side of its veth. The download
+            // queue must absorb incast — k helpers sending to one requester at once — as a
+            // switch's buffer does: with a 5 ms queue (about 600 KB at 1 Gbit/s) six 4 MiB
+            // senders lose packets and TCP backs off (RS(6,3) repair took 352 ms against
+            // k·c/B = 201 ms); 50 ms (about 6 MB) keeps the link busy.
+            for (dev, netns) in [(&inner, Some(&ns)), (&host, None)] {
+                let mut args = vec!["tc"];
+                if let Some(ns) = netns {
+                    args.extend(["-n", ns.as_str()]);
+                }
+                args.extend([
+                    "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst,
+                    "latency", "50ms",
+                ]);
+                sh(&args)?;
+            }
+        }
+    }
+    Ok(())
+}
