@@ -177,6 +177,18 @@ pub enum RunError {
     /// The application refused an input of this node's part.
     #[error(transparent)]
     App(#[from] AppError),
+    /// The application could not keep an output of this node's part.
+    #[error("node {node}: {source}")]
+    Output { node: NodeId, source: AppError },
+    /// This node's part was refused or failed in the engine.
+    #[error("node {node}: {source}")]
+    Part { node: NodeId, source: EngineError },
+    /// A template part resized for a run's chunk size does not validate.
+    #[error("node {node}: {source}")]
+    Resized {
+        node: NodeId,
+        source: graph::PlanError,
+    },
     /// A failure as reported in words: another node's `Done`, a node lost, a timeout.
     #[error("{0}")]
     Failed(String),
@@ -209,7 +221,7 @@ pub trait Application {
 
     /// This node's part of `run` has finished (after every `output`), or failed with `error`.
     /// Called just before the host replies `Done`.
-    fn finished(&mut self, _ctx: &HostCtx, _run: &RunInfo, _error: Option<&str>) {}
+    fn finished(&mut self, _ctx: &HostCtx, _run: &RunInfo, _error: Option<&RunError>) {}
 
     /// An application message ([`Port::App`]) `req` from `from`. Reply with
     /// [`HostCtx::reply`] (now) or a [`Replier`] (later); a message may also go unanswered.
@@ -523,11 +535,10 @@ impl<A: Application> Host<'_, A> {
                 match self.start(&info, req, how) {
                     Ok(()) => return false,
                     Err(error) => {
-                        let error = error.to_string();
                         self.app.finished(&self.ctx, &info, Some(&error));
                         Reply::Done {
                             op,
-                            error: Some(error),
+                            error: Some(error.to_string()),
                         }
                     }
                 }
@@ -558,7 +569,7 @@ impl<A: Application> Host<'_, A> {
                     }
                     q.chunk_bytes = bytes;
                     q.validate()
-                        .map_err(|e| RunError::Failed(format!("node {node}: {e}")))?;
+                        .map_err(|source| RunError::Resized { node, source })?;
                     Arc::new(q)
                 }
                 _ => p.clone(),
@@ -569,7 +580,7 @@ impl<A: Application> Host<'_, A> {
                 .map(|&c| self.app.input(&self.ctx, info, c))
                 .collect::<Result<Vec<_>, AppError>>()?;
             let run = PartRun::new(info.op, p, locals, self.kernel, self.ctx.pool().clone())
-                .map_err(|e| RunError::Failed(format!("node {node}: {e}")))?;
+                .map_err(|source| RunError::Part { node, source })?;
             runs.push(run);
         }
         self.running.insert(
@@ -602,18 +613,18 @@ impl<A: Application> Host<'_, A> {
             Ok(results) => {
                 let mut error = None;
                 for (chunk, bytes) in results {
-                    if let Err(e) = self.app.output(&self.ctx, &r.info, chunk, bytes) {
-                        error.get_or_insert(format!("node {node}: {e}"));
+                    if let Err(source) = self.app.output(&self.ctx, &r.info, chunk, bytes) {
+                        error.get_or_insert(RunError::Output { node, source });
                     }
                 }
                 error
             }
-            Err(e) => Some(format!("node {node}: {e}")),
+            Err(source) => Some(RunError::Part { node, source }),
         };
-        self.app.finished(&self.ctx, &r.info, error.as_deref());
+        self.app.finished(&self.ctx, &r.info, error.as_ref());
         if r.launched {
             match error {
-                Some(e) => self.launch_failed(op, RunError::Failed(e)),
+                Some(e) => self.launch_failed(op, e),
                 None => {
                     if let Some(l) = self.launches.get_mut(&op) {
                         l.own_done = true;
@@ -622,6 +633,7 @@ impl<A: Application> Host<'_, A> {
                 }
             }
         } else if !(r.quiet && error.is_none()) {
+            let error = error.map(|e| e.to_string());
             self.reply(r.info.runner, r.req, &Reply::Done { op, error });
         }
     }
@@ -741,7 +753,7 @@ impl<A: Application> Host<'_, A> {
             quiet: false,
         };
         if let Err(e) = self.start(&info, op, how) {
-            self.app.finished(&self.ctx, &info, Some(&e.to_string()));
+            self.app.finished(&self.ctx, &info, Some(&e));
             self.launch_failed(op, e);
         }
     }

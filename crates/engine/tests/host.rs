@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use engine::channel::{self, Port};
 use engine::{
     AppError, Application, BufferPool, ChunkRef, HostCtx, InEdge, LocalNode, MemHub, Mode, NodeId,
-    OutEdge, OutputSpec, PlanRunner, RunInfo, RunSpec, VertexPart, RUNNER_BASE,
+    OutEdge, OutputSpec, PlanRunner, RunError, RunInfo, RunSpec, VertexPart, RUNNER_BASE,
 };
 
 /// Chunk bytes by `(key, chunk index)`.
@@ -53,11 +53,11 @@ impl Application for Keyed {
         Ok(())
     }
 
-    fn finished(&mut self, _ctx: &HostCtx, run: &RunInfo, error: Option<&str>) {
+    fn finished(&mut self, _ctx: &HostCtx, run: &RunInfo, error: Option<&RunError>) {
         self.finished
             .lock()
             .unwrap()
-            .push((run.payload.clone(), error.map(str::to_string)));
+            .push((run.payload.clone(), error.map(RunError::to_string)));
     }
 
     /// Echoes the body reversed: a message type the engine knows nothing about.
