@@ -20,12 +20,12 @@ use crate::cache::load::{
     key_id, keys_of_thread, Choice, Chooser, DegradedForm, KeyNames, LoadAll, OpKind, Phase,
     PhaseStats, Route, Session, Target, TIMELINE_STEP,
 };
-use crate::report::{
-    BarChart, CdfPlot, CdfSeries, Event, Page, Series, Table, Timeline, TimelineBand, TimelinePanel,
-};
 use crate::ycsb::{ReadAll, Workload, YcsbChooser};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use report::{
+    BarChart, CdfPlot, CdfSeries, Event, Page, Series, Table, Timeline, TimelineBand, TimelinePanel,
+};
 
 #[derive(Args, Debug)]
 pub struct DemoArgs {

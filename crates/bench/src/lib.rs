@@ -20,7 +20,6 @@ pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;
-pub mod report;
 pub mod skip;
 pub mod stats;
 pub mod ycsb;

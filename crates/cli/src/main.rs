@@ -18,7 +18,6 @@ mod cmd_cache;
 mod cmd_cluster;
 mod cmd_file;
 mod cmd_plan;
-mod logger;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -108,7 +107,7 @@ fn main() -> ExitCode {
             _ => e.exit(),
         },
     };
-    logger::init(cli.verbose);
+    harness::logger::init(cli.verbose);
     // Refuse a forced kernel the CPU lacks before anything runs.
     if let Err(e) = gf::try_kernel() {
         eprintln!("Error: {e}");

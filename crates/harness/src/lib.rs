@@ -2,8 +2,9 @@
 //! ([`cache`]: `inec cache up|down|restart|status`, and [`cache::InecCache`], a cache a
 //! program starts, crashes, restarts and watches recover), clusters of engine nodes
 //! ([`cluster`]: `inec cluster up|down|status`), network namespaces with rate-limited links
-//! ([`netns`]), memcached ([`memcached`]), and the pids of them all ([`process`]); and the
-//! progress bars a command shows while it runs ([`progress`]).
+//! ([`netns`]), memcached ([`memcached`]), and the pids of them all ([`process`]); and what a
+//! command shows on the terminal while it runs: progress bars ([`progress`]) and the log lines
+//! of the libraries ([`logger`]).
 //!
 //! The `inec` executable the nodes run is always passed in (`exe`): the CLI passes its own,
 //! a test the one cargo built for it.
@@ -11,6 +12,7 @@
 
 pub mod cache;
 pub mod cluster;
+pub mod logger;
 pub mod memcached;
 pub mod netns;
 pub mod process;

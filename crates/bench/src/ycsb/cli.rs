@@ -19,9 +19,9 @@ use super::dist::Weibull;
 use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
 use crate::cache::load::{OpKind, PhaseStats, Route};
 use crate::cache::load_average;
-use crate::report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
 use harness::cache::{InecCache, InecOptions, NodeHealth};
 use harness::{Memcached, MemcachedOptions};
+use report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct YcsbArgs {

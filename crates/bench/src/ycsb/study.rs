@@ -13,7 +13,7 @@ use serde::Serialize;
 use super::cli::{run_system, SystemRun, YcsbArgs};
 use super::{op_name, Workload};
 use crate::cache::load::{OpKind, PhaseStats};
-use crate::report::{BarChart, CdfPlot, CdfSeries};
+use report::{BarChart, CdfPlot, CdfSeries};
 
 /// One configuration of the study.
 #[derive(Clone, Debug)]

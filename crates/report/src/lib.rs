@@ -12,6 +12,7 @@
 //!
 //! Every plot maps values through a [`Scale`] that is public, so tests (and readers) can check
 //! that a point lands where the axis says.
+#![forbid(unsafe_code)]
 
 mod html;
 mod plots;

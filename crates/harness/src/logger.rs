@@ -1,5 +1,5 @@
-//! The binary's logger. The libraries report what the user should know through the `log`
-//! facade and never print; this writes their records to stderr, one line each.
+//! The logger of the `inec` binary. The libraries report what the user should know through the
+//! `log` facade and never print; this writes their records to stderr, one line each.
 //!
 //! Levels: `warn` and `error` by default, `info` with `-v`, `debug` with `-vv`, `trace` with
 //! `-vvv`. `RUST_LOG`, when set, takes precedence: a comma-separated list of directives, each a
