@@ -188,6 +188,45 @@ fn every_system_in_one_run_checks_clean() {
     assert_eq!(jsonl.lines().count(), 5, "run info + 4 systems");
 }
 
+/// `--route any`: every connection may carry any key, so most requests reach a node that is
+/// not their key's agent and are forwarded; still every read right and every key read back.
+#[test]
+fn the_any_node_route_forwards_and_checks_clean() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ok, lines, err) = ycsb(
+        &[
+            "--workload",
+            "a",
+            "--systems",
+            "inec-coherent",
+            "--route",
+            "any",
+            "--records",
+            "300",
+            "--operations",
+            "1000",
+            "--value-bytes",
+            "4096",
+            "--connections",
+            "6",
+            "--duration-s",
+            "60",
+            "--warmup-s",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert!(ok, "{err}");
+    assert_eq!(lines.len(), 1);
+    let l = &lines[0];
+    assert_eq!(u(l, &["run", "wrong"]), 0, "{}", l["run"]["check"]);
+    assert_eq!(u(l, &["verify", "wrong"]), 0);
+    assert_eq!(u(l, &["verify", "check", "ok"]), 300);
+    let jsonl = std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap();
+    let info: Value = serde_json::from_str(jsonl.lines().next().unwrap()).unwrap();
+    assert_eq!(info["route"], "any", "{info}");
+}
+
 #[test]
 fn killed_nodes_lose_no_value() {
     if !memcached_available() {

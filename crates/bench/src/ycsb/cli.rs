@@ -83,6 +83,12 @@ pub struct YcsbArgs {
     /// Nodes of each inec cache (default: the code's chunk count).
     #[arg(long)]
     pub inec_nodes: Option<usize>,
+    /// How the client picks an inec node for a key: `agent` sends it to its stripe's agent
+    /// (node `fnv1a_64(key) mod N`, the next node while that one is down), as memcached clients
+    /// hash keys to servers; `any` spreads the connections over every node, which forwards each
+    /// key to its agent.
+    #[arg(long, default_value = "agent", value_parser = ["agent", "any"])]
+    pub route: String,
     /// Nodes of `memcached-x3` (default: as many as the inec cache has).
     #[arg(long)]
     pub memcached_nodes: Option<usize>,
@@ -287,6 +293,8 @@ struct RunInfo {
     degraded_shape: f64,
     code: String,
     scheme: String,
+    /// inec's route: `agent` or `any` (`--route`).
+    route: String,
     kill_mean_s: Option<f64>,
     kill_shape: f64,
     down_s: f64,
@@ -391,8 +399,12 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
                 ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
             };
             let c = InecCache::start(&o)?;
-            // Without failures the same as Route::Hash (each key to its stripe's agent).
-            Ok((Running::Inec(c), Route::HashFailover))
+            // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
+            let route = match a.route.as_str() {
+                "any" => Route::Spread,
+                _ => Route::HashFailover,
+            };
+            Ok((Running::Inec(c), route))
         }
         "memcached" | "memcached-x3" => {
             let (nodes, per_node) = if name == "memcached" {
@@ -882,6 +894,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         degraded_shape: a.degraded_shape,
         code: a.code.clone(),
         scheme: a.scheme.clone(),
+        route: a.route.clone(),
         kill_mean_s: a.kill_mean_s,
         kill_shape: a.kill_shape,
         down_s: a.down_s,
@@ -902,7 +915,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     writeln!(
         log,
         "# {} records × {} B, {} connections over {} client thread(s), run phase {} s ({} s \
-         warm-up), {}; inec {} scheme {}, {:.1}% degraded reads (Weibull shape {}){}",
+         warm-up), {}; inec {} scheme {}, route {}, {:.1}% degraded reads (Weibull shape {}){}",
         a.records,
         a.value_bytes,
         a.connections,
@@ -915,6 +928,11 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         },
         a.code,
         a.scheme,
+        if a.route == "any" {
+            "any node (forwarded to the agent)"
+        } else {
+            "to the key's agent"
+        },
         a.degraded_ratio * 100.0,
         a.degraded_shape,
         match a.kill_mean_s {
