@@ -16,7 +16,7 @@ pub enum BenchCommand {
     /// YCSB workloads A, B, C, D, F on inec caches (coherent, incoherent), memcached and
     /// memcached with client-side 3-way replication: forced-degraded reads with Weibull
     /// arrivals, node kills, every read checked; table, JSON lines and SVG plots.
-    Ycsb(bench::ycsb::YcsbArgs),
+    Ycsb(Box<bench::ycsb::YcsbArgs>),
 }
 
 /// Runs a benchmark; those that start node processes run this executable.
@@ -28,7 +28,7 @@ pub fn run(cmd: BenchCommand) -> Result<()> {
             bench::primitives::run(bench::primitives::PrimitivesArgs { exe, ..a })?
         }
         BenchCommand::Cache(a) => bench::cache::run(bench::cache::CacheArgs { exe, ..a })?,
-        BenchCommand::Ycsb(a) => bench::ycsb::run_cli(bench::ycsb::YcsbArgs { exe, ..a })?,
+        BenchCommand::Ycsb(a) => bench::ycsb::run_cli(bench::ycsb::YcsbArgs { exe, ..*a })?,
     }
     Ok(())
 }
