@@ -28,7 +28,7 @@ use crate::time;
 
 mod links;
 mod members;
-use links::{Answers, Links, LINK_BASE};
+use links::{Answers, Lane, Links, LINK_BASE};
 use members::{PeerConn, PeerJob};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
@@ -304,8 +304,16 @@ impl LoopOps {
                 pr.failed = true;
                 break;
             }
-            let body = peer::encode_request(&pr.op.request(position));
-            match self.links.queue(registry, member, (id, position), &body) {
+            let request = pr.op.request(position);
+            let lane = match request {
+                peer::Request::Agent(_) => Lane::Forwards,
+                _ => Lane::Chunks,
+            };
+            let body = peer::encode_request(&request);
+            match self
+                .links
+                .queue(registry, member, lane, (id, position), &body)
+            {
                 Ok(()) => pr.outstanding += 1,
                 Err(_) => pr.failed = true,
             }
@@ -663,14 +671,14 @@ pub fn serve(
         for ev in events.iter() {
             match ev.token() {
                 t if t.0 >= LINK_BASE => {
-                    let member = t.0 - LINK_BASE;
+                    let link = t.0 - LINK_BASE;
                     let registry = poll.registry();
                     let mut answers = Vec::new();
                     if ev.is_writable() {
-                        answers.extend(ops.links.writable(registry, member));
+                        answers.extend(ops.links.writable(registry, link));
                     }
                     if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        answers.extend(ops.links.readable(registry, member));
+                        answers.extend(ops.links.readable(registry, link));
                     }
                     done.extend(ops.answered(&node, registry, answers));
                 }

@@ -1,8 +1,9 @@
-//! The client loop's own connections to the other nodes' peer ports, for the reads it runs to
-//! completion (`crate::node::LoopRead`). One connection per peer and loop, requests pipelined:
-//! the peer server answers one connection's requests in order, so each connection keeps the
-//! (read, position) of its requests in order and matches each reply to the oldest. Frames queued
-//! for one peer during a pass of the loop leave in one write ([`Links::flush`]).
+//! The event loop's own connections to the other nodes' peer ports, for the requests it runs
+//! to completion (`crate::node::LoopRead`, `LoopWrite`, forwards). Per peer and loop, one
+//! connection for each [`Lane`], requests pipelined: the peer answers one connection's requests
+//! in order, so each connection keeps the (op, position) of its requests in order and matches
+//! each reply to the oldest. Frames queued for one connection during a pass of the loop leave in
+//! one write ([`Links::flush`]).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -13,8 +14,23 @@ use mio::{Interest, Registry, Token};
 
 use crate::peer::{self, Response, MESSAGE_MAX_BYTES};
 
-/// Tokens of the loop's peer connections: `LINK_BASE + node`.
+/// Tokens of the loop's peer connections: `LINK_BASE + node * LANES + lane`.
 pub const LINK_BASE: usize = 1 << 40;
+
+/// The lanes of the loop's connections to one node, each its own connection: chunk operations
+/// (`Get`, `Put`), which the member's loop answers at once, and forwarded requests, which the
+/// agent runs to their end before it answers. Apart, a chunk operation never waits behind a
+/// forward on the member's side; on one connection, two loops forwarding to each other would
+/// each hold the other's chunk operations behind a forward that waits for them, until their
+/// patience ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lane {
+    Chunks = 0,
+    Forwards = 1,
+}
+
+/// Lanes per node.
+pub const LANES: usize = 2;
 
 /// A request sent on a link: the read it belongs to and the chunk position it asks for.
 pub type Asked = (u64, usize);
@@ -44,7 +60,7 @@ pub struct Links {
 impl Links {
     /// `addrs[i]` is node i's peer address.
     pub fn new(addrs: Vec<SocketAddr>) -> Links {
-        let links = addrs.iter().map(|_| None).collect();
+        let links = (0..addrs.len() * LANES).map(|_| None).collect();
         Links {
             addrs,
             links,
@@ -65,24 +81,26 @@ impl Links {
         node < self.addrs.len()
     }
 
-    /// Queues a request for `node` (connecting first if needed); it leaves at the next
-    /// [`Links::flush`]. An error means the connection could not even be started.
+    /// Queues a request for `node` on `lane` (connecting first if needed); it leaves at the
+    /// next [`Links::flush`]. An error means the connection could not even be started.
     pub fn queue(
         &mut self,
         registry: &Registry,
         node: usize,
+        lane: Lane,
         asked: Asked,
         body: &[u8],
     ) -> io::Result<()> {
-        if self.links[node].is_none() {
+        let at = node * LANES + lane as usize;
+        if self.links[at].is_none() {
             let mut stream = TcpStream::connect(self.addrs[node])?;
             stream.set_nodelay(true)?;
             registry.register(
                 &mut stream,
-                Token(LINK_BASE + node),
+                Token(LINK_BASE + at),
                 Interest::READABLE | Interest::WRITABLE,
             )?;
-            self.links[node] = Some(Link {
+            self.links[at] = Some(Link {
                 stream,
                 out: Vec::new(),
                 out_pos: 0,
@@ -90,14 +108,14 @@ impl Links {
                 asked: VecDeque::new(),
             });
         }
-        let link = self.links[node].as_mut().expect("connected above");
+        let link = self.links[at].as_mut().expect("connected above");
         link.out
             .extend_from_slice(&(body.len() as u32).to_le_bytes());
         link.out.extend_from_slice(body);
         link.asked.push_back(asked);
         self.sent += 1;
-        if !self.dirty.contains(&node) {
-            self.dirty.push(node);
+        if !self.dirty.contains(&at) {
+            self.dirty.push(at);
         }
         Ok(())
     }
@@ -106,19 +124,19 @@ impl Links {
     /// failed, unanswered.
     pub fn flush(&mut self, registry: &Registry) -> Answers {
         let mut failed = Vec::new();
-        for node in std::mem::take(&mut self.dirty) {
-            failed.extend(self.write(registry, node));
+        for at in std::mem::take(&mut self.dirty) {
+            failed.extend(self.write(registry, at));
         }
         failed
     }
 
-    /// The link's socket can take more bytes.
-    pub fn writable(&mut self, registry: &Registry, node: usize) -> Answers {
-        self.write(registry, node)
+    /// The socket of link `at` (its token less [`LINK_BASE`]) can take more bytes.
+    pub fn writable(&mut self, registry: &Registry, at: usize) -> Answers {
+        self.write(registry, at)
     }
 
-    fn write(&mut self, registry: &Registry, node: usize) -> Answers {
-        let Some(link) = self.links.get_mut(node).and_then(|l| l.as_mut()) else {
+    fn write(&mut self, registry: &Registry, at: usize) -> Answers {
+        let Some(link) = self.links.get_mut(at).and_then(|l| l.as_mut()) else {
             return Vec::new();
         };
         let mut broken = false;
@@ -146,7 +164,7 @@ impl Links {
             }
         }
         if broken {
-            return self.drop_link(registry, node);
+            return self.drop_link(registry, at);
         }
         if link.out_pos == link.out.len() {
             link.out.clear();
@@ -157,8 +175,8 @@ impl Links {
 
     /// Reads what the link has: the replies that came, in order, and when the connection
     /// failed, every request still unanswered (with `None`).
-    pub fn readable(&mut self, registry: &Registry, node: usize) -> Answers {
-        let Some(link) = self.links.get_mut(node).and_then(|l| l.as_mut()) else {
+    pub fn readable(&mut self, registry: &Registry, at: usize) -> Answers {
+        let Some(link) = self.links.get_mut(at).and_then(|l| l.as_mut()) else {
             return Vec::new();
         };
         let mut answers = Vec::new();
@@ -208,13 +226,13 @@ impl Links {
         }
         link.inbuf.drain(..at);
         if broken {
-            answers.extend(self.drop_link(registry, node));
+            answers.extend(self.drop_link(registry, at));
         }
         answers
     }
 
-    fn drop_link(&mut self, registry: &Registry, node: usize) -> Answers {
-        let Some(mut link) = self.links[node].take() else {
+    fn drop_link(&mut self, registry: &Registry, at: usize) -> Answers {
+        let Some(mut link) = self.links[at].take() else {
             return Vec::new();
         };
         let _ = registry.deregister(&mut link.stream);
