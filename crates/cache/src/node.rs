@@ -229,30 +229,6 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The store mode of a wire index (the decoder refuses any index above 5, so 5 is `cas`).
-fn store_mode(mode: u8) -> StoreMode {
-    match mode {
-        0 => StoreMode::Set,
-        1 => StoreMode::Add,
-        2 => StoreMode::Replace,
-        3 => StoreMode::Append,
-        4 => StoreMode::Prepend,
-        _ => StoreMode::Cas,
-    }
-}
-
-/// The wire index of a store mode in [`AgentOp::Store`].
-pub fn store_mode_index(mode: StoreMode) -> u8 {
-    match mode {
-        StoreMode::Set => 0,
-        StoreMode::Add => 1,
-        StoreMode::Replace => 2,
-        StoreMode::Append => 3,
-        StoreMode::Prepend => 4,
-        StoreMode::Cas => 5,
-    }
-}
-
 impl Node {
     pub fn new(
         cfg: NodeConfig,
@@ -992,15 +968,7 @@ impl Node {
                 exptime,
                 compare_cas,
                 value,
-            } => self.op_store(
-                stripe,
-                &key,
-                store_mode(mode),
-                flags,
-                exptime,
-                compare_cas,
-                value,
-            ),
+            } => self.op_store(stripe, &key, mode, flags, exptime, compare_cas, value),
             AgentOp::Delete { key, compare_cas } => self.op_delete(stripe, &key, compare_cas),
             AgentOp::Touch { key, exptime } => {
                 let Some(e) = self.lookup(stripe, &key) else {

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use proto::StoreMode;
 use thiserror::Error;
 
 /// Largest peer message: a 1 MiB-item replica plus headers, with room for `-I` up to 128 MiB.
@@ -27,10 +28,10 @@ pub enum AgentOp {
         touch: Option<i64>,
         degrade: Option<u8>,
     },
-    /// Storage commands. `mode` is the `proto::StoreMode` index (set add replace append
-    /// prepend cas); `compare_cas` for cas and meta sets with `C`.
+    /// Storage commands; `compare_cas` for cas and meta sets with `C`. On the wire the mode is
+    /// one byte (see [`store_mode_byte`]).
     Store {
-        mode: u8,
+        mode: StoreMode,
         key: Vec<u8>,
         flags: u32,
         exptime: i64,
@@ -291,7 +292,11 @@ fn encode_op(w: &mut W, op: &AgentOp) {
             compare_cas,
             value,
         } => {
-            w.u8(2).u8(*mode).bytes(key).u32(*flags).i64(*exptime);
+            w.u8(2)
+                .u8(store_mode_byte(*mode))
+                .bytes(key)
+                .u32(*flags)
+                .i64(*exptime);
             w.opt_u64(*compare_cas).bytes(value);
         }
         AgentOp::Delete { key, compare_cas } => {
@@ -322,6 +327,31 @@ fn encode_op(w: &mut W, op: &AgentOp) {
     }
 }
 
+/// The byte of a store mode in an [`AgentOp::Store`] message.
+pub fn store_mode_byte(mode: StoreMode) -> u8 {
+    match mode {
+        StoreMode::Set => 0,
+        StoreMode::Add => 1,
+        StoreMode::Replace => 2,
+        StoreMode::Append => 3,
+        StoreMode::Prepend => 4,
+        StoreMode::Cas => 5,
+    }
+}
+
+/// The store mode of a byte of an [`AgentOp::Store`] message; no other byte is one.
+pub fn store_mode_of_byte(b: u8) -> Option<StoreMode> {
+    Some(match b {
+        0 => StoreMode::Set,
+        1 => StoreMode::Add,
+        2 => StoreMode::Replace,
+        3 => StoreMode::Append,
+        4 => StoreMode::Prepend,
+        5 => StoreMode::Cas,
+        _ => return None,
+    })
+}
+
 fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
     Ok(match r.u8()? {
         1 => {
@@ -335,11 +365,7 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             }
         }
         2 => AgentOp::Store {
-            // `proto::StoreMode`'s index: set add replace append prepend cas, nothing else.
-            mode: match r.u8()? {
-                m @ 0..=5 => m,
-                _ => return Err(Short),
-            },
+            mode: store_mode_of_byte(r.u8()?).ok_or(Short)?,
             key: r.bytes()?,
             flags: r.u32()?,
             exptime: r.i64()?,
@@ -814,6 +840,18 @@ impl PeerTransport for TcpTransport {
 mod tests {
     use super::*;
 
+    /// The six store modes have the bytes 0–5 and no other byte decodes to one.
+    #[test]
+    fn store_mode_bytes_are_the_six_and_only_them() {
+        for b in 0..=255u8 {
+            let mode = store_mode_of_byte(b);
+            assert_eq!(mode.is_some(), b <= 5, "byte {b}");
+            if let Some(m) = mode {
+                assert_eq!(store_mode_byte(m), b);
+            }
+        }
+    }
+
     #[test]
     fn requests_and_responses_round_trip() {
         let reqs = vec![
@@ -859,7 +897,7 @@ mod tests {
                 degrade: None,
             }),
             Request::Agent(AgentOp::Store {
-                mode: 5,
+                mode: StoreMode::Cas,
                 key: b"k".to_vec(),
                 flags: 7,
                 exptime: 100,

@@ -20,8 +20,7 @@ use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use proto::{compose, Command, Limits, MetaReturn, MetaStatus, Parse, Parser, Reply, StoreMode};
 
 use crate::node::{
-    store_mode_index, ExecMode, LoopPending, LoopRead, LoopWrite, LoopWriteStart, Node,
-    RecoveryState,
+    ExecMode, LoopPending, LoopRead, LoopWrite, LoopWriteStart, Node, RecoveryState,
 };
 use crate::peer::{self, AgentOp, AgentResult};
 use crate::time;
@@ -452,7 +451,6 @@ fn start_peer_request(
     jobs: &mpsc::Sender<PeerJob>,
 ) -> Option<Vec<u8>> {
     let c = &node.counters;
-    let set = store_mode_index(StoreMode::Set);
     let op = match &request {
         _ if ops.links.is_empty() => None,
         peer::Request::Agent(AgentOp::Get {
@@ -482,18 +480,20 @@ fn start_peer_request(
             exptime,
             compare_cas: None,
             value,
-        }) if *mode == set => match node.loop_write_start(key, *flags, *exptime, value) {
-            LoopWriteStart::Stored(cas) => {
-                bump(&c.loop_writes);
-                let res = peer::Response::Agent(AgentResult::Stored { cas });
-                return Some(members::frame_reply(node, &res));
+        }) if *mode == StoreMode::Set => {
+            match node.loop_write_start(key, *flags, *exptime, value) {
+                LoopWriteStart::Stored(cas) => {
+                    bump(&c.loop_writes);
+                    let res = peer::Response::Agent(AgentResult::Stored { cas });
+                    return Some(members::frame_reply(node, &res));
+                }
+                LoopWriteStart::Send(write) => Some(LoopOp::Write {
+                    write,
+                    to: ReplyTo::Peer,
+                }),
+                LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
             }
-            LoopWriteStart::Send(write) => Some(LoopOp::Write {
-                write,
-                to: ReplyTo::Peer,
-            }),
-            LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
-        },
+        }
         _ => None,
     };
     let Some(op) = op else {
@@ -980,7 +980,7 @@ fn service(
                                 }
                                 LoopWriteStart::Forward(agent) => {
                                     let set = AgentOp::Store {
-                                        mode: store_mode_index(StoreMode::Set),
+                                        mode: StoreMode::Set,
                                         key: st.key.to_vec(),
                                         flags: st.flags,
                                         exptime: st.exptime,
@@ -1144,7 +1144,7 @@ fn execute(
         Command::Store(s) => {
             inc(&c.cmd_set);
             let op = AgentOp::Store {
-                mode: store_mode_index(s.mode),
+                mode: s.mode,
                 key: s.key.to_vec(),
                 flags: s.flags,
                 exptime: s.exptime,
@@ -1374,7 +1374,7 @@ fn execute(
             let key = ms.meta.key_bytes().into_owned();
             let f = &ms.meta.flags;
             let op = AgentOp::Store {
-                mode: store_mode_index(meta_store_mode(f.mode)),
+                mode: meta_store_mode(f.mode),
                 key: key.clone(),
                 flags: f.client_flags.unwrap_or(0),
                 exptime: f.ttl.unwrap_or(0),

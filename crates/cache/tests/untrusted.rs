@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use cache::member::ChunkStore;
 use cache::peer::{self, AgentOp, Request};
 use cache::record::{self, Header, Kind};
+use proto::StoreMode;
 use rand::rngs::SmallRng;
 use rand::{Rng, RngCore, SeedableRng};
 
@@ -33,7 +34,7 @@ fn parsers_survive_random_and_mutated_bytes() {
             record: record::encode(&header(b"k", 1, 5), b"abc"),
         }),
         peer::encode_request(&Request::Agent(AgentOp::Store {
-            mode: 0,
+            mode: StoreMode::Set,
             key: b"key".to_vec(),
             flags: 3,
             exptime: 0,
@@ -132,7 +133,7 @@ fn peer_decoders_round_trip_what_they_accept() {
             record: rec.clone(),
         }),
         peer::encode_request(&Request::Agent(AgentOp::Store {
-            mode: 5,
+            mode: StoreMode::Cas,
             key: b"key".to_vec(),
             flags: 3,
             exptime: -1,
@@ -177,7 +178,7 @@ fn peer_decoders_round_trip_what_they_accept() {
     assert!(accepted > 1_000, "only {accepted} accepted");
 }
 
-/// A store mode past `cas` (5) is refused, not read as `cas`.
+/// A store mode byte past `cas` (5) is refused, not read as `cas`.
 #[test]
 fn store_modes_past_cas_are_refused() {
     let op = |mode| {
@@ -190,10 +191,25 @@ fn store_modes_past_cas_are_refused() {
             value: Vec::new(),
         }))
     };
-    for mode in 0..=5u8 {
-        assert!(peer::decode_request(&op(mode)).is_some(), "mode {mode}");
+    // The mode's byte: where a set and an add differ.
+    let (set, add) = (op(StoreMode::Set), op(StoreMode::Add));
+    let at = (0..set.len()).find(|&i| set[i] != add[i]).unwrap();
+    assert_eq!((set[at], add[at]), (0, 1));
+    for b in 0..=255u8 {
+        let mut bytes = set.clone();
+        bytes[at] = b;
+        let decoded = peer::decode_request(&bytes);
+        assert_eq!(decoded.is_some(), b <= 5, "mode byte {b}");
     }
-    for mode in [6u8, 7, 200, 255] {
-        assert_eq!(peer::decode_request(&op(mode)), None, "mode {mode}");
-    }
+    assert_eq!(
+        peer::decode_request(&op(StoreMode::Cas)).unwrap(),
+        Request::Agent(AgentOp::Store {
+            mode: StoreMode::Cas,
+            key: b"k".to_vec(),
+            flags: 0,
+            exptime: 0,
+            compare_cas: None,
+            value: Vec::new(),
+        })
+    );
 }

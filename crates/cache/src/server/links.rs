@@ -203,15 +203,15 @@ impl Links {
                 }
             }
         }
-        let mut at = 0;
-        while link.inbuf.len() - at >= 4 {
+        let mut pos = 0;
+        while link.inbuf.len() - pos >= 4 {
             let len =
-                u32::from_le_bytes(link.inbuf[at..at + 4].try_into().expect("4 bytes")) as usize;
+                u32::from_le_bytes(link.inbuf[pos..pos + 4].try_into().expect("4 bytes")) as usize;
             if len > MESSAGE_MAX_BYTES {
                 broken = true;
                 break;
             }
-            if link.inbuf.len() - at - 4 < len {
+            if link.inbuf.len() - pos - 4 < len {
                 break;
             }
             let Some(asked) = link.asked.pop_front() else {
@@ -219,12 +219,12 @@ impl Links {
                 broken = true;
                 break;
             };
-            let body = &link.inbuf[at + 4..at + 4 + len];
+            let body = &link.inbuf[pos + 4..pos + 4 + len];
             answers.push((asked, peer::decode_response(body)));
             self.received += 1;
-            at += 4 + len;
+            pos += 4 + len;
         }
-        link.inbuf.drain(..at);
+        link.inbuf.drain(..pos);
         if broken {
             answers.extend(self.drop_link(registry, at));
         }
@@ -237,5 +237,78 @@ impl Links {
         };
         let _ = registry.deregister(&mut link.stream);
         link.asked.into_iter().map(|a| (a, None)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn frame(body: &[u8]) -> Vec<u8> {
+        let mut f = (body.len() as u32).to_le_bytes().to_vec();
+        f.extend_from_slice(body);
+        f
+    }
+
+    /// Reads link `slot` until `want` answers came (or five seconds passed).
+    fn read_until(links: &mut Links, registry: &Registry, slot: usize, want: usize) -> Answers {
+        let start = Instant::now();
+        let mut answers = Vec::new();
+        while answers.len() < want && start.elapsed() < Duration::from_secs(5) {
+            answers.extend(links.readable(registry, slot));
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        answers
+    }
+
+    /// A peer that answers one request of two and then closes: the first comes back with its
+    /// reply, the second fails, and only the lane that broke is dropped (the other lane to the
+    /// same node, and its unanswered request, stay).
+    #[test]
+    fn a_broken_lane_fails_its_own_requests_and_no_other() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let registry = poll.registry();
+        let mut links = Links::new(vec![addr]);
+        let hb = |from| peer::encode_request(&peer::Request::Heartbeat { from });
+        links
+            .queue(registry, 0, Lane::Chunks, (1, 0), &hb(1))
+            .unwrap();
+        links
+            .queue(registry, 0, Lane::Forwards, (2, 0), &hb(2))
+            .unwrap();
+        links
+            .queue(registry, 0, Lane::Forwards, (3, 0), &hb(2))
+            .unwrap();
+        assert!(links.flush(registry).is_empty());
+        // Which accepted socket is which lane: the sender of its first request says.
+        let mut accepted = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4];
+            s.read_exact(&mut head).unwrap();
+            let mut body = vec![0; u32::from_le_bytes(head) as usize];
+            s.read_exact(&mut body).unwrap();
+            let Some(peer::Request::Heartbeat { from }) = peer::decode_request(&body) else {
+                panic!("not the heartbeat sent");
+            };
+            accepted.push((from, s));
+        }
+        accepted.sort_by_key(|(from, _)| *from);
+        let (_, mut forwards) = accepted.pop().unwrap();
+        let (_, mut chunks) = accepted.pop().unwrap();
+        // The forwards lane: answer its first request, then close.
+        let ack = peer::encode_response(&Response::Ack);
+        forwards.write_all(&frame(&ack)).unwrap();
+        drop(forwards);
+        let slot = Lane::Forwards as usize; // node 0: slots 0 and 1
+        let answers = read_until(&mut links, registry, slot, 2);
+        assert_eq!(answers, vec![((2, 0), Some(Response::Ack)), ((3, 0), None)]);
+        // The chunks lane is still there with its request: a reply on it is matched.
+        chunks.write_all(&frame(&ack)).unwrap();
+        let answers = read_until(&mut links, registry, Lane::Chunks as usize, 1);
+        assert_eq!(answers, vec![((1, 0), Some(Response::Ack))]);
     }
 }
