@@ -18,7 +18,7 @@ use proto::StoreMode;
 use crate::index::{self, Entry, Gone, StripeIndex};
 use crate::lease::{self, PeerLease};
 use crate::member::ChunkStore;
-use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
+use crate::peer::{self, AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 use crate::placement::{fnv1a_64, Placement};
 use crate::plans::{PlanExec, WriteMeta};
 use crate::record::{self, Header, Kind};
@@ -309,6 +309,18 @@ impl Node {
         (0..needed)
             .all(|p| self.is_up(self.placement.node_of(stripe, p)))
             .then_some(x)
+    }
+
+    /// Appends the framed reply to a `Get` of (stripe, position, key, version) to `out`.
+    pub fn push_record_frame(
+        &self,
+        out: &mut Vec<u8>,
+        stripe: u32,
+        position: u8,
+        key: &[u8],
+        version: u64,
+    ) {
+        peer::push_record_frame(out, lock(&self.store).get(stripe, position, key, version));
     }
 
     /// The record this node holds for (stripe, position, key, version).

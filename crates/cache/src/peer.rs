@@ -606,6 +606,37 @@ pub fn decode_request(body: &[u8]) -> Option<Request> {
 /// The body of a response message.
 pub fn encode_response(res: &Response) -> Vec<u8> {
     let mut w = W(Vec::new());
+    encode_response_to(&mut w, res);
+    w.0
+}
+
+/// Appends `res` to `out` as a frame (length, then the body of [`encode_response`]).
+pub fn push_response_frame(out: &mut Vec<u8>, res: &Response) {
+    push_frame_with(out, |w| encode_response_to(w, res));
+}
+
+/// Appends the frame of `Response::Record(record)` to `out`, the record copied once (a member
+/// answering a `Get` from its store).
+pub fn push_record_frame(out: &mut Vec<u8>, record: Option<&[u8]>) {
+    push_frame_with(out, |w| {
+        match record {
+            Some(r) => w.u8(4).u8(1).bytes(r),
+            None => w.u8(4).u8(0),
+        };
+    });
+}
+
+fn push_frame_with(out: &mut Vec<u8>, body: impl FnOnce(&mut W)) {
+    let at = out.len();
+    let mut w = W(std::mem::take(out));
+    w.u32(0);
+    body(&mut w);
+    *out = w.0;
+    let len = (out.len() - at - 4) as u32;
+    out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+}
+
+fn encode_response_to(w: &mut W, res: &Response) {
     match res {
         Response::Ack => {
             w.u8(1);
@@ -639,10 +670,9 @@ pub fn encode_response(res: &Response) -> Vec<u8> {
         }
         Response::Agent(res) => {
             w.u8(6);
-            encode_result(&mut w, res);
+            encode_result(w, res);
         }
     }
-    w.0
 }
 
 /// Parses a response body.

@@ -96,8 +96,20 @@ impl PeerConn {
                 return false;
             };
             at += 4 + len;
+            if let Request::Get {
+                stripe,
+                position,
+                key,
+                version,
+            } = &req
+            {
+                // The chunk goes from the store to the reply with one copy.
+                count_reply(node);
+                node.push_record_frame(&mut self.out, *stripe, *position, key, *version);
+                continue;
+            }
             match node.handle_peer_now(req) {
-                Ok(res) => self.out.extend_from_slice(&frame_reply(node, &res)),
+                Ok(res) => push_reply(&mut self.out, node, &res),
                 Err(request) => match wait(request) {
                     Some(framed) => self.out.extend_from_slice(&framed),
                     None => self.busy = true,
@@ -128,17 +140,24 @@ pub fn run_job(node: &Node, request: Request) -> Vec<u8> {
     frame_reply(node, &node.handle_peer(request))
 }
 
-/// A reply framed for its connection. A reply other than a heartbeat's is counted before it
-/// leaves, so that the count is whole once the caller has it.
+/// A reply framed for its connection ([`push_reply`]).
 pub fn frame_reply(node: &Node, res: &Response) -> Vec<u8> {
-    if !matches!(res, Response::Heartbeat { .. }) {
-        node.counters
-            .peer_replies_sent
-            .fetch_add(1, Ordering::Relaxed);
-    }
-    let body = peer::encode_response(res);
-    let mut out = Vec::with_capacity(4 + body.len());
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&body);
+    let mut out = Vec::new();
+    push_reply(&mut out, node, res);
     out
+}
+
+/// Appends a reply's frame to `out`. A reply other than a heartbeat's is counted before it
+/// leaves, so that the count is whole once the caller has it.
+pub fn push_reply(out: &mut Vec<u8>, node: &Node, res: &Response) {
+    if !matches!(res, Response::Heartbeat { .. }) {
+        count_reply(node);
+    }
+    peer::push_response_frame(out, res);
+}
+
+fn count_reply(node: &Node) {
+    node.counters
+        .peer_replies_sent
+        .fetch_add(1, Ordering::Relaxed);
 }
