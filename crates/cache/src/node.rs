@@ -100,7 +100,36 @@ struct PeerState {
     last_ok: Instant,
     /// Since when this node has seen it up without a break.
     up_since: Instant,
-    lease: PeerLease,
+}
+
+/// What a node knows of the others: how it sees each, and each one's lease (`lease.rs`), under
+/// one lock so that a vote reads a consistent view.
+#[derive(Debug)]
+struct Peers {
+    list: Vec<PeerState>,
+    leases: Vec<PeerLease>,
+}
+
+impl std::ops::Deref for Peers {
+    type Target = [PeerState];
+    fn deref(&self) -> &[PeerState] {
+        &self.list
+    }
+}
+
+impl std::ops::DerefMut for Peers {
+    fn deref_mut(&mut self) -> &mut [PeerState] {
+        &mut self.list
+    }
+}
+
+/// How a node (`me`, ready or not) sees node `i`: (up, ready).
+fn sight(list: &[PeerState], me: usize, me_ready: bool, i: usize) -> lease::Sight {
+    if i == me {
+        (true, me_ready)
+    } else {
+        (list[i].up, list[i].ready)
+    }
 }
 
 /// Counters reported by `stats` and `stats inec`.
@@ -212,7 +241,7 @@ pub struct Node {
     yielded: Vec<Mutex<Option<usize>>>,
     /// Shared so that a client loop can hold one across a write's replies (`loop_write`).
     key_locks: Vec<Arc<parking_lot::Mutex<()>>>,
-    peers: Mutex<Vec<PeerState>>,
+    peers: Mutex<Peers>,
     ready: AtomicBool,
     recovery: Mutex<RecoveryState>,
     oldest_live_us: AtomicU64,
@@ -246,9 +275,12 @@ impl Node {
                 incarnation: 0,
                 last_ok: now,
                 up_since: now,
-                lease: PeerLease::default(),
             })
             .collect();
+        let peers = Peers {
+            list: peers,
+            leases: vec![PeerLease::default(); cfg.node_count],
+        };
         let recover = cfg.recover;
         Node {
             codec: Codec::new(cfg.code),
@@ -395,56 +427,47 @@ impl Node {
             && self.lease_holds(stripe)
     }
 
-    /// The lease rules of `lease.rs` for `stripe`, at this node (its agent in its view): the
-    /// members ahead of it in the stripe's order that it sees down have been released (those
-    /// up are recovering, or this node would not be the agent), and those behind it that could
-    /// take the stripe over grant. A member can lead only when every position before its own
-    /// is down or recovering in its view, and with more than m positions down every operation
-    /// fails, so a member with more than m positions before it that are not recovering can
-    /// never serve in this node's place: its grant is not needed (a stalled node pauses the m
-    /// stripes it follows the agent of, not all of them).
+    /// The lease rules of `lease.rs` for `stripe` at this node: a majority of the stripe's
+    /// member nodes vote for it.
     fn lease_holds(&self, stripe: usize) -> bool {
-        let term = self.cfg.down_after;
-        let now = Instant::now();
-        let peers = lock(&self.peers);
-        self.lease_needs(stripe, &peers)
-            .into_iter()
-            .all(|(node, need)| {
-                let s = &peers[node];
-                match need {
-                    lease::Need::Released => s.lease.released(now, term),
-                    lease::Need::Grant => s.lease.holds(s.up, s.last_ok, now, term),
-                    lease::Need::Nothing => true,
-                }
-            })
+        let members = self.lease_members(stripe);
+        let me = self.cfg.id;
+        let ready = self.is_ready();
+        let mut peers = lock(&self.peers);
+        let Peers { list, leases } = &mut *peers;
+        lease::holds(
+            &members,
+            me,
+            |i| sight(list, me, ready, i),
+            leases,
+            Instant::now(),
+            self.cfg.down_after,
+            self.started,
+        )
     }
 
-    /// What this node, leading `stripe`, needs of each other member for its lease
-    /// (`lease::needs` over the stripe's members in position order, in this node's view).
-    fn lease_needs(&self, stripe: usize, peers: &[PeerState]) -> Vec<(usize, lease::Need)> {
-        let order: Vec<(usize, bool)> = (0..self.n())
-            .map(|p| {
-                let node = self.placement.node_of(stripe, p);
-                let s = &peers[node];
-                (node, node != self.cfg.id && s.up && !s.ready)
-            })
-            .collect();
-        lease::needs(&order, self.cfg.id, self.parity())
+    /// The distinct nodes of `stripe`, in position order.
+    fn lease_members(&self, stripe: usize) -> Vec<usize> {
+        lease::member_nodes((0..self.n()).map(|p| self.placement.node_of(stripe, p)))
     }
 
-    /// Drops this node's index of `stripe` if its lease lapsed after the index was built: the
-    /// stripe may have been led by another node meanwhile.
+    /// Drops this node's index of `stripe` if its lease lapsed after the index was built: a
+    /// member voting for it now saw it down since, so the stripe may have been led by another
+    /// node meanwhile.
     fn drop_stale_index(&self, stripe: usize) {
         let Some(built) = lock(&self.stripes[stripe]).as_ref().map(|ix| ix.built_at) else {
             return;
         };
+        let members = self.lease_members(stripe);
         let stale = {
+            let now = Instant::now();
             let peers = lock(&self.peers);
-            self.lease_needs(stripe, &peers)
-                .into_iter()
-                .any(|(node, need)| {
-                    need == lease::Need::Grant && peers[node].lease.may_have_led_since(built)
-                })
+            members.iter().any(|&m| {
+                let l = &peers.leases[m];
+                m != self.cfg.id
+                    && l.grant_holds(now, self.cfg.down_after)
+                    && l.may_have_led_since(built)
+            })
         };
         if stale {
             let mut ix = lock(&self.stripes[stripe]);
@@ -470,14 +493,16 @@ impl Node {
         let now = Instant::now();
         {
             let mut peers = lock(&self.peers);
+            let Peers { list, leases } = &mut *peers;
             for (&i, r) in others.iter().zip(replies) {
-                let p = &mut peers[i];
+                let p = &mut list[i];
                 match r {
                     Ok(Response::Heartbeat {
                         incarnation,
                         ready,
                         grant,
                         up_for_ms,
+                        exempt,
                     }) => {
                         // A peer's engine is connected to on its first answer (its engine
                         // host listens before its peer port answers), and again when it
@@ -494,17 +519,18 @@ impl Node {
                         p.ready = ready;
                         p.incarnation = incarnation;
                         p.last_ok = now;
-                        p.lease.refused = false;
+                        leases[i].refused = false;
                         if grant {
-                            p.lease
-                                .on_grant(sent, now, Duration::from_millis(up_for_ms));
+                            let exempt = exempt.into_iter().map(|n| n as usize).collect();
+                            let up_for = Duration::from_millis(up_for_ms);
+                            leases[i].on_grant(sent, now, up_for, exempt);
                         }
                     }
                     Err(PeerError::Io { ref source, .. })
                         if source.kind() == std::io::ErrorKind::ConnectionRefused =>
                     {
                         p.up = false;
-                        p.lease.refused = true;
+                        leases[i].refused = true;
                     }
                     _ => {
                         if now.duration_since(p.last_ok) >= self.cfg.down_after {
@@ -590,7 +616,7 @@ impl Node {
                 if let Err(PeerError::Io { source, .. }) = &r {
                     self.mark_down(node);
                     if source.kind() == std::io::ErrorKind::ConnectionRefused {
-                        lock(&self.peers)[node].lease.refused = true;
+                        lock(&self.peers).leases[node].refused = true;
                     }
                 }
                 out[i] = Some(r);
@@ -637,9 +663,17 @@ impl Node {
     /// The answer to a heartbeat from `from`; `None` when answering must wait for the key
     /// locks and `may_wait` is false.
     fn heartbeat(&self, from: usize, may_wait: bool) -> Option<Response> {
-        let grant = from < self.cfg.node_count && from != self.cfg.id && self.is_up(from);
-        let resumed = grant && !lock(&self.peers)[from].lease.granting;
-        if resumed {
+        let me = self.cfg.id;
+        let term = self.cfg.down_after;
+        let ready = self.is_ready();
+        let resumes = from < self.cfg.node_count && {
+            let peers = lock(&self.peers);
+            let view = |i| sight(&peers.list, me, ready, i);
+            let now = Instant::now();
+            lease::grants(view, &peers.leases, me, from, now, term, self.started)
+                && !peers.leases[from].granting
+        };
+        if resumes {
             if !may_wait {
                 return None;
             }
@@ -650,20 +684,30 @@ impl Node {
                 drop(l.lock());
             }
         }
-        let mut up_for_ms = 0;
-        if from < self.cfg.node_count && from != self.cfg.id {
-            let now = Instant::now();
-            let mut peers = lock(&self.peers);
-            peers[from].lease.answer(grant, now);
-            up_for_ms = now
-                .saturating_duration_since(peers[from].up_since)
-                .as_millis() as u64;
-        }
+        let now = Instant::now();
+        let mut peers = lock(&self.peers);
+        let Peers { list, leases } = &mut *peers;
+        let (grant, exempt, _) = lease::answer(
+            |i| sight(list, me, ready, i),
+            leases,
+            me,
+            from,
+            now,
+            term,
+            self.started,
+        );
+        let up_for_ms = if grant {
+            now.saturating_duration_since(list[from].up_since)
+                .as_millis() as u64
+        } else {
+            0
+        };
         Some(Response::Heartbeat {
             incarnation: self.incarnation,
-            ready: self.is_ready(),
+            ready,
             grant,
             up_for_ms,
+            exempt: exempt.into_iter().map(|n| n as u32).collect(),
         })
     }
 

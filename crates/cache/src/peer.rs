@@ -168,6 +168,9 @@ pub enum Response {
         grant: bool,
         /// With a grant: for how long (ms) it has seen the asking node up without a break.
         up_for_ms: u64,
+        /// With a grant: the nodes the answering node exempts (it sees them down with their
+        /// lease from it run out, or recovering: `lease.rs`).
+        exempt: Vec<u32>,
     },
     Record(Option<Vec<u8>>),
     /// Headers, each encoded as a record without data.
@@ -649,12 +652,17 @@ fn encode_response_to(w: &mut W, res: &Response) {
             ready,
             grant,
             up_for_ms,
+            exempt,
         } => {
             w.u8(3)
                 .u64(*incarnation)
                 .u8(u8::from(*ready))
                 .u8(u8::from(*grant))
-                .u64(*up_for_ms);
+                .u64(*up_for_ms)
+                .u32(exempt.len() as u32);
+            for n in exempt {
+                w.u32(*n);
+            }
         }
         Response::Record(r) => {
             match r {
@@ -687,6 +695,14 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
                 ready: r.u8()? != 0,
                 grant: r.u8()? != 0,
                 up_for_ms: r.u64()?,
+                exempt: {
+                    let n = r.u32()? as usize;
+                    let mut v = Vec::with_capacity(n.min(1 << 12));
+                    for _ in 0..n {
+                        v.push(r.u32()?);
+                    }
+                    v
+                },
             },
             4 => Response::Record(match r.u8()? {
                 0 => None,
@@ -999,6 +1015,7 @@ mod tests {
                 ready: true,
                 grant: true,
                 up_for_ms: 12_345,
+                exempt: vec![2, 7],
             },
             Response::Record(None),
             Response::Record(Some(vec![1])),
