@@ -197,6 +197,32 @@ pub fn answer(
     (grant, exempt, resumed)
 }
 
+/// The votes for node `me` in a stripe at `now` (see [`holds`]): how many of the members
+/// after it vote for it, and whether it votes for itself. Nothing is stamped.
+pub fn votes(
+    members: &[usize],
+    me: usize,
+    view: impl Fn(usize) -> Sight,
+    leases: &[PeerLease],
+    now: Instant,
+    term: Duration,
+    started: Instant,
+) -> Option<(usize, bool)> {
+    let at = members.iter().position(|&m| m == me)?;
+    let ahead = &members[..at];
+    let others = members[at + 1..]
+        .iter()
+        .filter(|&&m| leases[m].votes(ahead, now, term))
+        .count();
+    let settled = now.saturating_duration_since(started) >= term;
+    let own = settled
+        && ahead.iter().all(|&a| {
+            let (up, ready) = view(a);
+            leases[a].exemptable(up, ready, now, term)
+        });
+    Some((others, own))
+}
+
 /// Whether node `me` holds the lease of a stripe at `now`: a majority of the stripe's member
 /// nodes (`members`, in position order, `me` among them) vote for it. Its own vote needs every
 /// member ahead of it exempted by its own view (and stamps them, as an answer would).
@@ -209,26 +235,17 @@ pub fn holds(
     term: Duration,
     started: Instant,
 ) -> bool {
-    let Some(at) = members.iter().position(|&m| m == me) else {
+    let Some((others, own)) = votes(members, me, view, leases, now, term, started) else {
         return false;
     };
-    let ahead = &members[..at];
-    let mut votes = members[at + 1..]
-        .iter()
-        .filter(|&&m| leases[m].votes(ahead, now, term))
-        .count();
-    let settled = now.saturating_duration_since(started) >= term;
-    if settled
-        && ahead
-            .iter()
-            .all(|&a| leases[a].exemptable(view(a).0, view(a).1, now, term))
-    {
-        for &a in ahead {
+    let holds = is_majority(others + usize::from(own), members.len());
+    if holds && own {
+        let at = members.iter().position(|&m| m == me).unwrap_or(0);
+        for &a in &members[..at] {
             leases[a].exempted_at = Some(now);
         }
-        votes += 1;
     }
-    is_majority(votes, members.len())
+    holds
 }
 
 #[cfg(test)]

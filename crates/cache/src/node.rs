@@ -446,6 +446,20 @@ impl Node {
         )
     }
 
+    /// The votes for this node in `stripe` now, of its member nodes: (votes, members).
+    pub fn lease_votes(&self, stripe: usize) -> (usize, usize) {
+        let members = self.lease_members(stripe);
+        let me = self.cfg.id;
+        let ready = self.is_ready();
+        let peers = lock(&self.peers);
+        let view = |i| sight(&peers.list, me, ready, i);
+        let now = Instant::now();
+        let term = self.cfg.down_after;
+        let v = lease::votes(&members, me, view, &peers.leases, now, term, self.started)
+            .map_or(0, |(others, own)| others + usize::from(own));
+        (v, members.len())
+    }
+
     /// The distinct nodes of `stripe`, in position order.
     fn lease_members(&self, stripe: usize) -> Vec<usize> {
         lease::member_nodes((0..self.n()).map(|p| self.placement.node_of(stripe, p)))

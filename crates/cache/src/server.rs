@@ -1554,6 +1554,12 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
             &format!("stripe_{s}"),
             format!("{},agent={agent}", node.stripe_state(s)),
         );
+        let (votes, members) = node.lease_votes(s);
+        compose::stat(
+            out,
+            &format!("stripe_{s}_votes"),
+            format!("{votes}/{members}"),
+        );
     }
     compose::stat(out, "degraded_reads", g(&c.degraded_reads));
     compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));
