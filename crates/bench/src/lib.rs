@@ -20,6 +20,5 @@ pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;
-pub mod skip;
 pub mod stats;
 pub mod ycsb;

@@ -237,7 +237,7 @@ fn keys_hashed_over_two_servers_and_open_loop_rate() {
 #[test]
 fn memcached_returns_only_right_values() {
     if !Memcached::available() {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return;
     }
     let m = Memcached::start(&MemcachedOptions::default()).unwrap();

@@ -12,7 +12,7 @@ use harness::{Memcached, MemcachedOptions};
 #[track_caller]
 fn memcached() -> Option<Memcached> {
     if !Memcached::available() {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return None;
     }
     Some(Memcached::start(&MemcachedOptions::default()).expect("memcached starts"))
