@@ -16,11 +16,11 @@ use clap::Args;
 use codes::Code;
 use harness::cache::{CacheStatus, InecCache, InecOptions};
 
-use crate::cache::load::{
+use load::ycsb::{ReadAll, Workload, YcsbChooser};
+use load::{
     key_id, keys_of_thread, Choice, Chooser, DegradedForm, KeyNames, LoadAll, OpKind, Phase,
     PhaseStats, Route, Session, Target, TIMELINE_STEP,
 };
-use crate::ycsb::{ReadAll, Workload, YcsbChooser};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use report::{
@@ -174,7 +174,7 @@ fn fmt_int(v: f64) -> String {
     }
 }
 
-fn pct(h: Option<&crate::cache::load::OpStats>) -> String {
+fn pct(h: Option<&load::OpStats>) -> String {
     match h {
         Some(s) if s.ok > 0 => format!(
             "{} / {}",
@@ -223,7 +223,7 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
         bail!("--seconds must be in (0, 3600]");
     }
     let phase_len = Duration::from_secs_f64(secs);
-    let value_bytes = a.value_bytes.max(crate::cache::check::HEADER_BYTES);
+    let value_bytes = a.value_bytes.max(load::check::HEADER_BYTES);
     let out = Out {
         tty: std::io::stderr().is_terminal() && std::env::var_os("INEC_NO_PROGRESS").is_none(),
     };
@@ -1186,11 +1186,11 @@ fn write_report(
         "phases": r.phases.iter().map(|p| serde_json::json!({
             "name": p.name,
             "seconds": (p.end - p.start).as_secs_f64(),
-            "summary": crate::ycsb::summary(&p.stats),
+            "summary": load::ycsb::summary(&p.stats),
             "degraded_reads_counted_by_nodes": p.server_degraded,
         })).collect::<Vec<_>>(),
-        "load": crate::ycsb::summary(&r.load),
-        "verify": crate::ycsb::summary(&r.verify),
+        "load": load::ycsb::summary(&r.load),
+        "verify": load::ycsb::summary(&r.verify),
         "recovery_s": (r.recovered - r.restarted).as_secs_f64(),
         "down_s": (r.restarted - r.killed).as_secs_f64(),
         "resident_bytes": r.rss,

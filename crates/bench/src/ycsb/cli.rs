@@ -14,13 +14,13 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::cpu::{self, CpuPerOp, ServerMeter};
-use super::dist::Weibull;
-use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
-use crate::cache::load::{OpKind, PhaseStats, Route};
 use crate::cache::load_average;
 use harness::cache::{InecCache, InecOptions, NodeHealth};
 use harness::{Memcached, MemcachedOptions};
+use load::cpu::{self, CpuPerOp, ServerMeter};
+use load::ycsb::dist::Weibull;
+use load::ycsb::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
+use load::{OpKind, PhaseStats, Route};
 use report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -270,7 +270,7 @@ pub struct SystemRun {
     /// inec: degraded reads whose plan failed and were repaired at the agent instead.
     pub degraded_plan_fallbacks: Option<u64>,
     /// Where the run phase's CPU went: servers and client, per operation (`None` where
-    /// `/proc` is missing). See [`super::cpu`] for what is counted.
+    /// `/proc` is missing). See [`load::cpu`] for what is counted.
     pub cpu: Option<CpuPerOp>,
 }
 
@@ -461,9 +461,9 @@ pub(crate) fn run_system(
     let mut cfg = YcsbConfig::new(addrs_of(&sys), route, w);
     if let Some(d) = &a.distribution {
         cfg.spec = cfg.spec.with_distribution(match d.as_str() {
-            "zipfian" => super::RequestDistribution::Zipfian,
-            "latest" => super::RequestDistribution::Latest,
-            "uniform" => super::RequestDistribution::Uniform,
+            "zipfian" => load::ycsb::RequestDistribution::Zipfian,
+            "latest" => load::ycsb::RequestDistribution::Latest,
+            "uniform" => load::ycsb::RequestDistribution::Uniform,
             d => bail!("--distribution {d:?}: expected zipfian, latest or uniform"),
         });
     }
@@ -771,16 +771,24 @@ fn write_plots(
             continue;
         }
         let plot = CdfPlot::new(
-            format!("YCSB-{} {} latency CDF", w.letter(), super::op_name(op)),
+            format!(
+                "YCSB-{} {} latency CDF",
+                w.letter(),
+                load::ycsb::op_name(op)
+            ),
             series,
         );
-        let p = out.join(format!("cdf-{}-{}.svg", w.letter(), super::op_name(op)));
+        let p = out.join(format!(
+            "cdf-{}-{}.svg",
+            w.letter(),
+            load::ycsb::op_name(op)
+        ));
         fs::write(&p, plot.to_svg())?;
         files.push(p);
     }
     for (name, st, marks) in runs {
         let s = summary(st);
-        let pts = |f: &dyn Fn(&super::TimelinePoint) -> f64| -> Vec<(f64, f64)> {
+        let pts = |f: &dyn Fn(&load::ycsb::TimelinePoint) -> f64| -> Vec<(f64, f64)> {
             s.timeline.iter().map(|p| (p.t_s, f(p))).collect()
         };
         let mut tl = Timeline::new(
@@ -844,10 +852,10 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     if a.records == 0 || a.connections == 0 || a.duration_s <= 0.0 {
         bail!("--records, --connections and --duration-s must be positive");
     }
-    if a.value_bytes < crate::cache::check::HEADER_BYTES {
+    if a.value_bytes < load::check::HEADER_BYTES {
         bail!(
             "--value-bytes must be at least {} (the checked header)",
-            crate::cache::check::HEADER_BYTES
+            load::check::HEADER_BYTES
         );
     }
     if !(0.0..=1.0).contains(&a.degraded_ratio) || a.degraded_shape <= 0.0 || a.kill_shape <= 0.0 {

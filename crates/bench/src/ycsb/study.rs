@@ -11,8 +11,8 @@ use anyhow::{bail, Result};
 use serde::Serialize;
 
 use super::cli::{run_system, SystemRun, YcsbArgs};
-use super::{op_name, Workload};
-use crate::cache::load::{OpKind, PhaseStats};
+use load::ycsb::{op_name, Workload};
+use load::{OpKind, PhaseStats};
 use report::{BarChart, CdfPlot, CdfSeries};
 
 /// One configuration of the study.

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bench::cache::load::{
-    CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target,
-};
-use bench::cache::UniformMix;
 use harness::{Memcached, MemcachedOptions};
+use load::{
+    CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target, UniformMix,
+};
 use proto::compose::{self, Reply};
 use proto::{Command, GetKind, Limits, Parse, Parser, StoreMode};
 

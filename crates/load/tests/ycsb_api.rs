@@ -5,9 +5,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use bench::cache::load::{ycsb_fnvhash64, OpKind, Route};
-use bench::ycsb::{self, Workload, Ycsb, YcsbConfig};
 use harness::{Memcached, MemcachedOptions};
+use load::ycsb::{self, Workload, Ycsb, YcsbConfig};
+use load::{ycsb_fnvhash64, OpKind, Route};
 
 #[track_caller]
 fn memcached() -> Option<Memcached> {

@@ -1,12 +1,9 @@
 //! `inec bench cache`: set/get of fixed-size values against memcached-protocol servers, many
-//! connections from a few `mio` event loops ([`load`]), every read checked ([`check`]),
+//! connections from a few `mio` event loops (the `load` crate), every read checked (`load::check`),
 //! latencies in HDR histograms. memcached 1.6 is started and stopped by the benchmark as the
 //! baseline; other systems are given by address (`--system LABEL=ADDR[,ADDR...]`). Systems
 //! alternate within every round, so drift and other load on a shared machine hit them alike;
 //! the table gives the median over rounds and the ratio to memcached.
-
-pub mod check;
-pub mod load;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,13 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, bail, Context, Result};
-use rand::rngs::SmallRng;
-use rand::Rng;
 use serde::Serialize;
 
 use harness::cache::{InecCache, InecOptions};
 use harness::{Memcached, MemcachedOptions};
-use load::{Choice, Chooser, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target};
+use load::{KeyNames, LoadAll, Phase, PhaseStats, Route, Session, Target, UniformMix};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheArgs {
@@ -183,33 +178,6 @@ pub fn parse_degraded_form(s: &str) -> Result<load::DegradedForm> {
         suffix: suffix.to_string(),
         meta: prefix.starts_with("mg "),
     })
-}
-
-/// Uniform keys, `get_fraction` gets (of which `degraded_fraction` forced degraded), the rest
-/// sets.
-#[derive(Debug)]
-pub struct UniformMix {
-    pub get_fraction: f64,
-    pub degraded_fraction: f64,
-}
-
-impl Chooser for UniformMix {
-    fn next(&mut self, rng: &mut SmallRng, keys: usize) -> Option<Choice> {
-        if keys == 0 {
-            return None;
-        }
-        let local = rng.gen_range(0..keys);
-        let op = if rng.gen::<f64>() < self.get_fraction {
-            if self.degraded_fraction > 0.0 && rng.gen::<f64>() < self.degraded_fraction {
-                OpKind::DegradedGet
-            } else {
-                OpKind::Get
-            }
-        } else {
-            OpKind::Set
-        };
-        Some(Choice { op, local })
-    }
 }
 
 /// One system, one round.
@@ -577,10 +545,10 @@ pub fn run(a: CacheArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&a.degraded_ratio) {
         bail!("--degraded-ratio must be within 0..=1");
     }
-    if a.value_bytes < check::HEADER_BYTES {
+    if a.value_bytes < load::check::HEADER_BYTES {
         bail!(
             "--value-bytes must be at least {} (the checked header)",
-            check::HEADER_BYTES
+            load::check::HEADER_BYTES
         );
     }
     if a.keys == 0 || a.connections == 0 || a.rounds == 0 || a.duration_s <= 0.0 {

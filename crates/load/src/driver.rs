@@ -1,6 +1,6 @@
 //! The load generator: many memcached text-protocol connections driven by a few threads, each
 //! thread one `mio` event loop (no thread per connection), every reply parsed with
-//! [`proto::parse_reply`] and every value read checked ([`super::check`]).
+//! [`proto::parse_reply`] and every value read checked ([`crate::check`]).
 //!
 //! - **Keys** belong to threads (key id `i` to thread `i % threads`), so a key's write history
 //!   ([`KeyState`]) lives in one thread and needs no lock. At most one write per key is in
@@ -27,9 +27,9 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use proto::{parse_reply, ReplyParse, ServerReply};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
-use super::check::{self, KeyState, ReadOutcome};
+use crate::check::{self, KeyState, ReadOutcome};
 
 /// Kinds of requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -194,6 +194,33 @@ pub trait Chooser: Send {
     /// The last choice was drawn but not used (the driver redraws a write of a key whose write
     /// is in flight): a chooser with a budget of requests takes it back. Default: nothing.
     fn discard(&mut self) {}
+}
+
+/// Uniform keys, `get_fraction` gets (of which `degraded_fraction` forced degraded), the rest
+/// sets.
+#[derive(Debug)]
+pub struct UniformMix {
+    pub get_fraction: f64,
+    pub degraded_fraction: f64,
+}
+
+impl Chooser for UniformMix {
+    fn next(&mut self, rng: &mut SmallRng, keys: usize) -> Option<Choice> {
+        if keys == 0 {
+            return None;
+        }
+        let local = rng.gen_range(0..keys);
+        let op = if rng.gen::<f64>() < self.get_fraction {
+            if self.degraded_fraction > 0.0 && rng.gen::<f64>() < self.degraded_fraction {
+                OpKind::DegradedGet
+            } else {
+                OpKind::Get
+            }
+        } else {
+            OpKind::Set
+        };
+        Some(Choice { op, local })
+    }
 }
 
 /// Key ids of thread `t` of `threads`: `t, t + threads, t + 2·threads, …`.
@@ -369,7 +396,9 @@ impl PhaseStats {
         self.ops.entry(k).or_default()
     }
 
-    pub(crate) fn merge(&mut self, o: PhaseStats) {
+    /// Adds the counts, histograms and timeline of `o`, another thread's share of the same
+    /// phase (the recorded time is the longer of the two).
+    pub fn merge(&mut self, o: PhaseStats) {
         for (k, s) in o.ops {
             let mine = self.op(k);
             mine.hist.add(&s.hist).expect("same bounds");
