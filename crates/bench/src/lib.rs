@@ -13,7 +13,6 @@
 pub mod stdout;
 
 pub mod cache;
-pub mod clients;
 pub mod codec;
 pub mod demo;
 mod error;

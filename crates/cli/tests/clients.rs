@@ -10,7 +10,7 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 
-use bench::clients::{self, CapableStatus, ClientsError};
+use clients::{self, CapableStatus, ClientsError};
 use harness::cache::{InecCache, InecOptions};
 use harness::{Memcached, MemcachedOptions};
 
