@@ -80,17 +80,12 @@ pub enum KeyNames {
     Ycsb,
 }
 
-/// YCSB's `Utils.fnvhash64`: FNV-64 (multiply then xor order reversed: xor first) over the
-/// eight little-end-first bytes of the number, then `Math.abs`.
-pub fn ycsb_fnvhash64(mut val: u64) -> i64 {
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-    for _ in 0..8 {
-        h ^= val & 0xff;
-        val >>= 8;
-        h = h.wrapping_mul(1_099_511_628_211);
-    }
+/// YCSB's `Utils.fnvhash64`: FNV-1a, 64 bits (the hash that places keys,
+/// [`cache::placement::fnv1a_64`]) over the eight little-end-first bytes of the number, then
+/// `Math.abs`.
+pub fn ycsb_fnvhash64(val: u64) -> i64 {
     // Java's Math.abs leaves Long.MIN_VALUE as it is.
-    (h as i64).wrapping_abs()
+    (fnv1a_64(&val.to_le_bytes()) as i64).wrapping_abs()
 }
 
 impl KeyNames {
@@ -1459,17 +1454,12 @@ mod tests {
 
     #[test]
     fn ycsb_key_names() {
-        // YCSB's Utils.fnvhash64 of 0 and 1 (Java, computed by hand from its definition:
-        // offset basis 0xCBF29CE484222325, prime 1099511628211, xor then multiply per octet).
-        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-        for _ in 0..8 {
-            h = h.wrapping_mul(1_099_511_628_211);
-        }
-        assert_eq!(ycsb_fnvhash64(0), (h as i64).wrapping_abs());
-        assert_eq!(
-            KeyNames::Ycsb.name(0),
-            format!("user{}", (h as i64).wrapping_abs()).into_bytes()
-        );
+        // YCSB's Utils.fnvhash64 of 0, 1 and 7 (its definition worked by hand: offset basis
+        // 0xCBF29CE484222325, prime 1099511628211, xor then multiply per octet, Math.abs).
+        assert_eq!(ycsb_fnvhash64(0), 6_284_781_860_667_377_211);
+        assert_eq!(ycsb_fnvhash64(1), 8_517_097_267_634_966_620);
+        assert_eq!(ycsb_fnvhash64(7), 5_465_015_992_139_406_178);
+        assert_eq!(KeyNames::Ycsb.name(0), b"user6284781860667377211");
         assert_eq!(KeyNames::Prefix("k:".into()).name(12), b"k:12");
     }
 
