@@ -285,24 +285,12 @@ pub struct SystemResult {
     pub rounds: Vec<RoundResult>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median over rounds ([`crate::stats::median`]); NaN (null in JSON) for no round.
+fn median(v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them (empty if unreadable).
-pub(crate) fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
+    crate::stats::median(&v)
 }
 
 /// Runs one system for one round: start (if the benchmark manages it), load every key, the
@@ -629,9 +617,9 @@ pub fn run(a: CacheArgs) -> Result<()> {
 
     let info = RunInfo {
         bench: "cache",
-        cpu: crate::codec::cpu_model(),
+        cpu: crate::host::cpu_model(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load_average: load_average(),
+        load_average: crate::host::load_average(),
         memcached_version,
         keys: a.keys,
         value_bytes: a.value_bytes,

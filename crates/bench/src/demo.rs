@@ -1173,7 +1173,7 @@ fn write_report(
             "Command: inec demo{}{}. Machine: {} ({} CPUs).",
             if a.quick { " --quick" } else { "" },
             format_args!(" --code {} --scheme {} --mode {}", a.code, a.scheme, a.mode),
-            crate::codec::cpu_model(),
+            crate::host::cpu_model(),
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ));
     let index = dir.join("index.html");

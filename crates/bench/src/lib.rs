@@ -16,6 +16,7 @@ pub mod cache;
 pub mod codec;
 pub mod demo;
 mod error;
+pub mod host;
 pub use error::{BenchError, Result};
 #[cfg(feature = "isal")]
 pub mod isal;

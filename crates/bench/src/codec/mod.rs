@@ -524,19 +524,6 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
     })
 }
 
-/// The CPU's model name, from /proc/cpuinfo.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
 /// Size of the largest CPU cache, from sysfs.
 fn last_level_cache_bytes() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
@@ -725,7 +712,7 @@ pub fn execute<'w>(
     table: &'w mut dyn Write,
 ) -> Result<Vec<Row>> {
     let settings = resolve(a)?;
-    let cpu = cpu_model();
+    let cpu = crate::host::cpu_model();
     let mut peer = None;
     let mut libraries = settings.libraries.clone();
     if libraries.contains(&LibraryName::Klauspost) {

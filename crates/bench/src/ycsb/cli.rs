@@ -14,7 +14,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use crate::cache::load_average;
+use crate::host::load_average;
 use harness::cache::{InecCache, InecOptions, NodeHealth};
 use harness::{Memcached, MemcachedOptions};
 use load::cpu::{self, CpuPerOp, ServerMeter};
@@ -886,7 +886,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     }
     let info = RunInfo {
         bench: "ycsb",
-        cpu: crate::codec::cpu_model(),
+        cpu: crate::host::cpu_model(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         load_average: load_average(),
         memcached_version: Memcached::version().ok(),

@@ -185,7 +185,7 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         log,
         "# cpu: {} ({} cores, shared with other work: compare coherent and incoherent within \
          a configuration); {} records, {} connections, run phase {} s, {}",
-        crate::codec::cpu_model(),
+        crate::host::cpu_model(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         base.records,
         base.connections,
