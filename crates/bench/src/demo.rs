@@ -48,7 +48,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub records: Option<u64>,
     /// Bytes per value.
-    #[arg(long, default_value = "8KiB", value_parser = crate::codec::parse_size)]
+    #[arg(long, default_value = "8KiB", value_parser = codes::size::parse_size)]
     pub value_bytes: usize,
     /// Seconds of YCSB-A before the kill and while the node is down (the phase after
     /// recovery runs half as long). Default 20; --quick 2.
