@@ -5,7 +5,6 @@
 //! a summary table and an HTML report with plots; every node stopped at the end, on an error
 //! and on Ctrl-C (SIGINT, SIGTERM, SIGHUP).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
@@ -79,13 +78,6 @@ struct Out {
 impl Out {
     fn step(&self, n: usize, total: usize, text: &str) -> std::io::Result<()> {
         outln!("[{n}/{total}] {text}")
-    }
-
-    fn bar(&self, total: u64, msg: &str) -> indicatif::ProgressBar {
-        if !self.tty {
-            return indicatif::ProgressBar::hidden();
-        }
-        harness::progress::bar(total, msg, false)
     }
 }
 
@@ -225,7 +217,7 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
     let phase_len = Duration::from_secs_f64(secs);
     let value_bytes = a.value_bytes.max(load::check::HEADER_BYTES);
     let out = Out {
-        tty: std::io::stderr().is_terminal() && std::env::var_os("INEC_NO_PROGRESS").is_none(),
+        tty: harness::progress::shown(),
     };
     let dir = std::env::temp_dir().join(format!("inec-demo-{}", std::process::id()));
 
@@ -377,7 +369,7 @@ fn demo(
         total_steps,
         &format!("loading {records} records of {value_bytes} B (YCSB key names)"),
     )?;
-    let bar = out.bar(records, "load");
+    let bar = harness::progress::bar(records, "load", false);
     let t = Instant::now();
     let load = {
         let done = AtomicBool::new(false);
@@ -512,7 +504,7 @@ fn demo(
                     phase_len.as_secs_f64()
                 ),
             )?;
-            let p = with_clock(out, "YCSB-A, all up", phase_len, || {
+            let p = with_clock("YCSB-A, all up", phase_len, || {
                 run_phase("before", phase_len, &mut session)
             })?;
             report(&p)?;
@@ -528,7 +520,7 @@ fn demo(
             let _ = tx.send(Cmd::Kill {
                 after: Duration::from_millis(500),
             });
-            let p = with_clock(out, "YCSB-A, node down", phase_len, || {
+            let p = with_clock("YCSB-A, node down", phase_len, || {
                 run_phase("node down", phase_len, &mut session)
             })?;
             if let Some(f) = seen.lock().expect("lock").failure.take() {
@@ -587,7 +579,7 @@ fn demo(
                 6,
                 &format!("YCSB-A for {:.0} s after recovery", after.as_secs_f64()),
             )?;
-            let p = with_clock(out, "YCSB-A, recovered", after, || {
+            let p = with_clock("YCSB-A, recovered", after, || {
                 run_phase("after", after, &mut session)
             })?;
             report(&p)?;
@@ -621,12 +613,7 @@ fn demo(
         total_steps,
         &format!("reading every one of the {records} records back, each value checked"),
     )?;
-    let bar = out.bar(0, "verify");
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {spinner} {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = harness::progress::spinner("verify");
     let t = Instant::now();
     let verify = session.run(
         &Phase {
@@ -668,11 +655,8 @@ fn demo(
 }
 
 /// Runs `f` with a progress bar of the phase's seconds (on a terminal).
-fn with_clock<T>(out: &Out, msg: &str, len: Duration, f: impl FnOnce() -> T) -> T {
-    let bar = out.bar(len.as_millis() as u64, msg);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {elapsed}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
+fn with_clock<T>(msg: &str, len: Duration, f: impl FnOnce() -> T) -> T {
+    let bar = harness::progress::clock(len.as_millis() as u64, msg);
     let done = AtomicBool::new(false);
     let r = std::thread::scope(|s| {
         s.spawn(|| {

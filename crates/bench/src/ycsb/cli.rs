@@ -146,22 +146,11 @@ pub fn tolerated_failures(system: &str, code: &str, replicas: usize) -> Result<u
     Ok(match system {
         "memcached" => 0,
         "memcached-x3" => replicas.saturating_sub(1),
-        _ => {
-            let (kind, rest) = code
-                .split_once(':')
-                .ok_or_else(|| anyhow!("--code {code:?}: expected rs:K,M or lrc:K,L,R"))?;
-            let p: Vec<usize> = rest
-                .split(',')
-                .map(|x| x.trim().parse())
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("--code {code:?}"))?;
-            match (kind, p.as_slice()) {
-                ("rs" | "rs-vand", [_, m]) => *m,
-                // Azure's LRC(k, l, r) decodes any r + 1 losses (and some patterns of more).
-                ("lrc", [_, _, r]) => r + 1,
-                _ => bail!("--code {code:?}: expected rs:K,M or lrc:K,L,R"),
-            }
-        }
+        _ => match parse_code(code)? {
+            codes::Code::Rs { m, .. } => m,
+            // Azure's LRC(k, l, r) decodes any r + 1 losses (and some patterns of more).
+            codes::Code::Lrc { r, .. } => r + 1,
+        },
     })
 }
 
