@@ -7,7 +7,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
@@ -142,6 +142,12 @@ struct Seen {
     statuses: Vec<(Instant, CacheStatus)>,
     /// Sum over nodes of the increases of their `degraded_reads` counters so far.
     degraded_total: u64,
+}
+
+/// What the controller and the phases have seen, taken back from a thread that panicked holding
+/// it (docs/design.md, "A poisoned lock is taken back"): every field is set whole.
+fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn us(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
@@ -434,7 +440,7 @@ fn demo(
             s.spawn(move || controller(cache_ref, rx, seen_c, missing_c, kill, records, tty));
         let mut run_phase =
             |name: &'static str, dur: Duration, session: &mut Session| -> Result<PhaseRun> {
-                let before = seen.lock().expect("lock").degraded_total;
+                let before = lock(&seen).degraded_total;
                 let spec = Workload::A.spec();
                 let threads = session.target.threads;
                 let seeds: Vec<u64> = (0..threads).map(|_| rng.gen()).collect();
@@ -467,7 +473,7 @@ fn demo(
                 let start = Instant::now();
                 let stats = session.run(&phase, &make)?;
                 let end = Instant::now();
-                let after = seen.lock().expect("lock").degraded_total;
+                let after = lock(&seen).degraded_total;
                 Ok(PhaseRun {
                     name,
                     start: stats.started.unwrap_or(start),
@@ -523,7 +529,7 @@ fn demo(
             let p = with_clock("YCSB-A, node down", phase_len, || {
                 run_phase("node down", phase_len, &mut session)
             })?;
-            if let Some(f) = seen.lock().expect("lock").failure.take() {
+            if let Some(f) = lock(&seen).failure.take() {
                 return Err(f);
             }
             report(&p)?;
@@ -547,7 +553,7 @@ fn demo(
                         acc
                     }
                 });
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 if let Some(f) = g.failure.take() {
                     return Err(f);
                 }
@@ -564,7 +570,7 @@ fn demo(
             }
             let p = recovering.expect("at least one slice");
             {
-                let g = seen.lock().expect("lock");
+                let g = lock(&seen);
                 let secs = g
                     .recovered
                     .zip(g.restarted)
@@ -592,7 +598,7 @@ fn demo(
     });
     let phases = phases?;
     let (killed, restarted, recovered, statuses, recovery_bytes) = {
-        let mut g = seen.lock().expect("lock");
+        let mut g = lock(&seen);
         let rb = g.statuses.last().map_or(0, |(_, s)| {
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
         });
@@ -691,7 +697,7 @@ fn controller(
     let mut last_line = Instant::now();
     let poll = |cache: &InecCache, seen: &Mutex<Seen>, last: &mut Vec<u64>| {
         let st = cache.status();
-        let mut g = seen.lock().expect("lock");
+        let mut g = lock(seen);
         for (i, n) in st.nodes.iter().enumerate() {
             if n.stats.is_empty() {
                 continue;
@@ -717,7 +723,7 @@ fn controller(
             Some(Cmd::Kill { after }) => {
                 std::thread::sleep(after);
                 let r = cache.kill(kill);
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.killed = Some(Instant::now());
                 missing.fetch_or(1 << kill, Ordering::Relaxed);
                 if let Err(e) = r {
@@ -726,7 +732,7 @@ fn controller(
             }
             Some(Cmd::Restart) => {
                 let r = cache.restart(kill);
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.restarted = Some(Instant::now());
                 if let Err(e) = r {
                     g.failure = Some(anyhow!("restarting node {kill}: {e}"));
@@ -753,14 +759,11 @@ fn controller(
                     st.summary()
                 );
                 if let Err(e) = line {
-                    seen.lock()
-                        .expect("lock")
-                        .failure
-                        .get_or_insert_with(|| e.into());
+                    lock(&seen).failure.get_or_insert_with(|| e.into());
                 }
             }
             if st.recovered() {
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.recovered = Some(Instant::now());
                 missing.store(0, Ordering::Relaxed);
                 restarting = false;
