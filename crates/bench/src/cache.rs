@@ -12,7 +12,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{Context, Result};
 use serde::Serialize;
 
 use harness::cache::{InecCache, InecOptions};
@@ -132,7 +132,7 @@ pub enum SystemKind {
 pub fn parse_system(s: &str) -> Result<SystemSpec> {
     let (label, addrs) = s
         .split_once('=')
-        .ok_or_else(|| anyhow!("--system {s:?}: expected LABEL=ADDR[,ADDR...]"))?;
+        .ok_or_else(|| settings!("--system {s:?}: expected LABEL=ADDR[,ADDR...]"))?;
     if label.is_empty() {
         bail!("--system {s:?}: empty label");
     }
@@ -143,7 +143,7 @@ pub fn parse_system(s: &str) -> Result<SystemSpec> {
             .to_socket_addrs()
             .with_context(|| format!("--system {label}: address {a:?}"))?
             .next()
-            .ok_or_else(|| anyhow!("--system {label}: {a:?} resolves to nothing"))?;
+            .ok_or_else(|| settings!("--system {label}: {a:?} resolves to nothing"))?;
         out.push(addr);
     }
     Ok(SystemSpec {
@@ -156,7 +156,7 @@ pub fn parse_system(s: &str) -> Result<SystemSpec> {
 pub fn parse_mix(s: &str) -> Result<f64> {
     let (g, w) = s
         .split_once(':')
-        .ok_or_else(|| anyhow!("--mix {s:?}: expected GET:SET, e.g. 90:10"))?;
+        .ok_or_else(|| settings!("--mix {s:?}: expected GET:SET, e.g. 90:10"))?;
     let g: f64 = g.trim().parse().with_context(|| format!("--mix {s:?}"))?;
     let w: f64 = w.trim().parse().with_context(|| format!("--mix {s:?}"))?;
     if !(g >= 0.0 && w >= 0.0 && g + w > 0.0) {
@@ -169,7 +169,7 @@ pub fn parse_mix(s: &str) -> Result<f64> {
 pub fn parse_degraded_form(s: &str) -> Result<load::DegradedForm> {
     let (prefix, suffix) = s
         .split_once("{key}")
-        .ok_or_else(|| anyhow!("--degraded-form {s:?}: must contain {{key}}"))?;
+        .ok_or_else(|| settings!("--degraded-form {s:?}: must contain {{key}}"))?;
     if s.contains(['\r', '\n']) {
         bail!("--degraded-form {s:?}: no line breaks");
     }
@@ -354,11 +354,11 @@ fn run_round(
     };
     let loaded = session.run(&load_phase, &|_, n| Box::new(LoadAll::new(n)))?;
     if loaded.total_errors() > 0 {
-        bail!(
+        return Err(failure!(
             "{}: loading the keys failed: {:?}",
             sys.label,
             loaded.errors
-        );
+        ));
     }
     let run_phase = Phase {
         duration: Some(Duration::from_secs_f64(a.duration_s)),
@@ -582,10 +582,10 @@ pub fn run(a: CacheArgs) -> Result<()> {
     }
     if !a.inec_modes.is_empty() {
         let exe = a.exe.clone().ok_or_else(|| {
-            anyhow!("--inec needs the `inec` executable (its nodes run `inec serve`)")
+            settings!("--inec needs the `inec` executable (its nodes run `inec serve`)")
         })?;
         let code: codes::Code =
-            (a.inec_code.parse()).map_err(|e| anyhow!("--inec-code {:?}: {e}", a.inec_code))?;
+            (a.inec_code.parse()).map_err(|e| settings!("--inec-code {:?}: {e}", a.inec_code))?;
         let (k, n) = (code.k(), code.n());
         let nodes = a.inec_nodes.unwrap_or(n);
         // Each node's -m is split over its n (stripe, position) slots; a slot holds about
@@ -729,7 +729,9 @@ pub fn run(a: CacheArgs) -> Result<()> {
         .map(|x| x.check.wrong() + x.check.missing)
         .sum();
     if wrong > 0 {
-        bail!("{wrong} reads returned a wrong or missing value (see above)");
+        return Err(failure!(
+            "{wrong} reads returned a wrong or missing value (see above)"
+        ));
     }
     Ok(())
 }

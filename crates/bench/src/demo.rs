@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Context, Result};
 use clap::Args;
 use codes::Code;
 use harness::cache::{CacheStatus, InecCache, InecOptions};
@@ -137,7 +137,7 @@ struct Seen {
     recovered: Option<Instant>,
     /// What the controller could not do (stop the demo): a kill or restart that failed, or
     /// its line that standard output no longer took.
-    failure: Option<anyhow::Error>,
+    failure: Option<BenchError>,
     /// (time, status) every poll.
     statuses: Vec<(Instant, CacheStatus)>,
     /// Sum over nodes of the increases of their `degraded_reads` counters so far.
@@ -193,7 +193,10 @@ fn documented(reason: &str) -> bool {
 /// Runs the demo; its cache nodes run `exe` (the `inec` executable).
 pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
     let code = a.code;
-    let _: graph::Scheme = a.scheme.parse().map_err(|e| anyhow!("bad --scheme: {e}"))?;
+    let _: graph::Scheme = a
+        .scheme
+        .parse()
+        .map_err(|e| settings!("bad --scheme: {e}"))?;
     if !matches!(a.mode.as_str(), "coherent" | "incoherent") {
         bail!("bad --mode {:?} (coherent or incoherent)", a.mode);
     }
@@ -417,10 +420,10 @@ fn demo(
         load.total_errors()
     )?;
     if loaded != records {
-        bail!(
+        return Err(failure!(
             "the load stored {loaded} of {records} records (errors: {:?})",
             load.errors
-        );
+        ));
     }
 
     // ---- 3..6. YCSB-A with a crash ----
@@ -562,10 +565,10 @@ fn demo(
                 }
                 drop(g);
                 if since.elapsed() > recovery_timeout {
-                    bail!(
+                    return Err(failure!(
                         "node {kill} did not recover within {} s",
                         recovery_timeout.as_secs()
-                    );
+                    ));
                 }
             }
             let p = recovering.expect("at least one slice");
@@ -603,11 +606,12 @@ fn demo(
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
         });
         (
-            g.killed.ok_or_else(|| anyhow!("the kill did not happen"))?,
+            g.killed
+                .ok_or_else(|| failure!("the kill did not happen"))?,
             g.restarted
-                .ok_or_else(|| anyhow!("the restart did not happen"))?,
+                .ok_or_else(|| failure!("the restart did not happen"))?,
             g.recovered
-                .ok_or_else(|| anyhow!("recovery was not seen"))?,
+                .ok_or_else(|| failure!("recovery was not seen"))?,
             std::mem::take(&mut g.statuses),
             rb,
         )
@@ -727,7 +731,7 @@ fn controller(
                 g.killed = Some(Instant::now());
                 missing.fetch_or(1 << kill, Ordering::Relaxed);
                 if let Err(e) = r {
-                    g.failure = Some(anyhow!("killing node {kill}: {e}"));
+                    g.failure = Some(failure!("killing node {kill}: {e}"));
                 }
             }
             Some(Cmd::Restart) => {
@@ -735,7 +739,7 @@ fn controller(
                 let mut g = lock(&seen);
                 g.restarted = Some(Instant::now());
                 if let Err(e) = r {
-                    g.failure = Some(anyhow!("restarting node {kill}: {e}"));
+                    g.failure = Some(failure!("restarting node {kill}: {e}"));
                 }
                 restarting = true;
                 if tty {
@@ -973,10 +977,10 @@ fn finish(
     let path = write_report(a, r, &table, &facts, kill).context("writing the report")?;
     outln!("report: {}", path.display())?;
     if wrong > 0 || missing > 0 || undocumented > 0 || verified != records {
-        bail!(
+        return Err(failure!(
             "the demo saw {wrong} wrong values, {missing} missing values, {undocumented} \
              undocumented client errors and verified {verified} of {records} records"
-        );
+        ));
     }
     Ok(())
 }

@@ -11,13 +11,14 @@
 
 #[macro_use]
 pub mod stdout;
+#[macro_use]
+mod error;
 
 pub mod cache;
 pub mod codec;
 pub mod demo;
-mod error;
 pub mod host;
-pub use error::{BenchError, Result};
+pub use error::{BenchError, Context, Result};
 #[cfg(feature = "isal")]
 pub mod isal;
 pub mod primitives;

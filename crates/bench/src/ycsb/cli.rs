@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Context, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
@@ -376,7 +376,7 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
     match name {
         "inec-coherent" | "inec-incoherent" => {
             let exe = a.exe.clone().ok_or_else(|| {
-                anyhow!("inec systems need the `inec` executable (their nodes run `inec serve`)")
+                settings!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
             let nodes = a.inec_nodes.unwrap_or(n_inec);
             let n = parse_code(&a.code)?.n();
@@ -481,7 +481,10 @@ pub(crate) fn run_system(
     let mut y = Ycsb::new(cfg)?;
     let loaded = y.load()?;
     if loaded.total_errors() > 0 {
-        bail!("{name}: loading the records failed: {:?}", loaded.errors);
+        return Err(failure!(
+            "{name}: loading the records failed: {:?}",
+            loaded.errors
+        ));
     }
     // A forced-degraded read treats one more chunk as lost: with them, one failure fewer.
     let budget = if name.starts_with("inec") && a.degraded_ratio > 0.0 {
@@ -521,8 +524,8 @@ pub(crate) fn run_system(
                 let run = y.run();
                 let (events, most, problems) = killer
                     .join()
-                    .map_err(|_| anyhow!("the failure injector panicked"))?;
-                Ok::<_, anyhow::Error>((run?, events, most, problems))
+                    .map_err(|_| failure!("the failure injector panicked"))?;
+                Ok::<_, BenchError>((run?, events, most, problems))
             })?
         }
     };
@@ -835,7 +838,8 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         .workload
         .iter()
         .map(|s| {
-            Workload::parse(s).ok_or_else(|| anyhow!("--workload {s:?}: expected A, B, C, D or F"))
+            Workload::parse(s)
+                .ok_or_else(|| settings!("--workload {s:?}: expected A, B, C, D or F"))
         })
         .collect::<Result<_>>()?;
     if a.records == 0 || a.connections == 0 || a.duration_s <= 0.0 {
@@ -1017,12 +1021,14 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     )?;
     let wrong: u64 = runs.iter().map(|r| r.run.wrong + r.verify.wrong).sum();
     if wrong > 0 {
-        bail!("{wrong} reads returned a wrong or missing value (see above)");
+        return Err(failure!(
+            "{wrong} reads returned a wrong or missing value (see above)"
+        ));
     }
     Ok(())
 }
 
 /// `--code`, parsed.
 pub(crate) fn parse_code(code: &str) -> Result<codes::Code> {
-    code.parse().map_err(|e| anyhow!("--code {code:?}: {e}"))
+    code.parse().map_err(|e| settings!("--code {code:?}: {e}"))
 }

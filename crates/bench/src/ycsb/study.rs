@@ -7,7 +7,7 @@
 use std::fs;
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use crate::Result;
 use serde::Serialize;
 
 use super::cli::{run_system, SystemRun, YcsbArgs};
@@ -211,7 +211,11 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         for mode in ["inec-coherent", "inec-incoherent"] {
             let (r, st, _) = run_system(&a, mode, case.workload, n, k, &mut log)?;
             if r.run.wrong + r.verify.wrong > 0 {
-                bail!("{} {mode}: wrong values {:?}", case.label, r.run.check);
+                return Err(failure!(
+                    "{} {mode}: wrong values {:?}",
+                    case.label,
+                    r.run.check
+                ));
             }
             runs.push((r, st));
         }
