@@ -31,6 +31,9 @@ pub enum BenchError {
     /// One library's call failed its check (the caller names the library).
     #[error("{0}")]
     Check(String),
+    /// Why a library cannot run a cell (the cell is left out for it).
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// Libraries whose output was wrong (each already reported).
     #[error("{count} verification failure(s)")]
     Verification { count: usize },
