@@ -5,22 +5,21 @@
 //! a summary table and an HTML report with plots; every node stopped at the end, on an error
 //! and on Ctrl-C (SIGINT, SIGTERM, SIGHUP).
 
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Context, Result};
 use clap::Args;
 use codes::Code;
 use harness::cache::{CacheStatus, InecCache, InecOptions};
 
-use crate::cache::load::{
+use load::ycsb::{ReadAll, Workload, YcsbChooser};
+use load::{
     key_id, keys_of_thread, Choice, Chooser, DegradedForm, KeyNames, LoadAll, OpKind, Phase,
     PhaseStats, Route, Session, Target, TIMELINE_STEP,
 };
-use crate::ycsb::{ReadAll, Workload, YcsbChooser};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use report::{
@@ -48,7 +47,7 @@ pub struct DemoArgs {
     #[arg(long)]
     pub records: Option<u64>,
     /// Bytes per value.
-    #[arg(long, default_value = "8KiB", value_parser = crate::codec::parse_size)]
+    #[arg(long, default_value = "8KiB", value_parser = codes::size::parse_size)]
     pub value_bytes: usize,
     /// Seconds of YCSB-A before the kill and while the node is down (the phase after
     /// recovery runs half as long). Default 20; --quick 2.
@@ -79,13 +78,6 @@ struct Out {
 impl Out {
     fn step(&self, n: usize, total: usize, text: &str) -> std::io::Result<()> {
         outln!("[{n}/{total}] {text}")
-    }
-
-    fn bar(&self, total: u64, msg: &str) -> indicatif::ProgressBar {
-        if !self.tty {
-            return indicatif::ProgressBar::hidden();
-        }
-        harness::progress::bar(total, msg, false)
     }
 }
 
@@ -145,11 +137,17 @@ struct Seen {
     recovered: Option<Instant>,
     /// What the controller could not do (stop the demo): a kill or restart that failed, or
     /// its line that standard output no longer took.
-    failure: Option<anyhow::Error>,
+    failure: Option<BenchError>,
     /// (time, status) every poll.
     statuses: Vec<(Instant, CacheStatus)>,
     /// Sum over nodes of the increases of their `degraded_reads` counters so far.
     degraded_total: u64,
+}
+
+/// What the controller and the phases have seen, taken back from a thread that panicked holding
+/// it (docs/design.md, "A poisoned lock is taken back"): every field is set whole.
+fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
+    seen.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn us(h: &hdrhistogram::Histogram<u64>, q: f64) -> f64 {
@@ -174,7 +172,7 @@ fn fmt_int(v: f64) -> String {
     }
 }
 
-fn pct(h: Option<&crate::cache::load::OpStats>) -> String {
+fn pct(h: Option<&load::OpStats>) -> String {
     match h {
         Some(s) if s.ok > 0 => format!(
             "{} / {}",
@@ -195,7 +193,10 @@ fn documented(reason: &str) -> bool {
 /// Runs the demo; its cache nodes run `exe` (the `inec` executable).
 pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
     let code = a.code;
-    let _: graph::Scheme = a.scheme.parse().map_err(|e| anyhow!("bad --scheme: {e}"))?;
+    let _: graph::Scheme = a
+        .scheme
+        .parse()
+        .map_err(|e| settings!("bad --scheme: {e}"))?;
     if !matches!(a.mode.as_str(), "coherent" | "incoherent") {
         bail!("bad --mode {:?} (coherent or incoherent)", a.mode);
     }
@@ -223,9 +224,9 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
         bail!("--seconds must be in (0, 3600]");
     }
     let phase_len = Duration::from_secs_f64(secs);
-    let value_bytes = a.value_bytes.max(crate::cache::check::HEADER_BYTES);
+    let value_bytes = a.value_bytes.max(load::check::HEADER_BYTES);
     let out = Out {
-        tty: std::io::stderr().is_terminal() && std::env::var_os("INEC_NO_PROGRESS").is_none(),
+        tty: harness::progress::shown(),
     };
     let dir = std::env::temp_dir().join(format!("inec-demo-{}", std::process::id()));
 
@@ -377,7 +378,7 @@ fn demo(
         total_steps,
         &format!("loading {records} records of {value_bytes} B (YCSB key names)"),
     )?;
-    let bar = out.bar(records, "load");
+    let bar = harness::progress::bar(records, "load", false);
     let t = Instant::now();
     let load = {
         let done = AtomicBool::new(false);
@@ -419,10 +420,10 @@ fn demo(
         load.total_errors()
     )?;
     if loaded != records {
-        bail!(
+        return Err(failure!(
             "the load stored {loaded} of {records} records (errors: {:?})",
             load.errors
-        );
+        ));
     }
 
     // ---- 3..6. YCSB-A with a crash ----
@@ -442,7 +443,7 @@ fn demo(
             s.spawn(move || controller(cache_ref, rx, seen_c, missing_c, kill, records, tty));
         let mut run_phase =
             |name: &'static str, dur: Duration, session: &mut Session| -> Result<PhaseRun> {
-                let before = seen.lock().expect("lock").degraded_total;
+                let before = lock(&seen).degraded_total;
                 let spec = Workload::A.spec();
                 let threads = session.target.threads;
                 let seeds: Vec<u64> = (0..threads).map(|_| rng.gen()).collect();
@@ -475,7 +476,7 @@ fn demo(
                 let start = Instant::now();
                 let stats = session.run(&phase, &make)?;
                 let end = Instant::now();
-                let after = seen.lock().expect("lock").degraded_total;
+                let after = lock(&seen).degraded_total;
                 Ok(PhaseRun {
                     name,
                     start: stats.started.unwrap_or(start),
@@ -512,7 +513,7 @@ fn demo(
                     phase_len.as_secs_f64()
                 ),
             )?;
-            let p = with_clock(out, "YCSB-A, all up", phase_len, || {
+            let p = with_clock("YCSB-A, all up", phase_len, || {
                 run_phase("before", phase_len, &mut session)
             })?;
             report(&p)?;
@@ -528,10 +529,10 @@ fn demo(
             let _ = tx.send(Cmd::Kill {
                 after: Duration::from_millis(500),
             });
-            let p = with_clock(out, "YCSB-A, node down", phase_len, || {
+            let p = with_clock("YCSB-A, node down", phase_len, || {
                 run_phase("node down", phase_len, &mut session)
             })?;
-            if let Some(f) = seen.lock().expect("lock").failure.take() {
+            if let Some(f) = lock(&seen).failure.take() {
                 return Err(f);
             }
             report(&p)?;
@@ -555,7 +556,7 @@ fn demo(
                         acc
                     }
                 });
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 if let Some(f) = g.failure.take() {
                     return Err(f);
                 }
@@ -564,15 +565,15 @@ fn demo(
                 }
                 drop(g);
                 if since.elapsed() > recovery_timeout {
-                    bail!(
+                    return Err(failure!(
                         "node {kill} did not recover within {} s",
                         recovery_timeout.as_secs()
-                    );
+                    ));
                 }
             }
             let p = recovering.expect("at least one slice");
             {
-                let g = seen.lock().expect("lock");
+                let g = lock(&seen);
                 let secs = g
                     .recovered
                     .zip(g.restarted)
@@ -587,7 +588,7 @@ fn demo(
                 6,
                 &format!("YCSB-A for {:.0} s after recovery", after.as_secs_f64()),
             )?;
-            let p = with_clock(out, "YCSB-A, recovered", after, || {
+            let p = with_clock("YCSB-A, recovered", after, || {
                 run_phase("after", after, &mut session)
             })?;
             report(&p)?;
@@ -600,16 +601,17 @@ fn demo(
     });
     let phases = phases?;
     let (killed, restarted, recovered, statuses, recovery_bytes) = {
-        let mut g = seen.lock().expect("lock");
+        let mut g = lock(&seen);
         let rb = g.statuses.last().map_or(0, |(_, s)| {
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
         });
         (
-            g.killed.ok_or_else(|| anyhow!("the kill did not happen"))?,
+            g.killed
+                .ok_or_else(|| failure!("the kill did not happen"))?,
             g.restarted
-                .ok_or_else(|| anyhow!("the restart did not happen"))?,
+                .ok_or_else(|| failure!("the restart did not happen"))?,
             g.recovered
-                .ok_or_else(|| anyhow!("recovery was not seen"))?,
+                .ok_or_else(|| failure!("recovery was not seen"))?,
             std::mem::take(&mut g.statuses),
             rb,
         )
@@ -621,12 +623,7 @@ fn demo(
         total_steps,
         &format!("reading every one of the {records} records back, each value checked"),
     )?;
-    let bar = out.bar(0, "verify");
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{msg} {spinner} {elapsed}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_spinner()),
-    );
-    bar.enable_steady_tick(Duration::from_millis(200));
+    let bar = harness::progress::spinner("verify");
     let t = Instant::now();
     let verify = session.run(
         &Phase {
@@ -668,11 +665,8 @@ fn demo(
 }
 
 /// Runs `f` with a progress bar of the phase's seconds (on a terminal).
-fn with_clock<T>(out: &Out, msg: &str, len: Duration, f: impl FnOnce() -> T) -> T {
-    let bar = out.bar(len.as_millis() as u64, msg);
-    if let Ok(style) = indicatif::ProgressStyle::with_template("{msg} [{bar:30}] {elapsed}") {
-        bar.set_style(style.progress_chars("=> "));
-    }
+fn with_clock<T>(msg: &str, len: Duration, f: impl FnOnce() -> T) -> T {
+    let bar = harness::progress::clock(len.as_millis() as u64, msg);
     let done = AtomicBool::new(false);
     let r = std::thread::scope(|s| {
         s.spawn(|| {
@@ -707,7 +701,7 @@ fn controller(
     let mut last_line = Instant::now();
     let poll = |cache: &InecCache, seen: &Mutex<Seen>, last: &mut Vec<u64>| {
         let st = cache.status();
-        let mut g = seen.lock().expect("lock");
+        let mut g = lock(seen);
         for (i, n) in st.nodes.iter().enumerate() {
             if n.stats.is_empty() {
                 continue;
@@ -733,19 +727,19 @@ fn controller(
             Some(Cmd::Kill { after }) => {
                 std::thread::sleep(after);
                 let r = cache.kill(kill);
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.killed = Some(Instant::now());
                 missing.fetch_or(1 << kill, Ordering::Relaxed);
                 if let Err(e) = r {
-                    g.failure = Some(anyhow!("killing node {kill}: {e}"));
+                    g.failure = Some(failure!("killing node {kill}: {e}"));
                 }
             }
             Some(Cmd::Restart) => {
                 let r = cache.restart(kill);
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.restarted = Some(Instant::now());
                 if let Err(e) = r {
-                    g.failure = Some(anyhow!("restarting node {kill}: {e}"));
+                    g.failure = Some(failure!("restarting node {kill}: {e}"));
                 }
                 restarting = true;
                 if tty {
@@ -769,14 +763,11 @@ fn controller(
                     st.summary()
                 );
                 if let Err(e) = line {
-                    seen.lock()
-                        .expect("lock")
-                        .failure
-                        .get_or_insert_with(|| e.into());
+                    lock(&seen).failure.get_or_insert_with(|| e.into());
                 }
             }
             if st.recovered() {
-                let mut g = seen.lock().expect("lock");
+                let mut g = lock(&seen);
                 g.recovered = Some(Instant::now());
                 missing.store(0, Ordering::Relaxed);
                 restarting = false;
@@ -986,10 +977,10 @@ fn finish(
     let path = write_report(a, r, &table, &facts, kill).context("writing the report")?;
     outln!("report: {}", path.display())?;
     if wrong > 0 || missing > 0 || undocumented > 0 || verified != records {
-        bail!(
+        return Err(failure!(
             "the demo saw {wrong} wrong values, {missing} missing values, {undocumented} \
              undocumented client errors and verified {verified} of {records} records"
-        );
+        ));
     }
     Ok(())
 }
@@ -1173,7 +1164,7 @@ fn write_report(
             "Command: inec demo{}{}. Machine: {} ({} CPUs).",
             if a.quick { " --quick" } else { "" },
             format_args!(" --code {} --scheme {} --mode {}", a.code, a.scheme, a.mode),
-            crate::codec::cpu_model(),
+            crate::host::cpu_model(),
             std::thread::available_parallelism().map_or(0, |n| n.get())
         ));
     let index = dir.join("index.html");
@@ -1186,11 +1177,11 @@ fn write_report(
         "phases": r.phases.iter().map(|p| serde_json::json!({
             "name": p.name,
             "seconds": (p.end - p.start).as_secs_f64(),
-            "summary": crate::ycsb::summary(&p.stats),
+            "summary": load::ycsb::summary(&p.stats),
             "degraded_reads_counted_by_nodes": p.server_degraded,
         })).collect::<Vec<_>>(),
-        "load": crate::ycsb::summary(&r.load),
-        "verify": crate::ycsb::summary(&r.verify),
+        "load": load::ycsb::summary(&r.load),
+        "verify": load::ycsb::summary(&r.verify),
         "recovery_s": (r.recovered - r.restarted).as_secs_f64(),
         "down_s": (r.restarted - r.killed).as_secs_f64(),
         "resident_bytes": r.rss,

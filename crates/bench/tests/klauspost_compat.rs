@@ -1,6 +1,6 @@
 //! klauspost/reedsolomon v1.14 with `WithCauchyMatrix` (our Go peer program) computes the same
 //! parity bytes as our Cauchy code, and with `WithCustomMatrix` those of our `rs-xor` code.
-//! Needs `go`; without it a test skips, saying so (`bench::skip`), or fails under CI.
+//! Needs `go`; without it a test skips, saying so (`harness::skip`), or fails under CI.
 
 use bench::codec::{data, klauspost};
 use codes::{Code, Codec, MatrixKind};
@@ -33,7 +33,7 @@ fn code_parity<D: AsRef<[u8]>>(code: Code, data: &[D]) -> Vec<Vec<u8>> {
 #[test]
 fn klauspost_cauchy_parity_equals_ours() {
     if !go_available() {
-        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -75,7 +75,7 @@ fn klauspost_cauchy_parity_equals_ours() {
 #[test]
 fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
     if !go_available() {
-        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -104,7 +104,7 @@ fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
 #[test]
 fn klauspost_custom_matrix_parity_equals_ours() {
     if !go_available() {
-        bench::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");

@@ -21,13 +21,7 @@ pub fn code(s: &str) -> Result<Code, String> {
 }
 
 /// A size in bytes, at least 1.
-pub fn size(s: &str) -> Result<usize, String> {
-    let bytes = codes::size::parse_bytes(s).map_err(|e| e.to_string())?;
-    match usize::try_from(bytes) {
-        Ok(b) if b >= 1 => Ok(b),
-        _ => Err(format!("size {s} out of range (at least 1 byte)")),
-    }
-}
+pub use codes::size::parse_size as size;
 
 /// A chunk size: a size in 1..=1 GiB (the chunk file format's limit).
 pub fn chunk_bytes(s: &str) -> Result<usize, String> {

@@ -49,8 +49,7 @@ fn parsed(o: &CacheOptions) -> Result<(Code, Scheme, ExecMode)> {
 
 pub fn serve(a: ServeArgs) -> Result<()> {
     let (code, scheme, mode) = parsed(&a.opts)?;
-    let item = codes::size::parse_bytes(&a.opts.max_item_size)
-        .map_err(|e| anyhow!("bad -I: {e}"))? as usize;
+    let item = crate::args::size(&a.opts.max_item_size).map_err(|e| anyhow!("bad -I: {e}"))?;
     let members = match &a.cluster {
         Some(path) => {
             let text = std::fs::read_to_string(path)

@@ -140,7 +140,9 @@ fn main() -> ExitCode {
             cmd_bench::run(b)
         })(),
         #[cfg(feature = "bench")]
-        Command::Demo(a) => (|| bench::demo::run(a, &std::env::current_exe()?))(),
+        Command::Demo(a) => {
+            (|| -> anyhow::Result<()> { Ok(bench::demo::run(a, &std::env::current_exe()?)?) })()
+        }
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),

@@ -1304,7 +1304,7 @@ fn netns_unavailable() -> Option<(&'static str, &'static str)> {
 #[test]
 fn cache_up_in_network_namespaces() {
     if let Some((tool, package)) = netns_unavailable() {
-        bench::skip::skip_or_fail(tool, package);
+        harness::skip::skip_or_fail(tool, package);
         return;
     }
     let c = Cluster::up_with("rs:6,3", "rs", 9, &["--netns", "--link-rate", "1gbit"]);

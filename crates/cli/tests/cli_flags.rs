@@ -395,7 +395,7 @@ fn progress_bars_on_a_terminal_only() {
     assert!(o.stderr.is_empty(), "{}", text(&o));
     // On a terminal: a bar (drawn with carriage returns) for each.
     let Some(shown) = on_a_terminal(&["decode", p(&dir), "-o", p(&tmp.path().join("out2"))]) else {
-        bench::skip::skip_or_fail(
+        harness::skip::skip_or_fail(
             "`script` (for the terminal half)",
             "Debian package bsdutils (util-linux)",
         );

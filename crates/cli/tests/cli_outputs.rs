@@ -144,7 +144,7 @@ fn decode_writes_into_a_device_in_place() {
         .status()
         .is_ok_and(|s| s.success());
     if !made {
-        bench::skip::skip_or_fail(
+        harness::skip::skip_or_fail(
             "permission to make a device node (mknod)",
             "root or CAP_MKNOD, and coreutils' mknod",
         );

@@ -2,7 +2,7 @@
 //! `memccapable` (text protocol). Against memcached 1.6 first, which proves the checks (every
 //! one passes there), and against a server that answers `ERROR` to everything, which proves
 //! that failures are seen and explained. A test skips, saying why, only when a tool is missing,
-//! and fails instead under CI (`bench::skip`; `scripts/test-all` installs memcached,
+//! and fails instead under CI (`harness::skip`; `scripts/test-all` installs memcached,
 //! libmemcached-tools and pymemcache).
 
 #![cfg(feature = "bench")]
@@ -10,14 +10,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 
-use bench::clients::{self, CapableStatus, ClientsError};
+use clients::{self, CapableStatus, ClientsError};
 use harness::cache::{InecCache, InecOptions};
 use harness::{Memcached, MemcachedOptions};
 
 #[track_caller]
 fn memcached() -> Option<Memcached> {
     if !Memcached::available() {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return None;
     }
     Some(Memcached::start(&MemcachedOptions::default()).expect("start memcached"))
@@ -47,7 +47,7 @@ fn erroring_server() -> SocketAddr {
 fn skip_missing<T>(r: Result<T, ClientsError>) -> Option<T> {
     match r {
         Err(ClientsError::Missing { tool, package }) => {
-            bench::skip::skip_or_fail(tool, package);
+            harness::skip::skip_or_fail(tool, package);
             None
         }
         r => Some(r.expect("run the client")),
@@ -155,11 +155,11 @@ fn inec_cache() -> InecCache {
 #[test]
 fn pymemcache_across_inec_nodes() {
     if !clients::have("python3") {
-        bench::skip::skip_or_fail("python3", "Debian package python3");
+        harness::skip::skip_or_fail("python3", "Debian package python3");
         return;
     }
     if !clients::have_pymemcache() {
-        bench::skip::skip_or_fail("pymemcache", "PyPI package pymemcache");
+        harness::skip::skip_or_fail("pymemcache", "PyPI package pymemcache");
         return;
     }
     let c = inec_cache();
@@ -176,7 +176,7 @@ fn pymemcache_across_inec_nodes() {
 #[test]
 fn memccapable_against_an_inec_node() {
     if !clients::have("memccapable") {
-        bench::skip::skip_or_fail("memccapable", "Debian package libmemcached-tools");
+        harness::skip::skip_or_fail("memccapable", "Debian package libmemcached-tools");
         return;
     }
     let c = inec_cache();

@@ -13,7 +13,7 @@ use serde_json::Value;
 fn memcached_available() -> bool {
     let there = Path::new("/usr/bin/memcached").exists();
     if !there {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
     }
     there
 }

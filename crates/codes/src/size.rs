@@ -10,6 +10,9 @@ pub enum SizeError {
     UnknownUnit { unit: String, input: String },
     #[error("size {input:?} does not fit in 64 bits")]
     TooLarge { input: String },
+    /// A size of no byte, or more than this machine addresses, where a buffer of it is made.
+    #[error("size {input} out of range (at least 1 byte)")]
+    OutOfRange { input: String },
 }
 
 /// Parses a number of bytes with an optional binary unit: B; K, KB, KiB (2^10); M, MB, MiB
@@ -41,6 +44,17 @@ pub fn parse_bytes(s: &str) -> Result<u64, SizeError> {
     value
         .checked_mul(1u64 << shift)
         .ok_or_else(|| SizeError::TooLarge {
+            input: s.to_string(),
+        })
+}
+
+/// A size flag as every command of `inec` takes it: [`parse_bytes`], at least one byte and
+/// addressable (`usize`).
+pub fn parse_size(s: &str) -> Result<usize, SizeError> {
+    usize::try_from(parse_bytes(s)?)
+        .ok()
+        .filter(|&b| b > 0)
+        .ok_or_else(|| SizeError::OutOfRange {
             input: s.to_string(),
         })
 }
@@ -91,6 +105,18 @@ mod tests {
             parse_bytes("17179869184G"),
             Err(SizeError::TooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn size_flags_are_at_least_one_byte() {
+        assert_eq!(parse_size("64KiB"), Ok(64 << 10));
+        assert_eq!(parse_size("1"), Ok(1));
+        assert!(matches!(parse_size("0"), Err(SizeError::OutOfRange { .. })));
+        assert_eq!(
+            parse_size("0K").unwrap_err().to_string(),
+            "size 0K out of range (at least 1 byte)"
+        );
+        assert!(matches!(parse_size("x"), Err(SizeError::NotASize { .. })));
     }
 
     #[test]

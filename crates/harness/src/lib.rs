@@ -4,7 +4,8 @@
 //! ([`cluster`]: `inec cluster up|down|status`), network namespaces with rate-limited links
 //! ([`netns`]), memcached ([`memcached`]), and the pids of them all ([`process`]); and what a
 //! command shows on the terminal while it runs: progress bars ([`progress`]) and the log lines
-//! of the libraries ([`logger`]).
+//! of the libraries ([`logger`]); and what a test does when a tool it needs is missing
+//! ([`skip`]).
 //!
 //! The `inec` executable the nodes run is always passed in (`exe`): the CLI passes its own,
 //! a test the one cargo built for it.
@@ -17,6 +18,7 @@ pub mod memcached;
 pub mod netns;
 pub mod process;
 pub mod progress;
+pub mod skip;
 
 pub use memcached::{ask, parse_stats, Memcached, MemcachedOptions};
 pub use process::{pid_alive, pids_naming, resident_bytes, sigkill};
@@ -45,6 +47,17 @@ pub enum Error {
     Other(String),
     #[error("node {node} (pid {pid}) still runs after SIGKILL")]
     StillRunning { node: usize, pid: u32 },
+    /// A test that must fail because `tool` is missing (CI, or `INEC_REQUIRE_TOOLS=1`;
+    /// [`skip`]).
+    #[error(
+        "{test} cannot run: {tool} is missing; it needs {package} (CI or INEC_REQUIRE_TOOLS=1: a \
+         missing tool fails the test; scripts/test-all installs what it can)"
+    )]
+    ToolRequired {
+        test: String,
+        tool: String,
+        package: String,
+    },
     #[error("the cache did not recover within {secs} s (last status: {last})")]
     NotRecovered { secs: u64, last: String },
     /// What was being done when `source` happened.

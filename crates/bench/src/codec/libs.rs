@@ -27,11 +27,6 @@ pub enum Family {
     Simd,
 }
 
-/// Why a library cannot run a cell.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("{0}")]
-pub struct Unsupported(pub &'static str);
-
 /// A library benchmarked in this process.
 pub trait Library: Sync {
     /// Name in the output.
@@ -39,8 +34,8 @@ pub trait Library: Sync {
     fn family(&self) -> Family;
     /// The implementation that runs for this cell.
     fn kernel(&self, cell: &Cell) -> String;
-    /// `Err(why)` if the library cannot run this cell.
-    fn supports(&self, cell: &Cell) -> Result<(), Unsupported>;
+    /// `Err(BenchError::Unsupported(why))` if the library cannot run this cell.
+    fn supports(&self, cell: &Cell) -> Result<()>;
     /// One thread's share of the cell's call over buffer sets `sets` (`sets[s][i]`: that
     /// thread's byte range of chunk i of set s; index n is the scratch chunk).
     fn bind<'a>(&'a self, cell: &'a Cell, sets: Vec<Vec<&'a mut [u8]>>) -> Result<Part<'a>>;
@@ -160,7 +155,7 @@ impl Library for Inec {
     fn kernel(&self, _cell: &Cell) -> String {
         self.kernel.name().to_string()
     }
-    fn supports(&self, _cell: &Cell) -> Result<(), Unsupported> {
+    fn supports(&self, _cell: &Cell) -> Result<()> {
         Ok(())
     }
     fn bind<'a>(&'a self, cell: &'a Cell, sets: Vec<Vec<&'a mut [u8]>>) -> Result<Part<'a>> {
@@ -283,7 +278,7 @@ impl Library for Isal {
     fn kernel(&self, _cell: &Cell) -> String {
         self.isa.kernel_name().to_string()
     }
-    fn supports(&self, _cell: &Cell) -> Result<(), Unsupported> {
+    fn supports(&self, _cell: &Cell) -> Result<()> {
         Ok(())
     }
     fn bind<'a>(&'a self, cell: &'a Cell, sets: Vec<Vec<&'a mut [u8]>>) -> Result<Part<'a>> {
@@ -385,12 +380,14 @@ impl Library for Erasure {
     fn kernel(&self, _cell: &Cell) -> String {
         "simd-c-haswell".to_string()
     }
-    fn supports(&self, cell: &Cell) -> Result<(), Unsupported> {
+    fn supports(&self, cell: &Cell) -> Result<()> {
         if !matches!(cell.code, Code::Rs { .. }) {
-            return Err(Unsupported("RS only"));
+            return Err(BenchError::Unsupported("RS only"));
         }
         if cell.op != Op::Encode && cell.pattern == Pattern::Fresh {
-            return Err(Unsupported("its decode-matrix cache cannot be bypassed"));
+            return Err(BenchError::Unsupported(
+                "its decode-matrix cache cannot be bypassed",
+            ));
         }
         Ok(())
     }
@@ -504,12 +501,14 @@ impl Library for Simd {
         }
         "nosimd".into()
     }
-    fn supports(&self, cell: &Cell) -> Result<(), Unsupported> {
+    fn supports(&self, cell: &Cell) -> Result<()> {
         if !matches!(cell.code, Code::Rs { .. }) {
-            return Err(Unsupported("RS only"));
+            return Err(BenchError::Unsupported("RS only"));
         }
         if !cell.chunk_bytes.is_multiple_of(2 * cell.threads) {
-            return Err(Unsupported("needs an even number of bytes per thread"));
+            return Err(BenchError::Unsupported(
+                "needs an even number of bytes per thread",
+            ));
         }
         Ok(())
     }
@@ -578,7 +577,7 @@ impl Library for XorRoofline {
     fn kernel(&self, _cell: &Cell) -> String {
         format!("xor-{}", self.kernel.name())
     }
-    fn supports(&self, _cell: &Cell) -> Result<(), Unsupported> {
+    fn supports(&self, _cell: &Cell) -> Result<()> {
         Ok(())
     }
     fn bind<'a>(&'a self, cell: &'a Cell, sets: Vec<Vec<&'a mut [u8]>>) -> Result<Part<'a>> {

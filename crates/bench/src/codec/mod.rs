@@ -71,7 +71,7 @@ pub struct CodecArgs {
     /// A chunk size (repeat the flag for several), e.g. 4KiB [default: 1KiB·2^x, x = 0..14].
     // `--chunk-sizes 4K,1M`: the old spelling.
     #[arg(long = "chunk-bytes", alias = "chunk-sizes", value_name = "SIZE",
-          value_delimiter = ',', value_parser = parse_size)]
+          value_delimiter = ',', value_parser = codes::size::parse_size)]
     pub chunk_bytes: Vec<usize>,
     /// Operations [default: all].
     #[arg(long, value_delimiter = ',')]
@@ -104,7 +104,7 @@ pub struct CodecArgs {
     #[arg(long)]
     pub round_ms: Option<u64>,
     /// Bytes of buffer sets for `cold` [default: max(64 MiB, 2 × last-level cache)].
-    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = codes::size::parse_size)]
     pub cold_bytes: Option<usize>,
     /// Print one JSON object per line on stdout (the table then goes to stderr).
     #[arg(long)]
@@ -322,24 +322,6 @@ impl LibraryName {
     }
 }
 
-/// A size flag that is not a size of at least one byte.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BadSize {
-    #[error(transparent)]
-    Parse(#[from] codes::size::SizeError),
-    #[error("size {0} out of range (at least 1 byte)")]
-    OutOfRange(String),
-}
-
-/// A size as every `inec` flag takes it (`codes::size`), at least one byte.
-pub fn parse_size(s: &str) -> Result<usize, BadSize> {
-    let bytes = codes::size::parse_bytes(s)?;
-    usize::try_from(bytes)
-        .ok()
-        .filter(|&b| b > 0)
-        .ok_or_else(|| BadSize::OutOfRange(s.to_string()))
-}
-
 fn size_label(bytes: usize) -> String {
     codes::size::format_bytes(bytes as u64)
 }
@@ -524,25 +506,12 @@ fn resolve(a: &CodecArgs) -> Result<Settings> {
     })
 }
 
-/// The CPU's model name, from /proc/cpuinfo.
-pub fn cpu_model() -> String {
-    std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split_once(':'))
-                .map(|(_, v)| v.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".to_string())
-}
-
 /// Size of the largest CPU cache, from sysfs.
 fn last_level_cache_bytes() -> Option<usize> {
     let dir = std::fs::read_dir("/sys/devices/system/cpu/cpu0/cache").ok()?;
     dir.filter_map(|e| {
         let s = std::fs::read_to_string(e.ok()?.path().join("size")).ok()?;
-        parse_size(s.trim()).ok()
+        codes::size::parse_size(s.trim()).ok()
     })
     .max()
 }
@@ -725,7 +694,7 @@ pub fn execute<'w>(
     table: &'w mut dyn Write,
 ) -> Result<Vec<Row>> {
     let settings = resolve(a)?;
-    let cpu = cpu_model();
+    let cpu = crate::host::cpu_model();
     let mut peer = None;
     let mut libraries = settings.libraries.clone();
     if libraries.contains(&LibraryName::Klauspost) {

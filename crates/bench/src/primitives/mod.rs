@@ -54,7 +54,7 @@ pub struct PrimitivesArgs {
     /// A chunk size (repeat the flag for several), e.g. 4KiB; default 128 B to 16 MiB, powers
     /// of two.
     #[arg(long = "chunk-bytes", value_name = "SIZE", value_delimiter = ',',
-          value_parser = crate::codec::parse_size)]
+          value_parser = codes::size::parse_size)]
     pub chunk_bytes: Vec<usize>,
     /// Latency repetitions per mode.
     #[arg(long)]
@@ -63,11 +63,11 @@ pub struct PrimitivesArgs {
     #[arg(long, default_value_t = 8)]
     pub window: usize,
     /// ECPipe slice size (the paper fixes 32 KiB).
-    #[arg(long, value_name = "SIZE", default_value = "32KiB", value_parser = crate::codec::parse_size)]
+    #[arg(long, value_name = "SIZE", default_value = "32KiB", value_parser = codes::size::parse_size)]
     pub ecpipe_slice_bytes: usize,
     /// Slice size for every other scheme (default: the whole chunk, one slice per edge, as
     /// the schemes are defined). Both modes always use the same slices.
-    #[arg(long, value_name = "SIZE", value_parser = crate::codec::parse_size)]
+    #[arg(long, value_name = "SIZE", value_parser = codes::size::parse_size)]
     pub slice_bytes: Option<usize>,
     /// Print JSON lines instead of the table.
     #[arg(long)]

@@ -9,18 +9,18 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::{BenchError, Context, Result};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-use super::cpu::{self, CpuPerOp, ServerMeter};
-use super::dist::Weibull;
-use super::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
-use crate::cache::load::{OpKind, PhaseStats, Route};
-use crate::cache::load_average;
+use crate::host::load_average;
 use harness::cache::{InecCache, InecOptions, NodeHealth};
 use harness::{Memcached, MemcachedOptions};
+use load::cpu::{self, CpuPerOp, ServerMeter};
+use load::ycsb::dist::Weibull;
+use load::ycsb::{inec_degraded_form, summary, DegradedReads, Summary, Workload, Ycsb, YcsbConfig};
+use load::{OpKind, PhaseStats, Route};
 use report::{CdfPlot, CdfSeries, Event, Series, Timeline, TimelineBand, TimelinePanel};
 
 #[derive(clap::Args, Debug, Clone)]
@@ -146,22 +146,11 @@ pub fn tolerated_failures(system: &str, code: &str, replicas: usize) -> Result<u
     Ok(match system {
         "memcached" => 0,
         "memcached-x3" => replicas.saturating_sub(1),
-        _ => {
-            let (kind, rest) = code
-                .split_once(':')
-                .ok_or_else(|| anyhow!("--code {code:?}: expected rs:K,M or lrc:K,L,R"))?;
-            let p: Vec<usize> = rest
-                .split(',')
-                .map(|x| x.trim().parse())
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("--code {code:?}"))?;
-            match (kind, p.as_slice()) {
-                ("rs" | "rs-vand", [_, m]) => *m,
-                // Azure's LRC(k, l, r) decodes any r + 1 losses (and some patterns of more).
-                ("lrc", [_, _, r]) => r + 1,
-                _ => bail!("--code {code:?}: expected rs:K,M or lrc:K,L,R"),
-            }
-        }
+        _ => match parse_code(code)? {
+            codes::Code::Rs { m, .. } => m,
+            // Azure's LRC(k, l, r) decodes any r + 1 losses (and some patterns of more).
+            codes::Code::Lrc { r, .. } => r + 1,
+        },
     })
 }
 
@@ -270,7 +259,7 @@ pub struct SystemRun {
     /// inec: degraded reads whose plan failed and were repaired at the agent instead.
     pub degraded_plan_fallbacks: Option<u64>,
     /// Where the run phase's CPU went: servers and client, per operation (`None` where
-    /// `/proc` is missing). See [`super::cpu`] for what is counted.
+    /// `/proc` is missing). See [`load::cpu`] for what is counted.
     pub cpu: Option<CpuPerOp>,
 }
 
@@ -387,7 +376,7 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
     match name {
         "inec-coherent" | "inec-incoherent" => {
             let exe = a.exe.clone().ok_or_else(|| {
-                anyhow!("inec systems need the `inec` executable (their nodes run `inec serve`)")
+                settings!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
             let nodes = a.inec_nodes.unwrap_or(n_inec);
             let n = parse_code(&a.code)?.n();
@@ -461,9 +450,9 @@ pub(crate) fn run_system(
     let mut cfg = YcsbConfig::new(addrs_of(&sys), route, w);
     if let Some(d) = &a.distribution {
         cfg.spec = cfg.spec.with_distribution(match d.as_str() {
-            "zipfian" => super::RequestDistribution::Zipfian,
-            "latest" => super::RequestDistribution::Latest,
-            "uniform" => super::RequestDistribution::Uniform,
+            "zipfian" => load::ycsb::RequestDistribution::Zipfian,
+            "latest" => load::ycsb::RequestDistribution::Latest,
+            "uniform" => load::ycsb::RequestDistribution::Uniform,
             d => bail!("--distribution {d:?}: expected zipfian, latest or uniform"),
         });
     }
@@ -492,7 +481,10 @@ pub(crate) fn run_system(
     let mut y = Ycsb::new(cfg)?;
     let loaded = y.load()?;
     if loaded.total_errors() > 0 {
-        bail!("{name}: loading the records failed: {:?}", loaded.errors);
+        return Err(failure!(
+            "{name}: loading the records failed: {:?}",
+            loaded.errors
+        ));
     }
     // A forced-degraded read treats one more chunk as lost: with them, one failure fewer.
     let budget = if name.starts_with("inec") && a.degraded_ratio > 0.0 {
@@ -532,8 +524,8 @@ pub(crate) fn run_system(
                 let run = y.run();
                 let (events, most, problems) = killer
                     .join()
-                    .map_err(|_| anyhow!("the failure injector panicked"))?;
-                Ok::<_, anyhow::Error>((run?, events, most, problems))
+                    .map_err(|_| failure!("the failure injector panicked"))?;
+                Ok::<_, BenchError>((run?, events, most, problems))
             })?
         }
     };
@@ -771,16 +763,24 @@ fn write_plots(
             continue;
         }
         let plot = CdfPlot::new(
-            format!("YCSB-{} {} latency CDF", w.letter(), super::op_name(op)),
+            format!(
+                "YCSB-{} {} latency CDF",
+                w.letter(),
+                load::ycsb::op_name(op)
+            ),
             series,
         );
-        let p = out.join(format!("cdf-{}-{}.svg", w.letter(), super::op_name(op)));
+        let p = out.join(format!(
+            "cdf-{}-{}.svg",
+            w.letter(),
+            load::ycsb::op_name(op)
+        ));
         fs::write(&p, plot.to_svg())?;
         files.push(p);
     }
     for (name, st, marks) in runs {
         let s = summary(st);
-        let pts = |f: &dyn Fn(&super::TimelinePoint) -> f64| -> Vec<(f64, f64)> {
+        let pts = |f: &dyn Fn(&load::ycsb::TimelinePoint) -> f64| -> Vec<(f64, f64)> {
             s.timeline.iter().map(|p| (p.t_s, f(p))).collect()
         };
         let mut tl = Timeline::new(
@@ -838,16 +838,17 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         .workload
         .iter()
         .map(|s| {
-            Workload::parse(s).ok_or_else(|| anyhow!("--workload {s:?}: expected A, B, C, D or F"))
+            Workload::parse(s)
+                .ok_or_else(|| settings!("--workload {s:?}: expected A, B, C, D or F"))
         })
         .collect::<Result<_>>()?;
     if a.records == 0 || a.connections == 0 || a.duration_s <= 0.0 {
         bail!("--records, --connections and --duration-s must be positive");
     }
-    if a.value_bytes < crate::cache::check::HEADER_BYTES {
+    if a.value_bytes < load::check::HEADER_BYTES {
         bail!(
             "--value-bytes must be at least {} (the checked header)",
-            crate::cache::check::HEADER_BYTES
+            load::check::HEADER_BYTES
         );
     }
     if !(0.0..=1.0).contains(&a.degraded_ratio) || a.degraded_shape <= 0.0 || a.kill_shape <= 0.0 {
@@ -878,7 +879,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     }
     let info = RunInfo {
         bench: "ycsb",
-        cpu: crate::codec::cpu_model(),
+        cpu: crate::host::cpu_model(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         load_average: load_average(),
         memcached_version: Memcached::version().ok(),
@@ -1020,12 +1021,14 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     )?;
     let wrong: u64 = runs.iter().map(|r| r.run.wrong + r.verify.wrong).sum();
     if wrong > 0 {
-        bail!("{wrong} reads returned a wrong or missing value (see above)");
+        return Err(failure!(
+            "{wrong} reads returned a wrong or missing value (see above)"
+        ));
     }
     Ok(())
 }
 
 /// `--code`, parsed.
 pub(crate) fn parse_code(code: &str) -> Result<codes::Code> {
-    code.parse().map_err(|e| anyhow!("--code {code:?}: {e}"))
+    code.parse().map_err(|e| settings!("--code {code:?}: {e}"))
 }

@@ -7,12 +7,12 @@
 use std::fs;
 use std::io::Write;
 
-use anyhow::{bail, Result};
+use crate::Result;
 use serde::Serialize;
 
 use super::cli::{run_system, SystemRun, YcsbArgs};
-use super::{op_name, Workload};
-use crate::cache::load::{OpKind, PhaseStats};
+use load::ycsb::{op_name, Workload};
+use load::{OpKind, PhaseStats};
 use report::{BarChart, CdfPlot, CdfSeries};
 
 /// One configuration of the study.
@@ -185,7 +185,7 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         log,
         "# cpu: {} ({} cores, shared with other work: compare coherent and incoherent within \
          a configuration); {} records, {} connections, run phase {} s, {}",
-        crate::codec::cpu_model(),
+        crate::host::cpu_model(),
         std::thread::available_parallelism().map_or(1, |n| n.get()),
         base.records,
         base.connections,
@@ -211,7 +211,11 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         for mode in ["inec-coherent", "inec-incoherent"] {
             let (r, st, _) = run_system(&a, mode, case.workload, n, k, &mut log)?;
             if r.run.wrong + r.verify.wrong > 0 {
-                bail!("{} {mode}: wrong values {:?}", case.label, r.run.check);
+                return Err(failure!(
+                    "{} {mode}: wrong values {:?}",
+                    case.label,
+                    r.run.check
+                ));
             }
             runs.push((r, st));
         }

@@ -8,11 +8,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bench::cache::load::{
-    CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target,
-};
-use bench::cache::UniformMix;
 use harness::{Memcached, MemcachedOptions};
+use load::{
+    CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target, UniformMix,
+};
 use proto::compose::{self, Reply};
 use proto::{Command, GetKind, Limits, Parse, Parser, StoreMode};
 
@@ -237,7 +236,7 @@ fn keys_hashed_over_two_servers_and_open_loop_rate() {
 #[test]
 fn memcached_returns_only_right_values() {
     if !Memcached::available() {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return;
     }
     let m = Memcached::start(&MemcachedOptions::default()).unwrap();

@@ -274,7 +274,7 @@ pub struct SelfUsage {
 }
 
 /// `getrusage(RUSAGE_SELF)`: every thread of this process, ended ones included.
-#[allow(unsafe_code)] // One FFI call behind this safe function; see lib.rs.
+#[allow(unsafe_code)] // One FFI call behind this safe function; see the crate root.
 pub fn self_usage() -> Option<SelfUsage> {
     // SAFETY: `rusage` is plain old data: all-zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -297,7 +297,7 @@ pub fn self_usage() -> Option<SelfUsage> {
 }
 
 /// `sysconf(_SC_CLK_TCK)`: the unit of `/proc/PID/stat`'s times.
-#[allow(unsafe_code)] // One FFI call behind this safe function; see lib.rs.
+#[allow(unsafe_code)] // One FFI call behind this safe function; see the crate root.
 pub fn clock_ticks_per_second() -> u64 {
     // SAFETY: `sysconf` only reads a configuration value.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };

@@ -5,14 +5,14 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use bench::cache::load::{ycsb_fnvhash64, OpKind, Route};
-use bench::ycsb::{self, Workload, Ycsb, YcsbConfig};
 use harness::{Memcached, MemcachedOptions};
+use load::ycsb::{self, Workload, Ycsb, YcsbConfig};
+use load::{ycsb_fnvhash64, OpKind, Route};
 
 #[track_caller]
 fn memcached() -> Option<Memcached> {
     if !Memcached::available() {
-        bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
         return None;
     }
     Some(Memcached::start(&MemcachedOptions::default()).expect("memcached starts"))

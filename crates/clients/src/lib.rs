@@ -8,7 +8,7 @@ use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The pymemcache script (also at `crates/bench/src/clients/pymemcache_check.py`).
+/// The pymemcache script (also at `crates/clients/src/pymemcache_check.py`).
 pub const PYMEMCACHE_SCRIPT: &str = include_str!("pymemcache_check.py");
 
 /// The text-protocol tests of `memccapable` (libmemcached 1.x), in its order.

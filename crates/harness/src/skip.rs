@@ -16,13 +16,15 @@
 //!
 //! ```no_run
 //! if !harness::Memcached::available() {
-//!     bench::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+//!     harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
 //!     return;
 //! }
 //! ```
 
 use std::io::Write;
 use std::path::Path;
+
+use crate::Error;
 
 /// What a test does when something it needs is missing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,29 +57,12 @@ pub fn policy(ci: Option<&str>, require_tools: Option<&str>) -> Missing {
     }
 }
 
-/// A test that must fail because `tool` is missing (CI, or `INEC_REQUIRE_TOOLS=1`).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "{test} cannot run: {tool} is missing; it needs {package} (CI or INEC_REQUIRE_TOOLS=1: a \
-     missing tool fails the test; scripts/test-all installs what it can)"
-)]
-pub struct ToolRequired {
-    pub test: String,
-    pub tool: String,
-    pub package: String,
-}
-
 /// What to do for `test`, lacking `tool` (provided by `package`), under `policy`: the line to
 /// print (skip) or the failure.
-pub fn outcome(
-    policy: Missing,
-    test: &str,
-    tool: &str,
-    package: &str,
-) -> Result<String, ToolRequired> {
+pub fn outcome(policy: Missing, test: &str, tool: &str, package: &str) -> Result<String, Error> {
     match policy {
         Missing::Skip => Ok(format!("SKIPPED: {test}: {tool} is missing ({package})")),
-        Missing::Fail => Err(ToolRequired {
+        Missing::Fail => Err(Error::ToolRequired {
             test: test.to_string(),
             tool: tool.to_string(),
             package: package.to_string(),
@@ -164,8 +149,8 @@ mod tests {
             "Debian libmemcached-tools",
         );
         assert_eq!(
-            line,
-            Ok("SKIPPED: t::x: memccapable is missing (Debian libmemcached-tools)".into())
+            line.unwrap(),
+            "SKIPPED: t::x: memccapable is missing (Debian libmemcached-tools)"
         );
         let failure = outcome(
             Missing::Fail,
@@ -197,7 +182,7 @@ mod tests {
     fn the_test_is_named_by_its_binary_and_thread() {
         assert_eq!(
             current_test(),
-            "bench::skip::tests::the_test_is_named_by_its_binary_and_thread"
+            "harness::skip::tests::the_test_is_named_by_its_binary_and_thread"
         );
     }
 }

@@ -1,6 +1,6 @@
 //! The load generator: many memcached text-protocol connections driven by a few threads, each
 //! thread one `mio` event loop (no thread per connection), every reply parsed with
-//! [`proto::parse_reply`] and every value read checked ([`super::check`]).
+//! [`proto::parse_reply`] and every value read checked ([`crate::check`]).
 //!
 //! - **Keys** belong to threads (key id `i` to thread `i % threads`), so a key's write history
 //!   ([`KeyState`]) lives in one thread and needs no lock. At most one write per key is in
@@ -27,9 +27,9 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
 use proto::{parse_reply, ReplyParse, ServerReply};
 use rand::rngs::SmallRng;
-use rand::SeedableRng;
+use rand::{Rng, SeedableRng};
 
-use super::check::{self, KeyState, ReadOutcome};
+use crate::check::{self, KeyState, ReadOutcome};
 
 /// Kinds of requests.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -80,17 +80,12 @@ pub enum KeyNames {
     Ycsb,
 }
 
-/// YCSB's `Utils.fnvhash64`: FNV-64 (multiply then xor order reversed: xor first) over the
-/// eight little-end-first bytes of the number, then `Math.abs`.
-pub fn ycsb_fnvhash64(mut val: u64) -> i64 {
-    let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-    for _ in 0..8 {
-        h ^= val & 0xff;
-        val >>= 8;
-        h = h.wrapping_mul(1_099_511_628_211);
-    }
+/// YCSB's `Utils.fnvhash64`: FNV-1a, 64 bits (the hash that places keys,
+/// [`cache::placement::fnv1a_64`]) over the eight little-end-first bytes of the number, then
+/// `Math.abs`.
+pub fn ycsb_fnvhash64(val: u64) -> i64 {
     // Java's Math.abs leaves Long.MIN_VALUE as it is.
-    (h as i64).wrapping_abs()
+    (fnv1a_64(&val.to_le_bytes()) as i64).wrapping_abs()
 }
 
 impl KeyNames {
@@ -194,6 +189,33 @@ pub trait Chooser: Send {
     /// The last choice was drawn but not used (the driver redraws a write of a key whose write
     /// is in flight): a chooser with a budget of requests takes it back. Default: nothing.
     fn discard(&mut self) {}
+}
+
+/// Uniform keys, `get_fraction` gets (of which `degraded_fraction` forced degraded), the rest
+/// sets.
+#[derive(Debug)]
+pub struct UniformMix {
+    pub get_fraction: f64,
+    pub degraded_fraction: f64,
+}
+
+impl Chooser for UniformMix {
+    fn next(&mut self, rng: &mut SmallRng, keys: usize) -> Option<Choice> {
+        if keys == 0 {
+            return None;
+        }
+        let local = rng.gen_range(0..keys);
+        let op = if rng.gen::<f64>() < self.get_fraction {
+            if self.degraded_fraction > 0.0 && rng.gen::<f64>() < self.degraded_fraction {
+                OpKind::DegradedGet
+            } else {
+                OpKind::Get
+            }
+        } else {
+            OpKind::Set
+        };
+        Some(Choice { op, local })
+    }
 }
 
 /// Key ids of thread `t` of `threads`: `t, t + threads, t + 2·threads, …`.
@@ -369,7 +391,9 @@ impl PhaseStats {
         self.ops.entry(k).or_default()
     }
 
-    pub(crate) fn merge(&mut self, o: PhaseStats) {
+    /// Adds the counts, histograms and timeline of `o`, another thread's share of the same
+    /// phase (the recorded time is the longer of the two).
+    pub fn merge(&mut self, o: PhaseStats) {
         for (k, s) in o.ops {
             let mine = self.op(k);
             mine.hist.add(&s.hist).expect("same bounds");
@@ -1430,17 +1454,12 @@ mod tests {
 
     #[test]
     fn ycsb_key_names() {
-        // YCSB's Utils.fnvhash64 of 0 and 1 (Java, computed by hand from its definition:
-        // offset basis 0xCBF29CE484222325, prime 1099511628211, xor then multiply per octet).
-        let mut h: u64 = 0xCBF2_9CE4_8422_2325;
-        for _ in 0..8 {
-            h = h.wrapping_mul(1_099_511_628_211);
-        }
-        assert_eq!(ycsb_fnvhash64(0), (h as i64).wrapping_abs());
-        assert_eq!(
-            KeyNames::Ycsb.name(0),
-            format!("user{}", (h as i64).wrapping_abs()).into_bytes()
-        );
+        // YCSB's Utils.fnvhash64 of 0, 1 and 7 (its definition worked by hand: offset basis
+        // 0xCBF29CE484222325, prime 1099511628211, xor then multiply per octet, Math.abs).
+        assert_eq!(ycsb_fnvhash64(0), 6_284_781_860_667_377_211);
+        assert_eq!(ycsb_fnvhash64(1), 8_517_097_267_634_966_620);
+        assert_eq!(ycsb_fnvhash64(7), 5_465_015_992_139_406_178);
+        assert_eq!(KeyNames::Ycsb.name(0), b"user6284781860667377211");
         assert_eq!(KeyNames::Prefix("k:".into()).name(12), b"k:12");
     }
 

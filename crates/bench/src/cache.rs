@@ -1,12 +1,9 @@
 //! `inec bench cache`: set/get of fixed-size values against memcached-protocol servers, many
-//! connections from a few `mio` event loops ([`load`]), every read checked ([`check`]),
+//! connections from a few `mio` event loops (the `load` crate), every read checked (`load::check`),
 //! latencies in HDR histograms. memcached 1.6 is started and stopped by the benchmark as the
 //! baseline; other systems are given by address (`--system LABEL=ADDR[,ADDR...]`). Systems
 //! alternate within every round, so drift and other load on a shared machine hit them alike;
 //! the table gives the median over rounds and the ratio to memcached.
-
-pub mod check;
-pub mod load;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -15,14 +12,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::{anyhow, bail, Context, Result};
-use rand::rngs::SmallRng;
-use rand::Rng;
+use crate::{Context, Result};
 use serde::Serialize;
 
 use harness::cache::{InecCache, InecOptions};
 use harness::{Memcached, MemcachedOptions};
-use load::{Choice, Chooser, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target};
+use load::{KeyNames, LoadAll, Phase, PhaseStats, Route, Session, Target, UniformMix};
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct CacheArgs {
@@ -137,7 +132,7 @@ pub enum SystemKind {
 pub fn parse_system(s: &str) -> Result<SystemSpec> {
     let (label, addrs) = s
         .split_once('=')
-        .ok_or_else(|| anyhow!("--system {s:?}: expected LABEL=ADDR[,ADDR...]"))?;
+        .ok_or_else(|| settings!("--system {s:?}: expected LABEL=ADDR[,ADDR...]"))?;
     if label.is_empty() {
         bail!("--system {s:?}: empty label");
     }
@@ -148,7 +143,7 @@ pub fn parse_system(s: &str) -> Result<SystemSpec> {
             .to_socket_addrs()
             .with_context(|| format!("--system {label}: address {a:?}"))?
             .next()
-            .ok_or_else(|| anyhow!("--system {label}: {a:?} resolves to nothing"))?;
+            .ok_or_else(|| settings!("--system {label}: {a:?} resolves to nothing"))?;
         out.push(addr);
     }
     Ok(SystemSpec {
@@ -161,7 +156,7 @@ pub fn parse_system(s: &str) -> Result<SystemSpec> {
 pub fn parse_mix(s: &str) -> Result<f64> {
     let (g, w) = s
         .split_once(':')
-        .ok_or_else(|| anyhow!("--mix {s:?}: expected GET:SET, e.g. 90:10"))?;
+        .ok_or_else(|| settings!("--mix {s:?}: expected GET:SET, e.g. 90:10"))?;
     let g: f64 = g.trim().parse().with_context(|| format!("--mix {s:?}"))?;
     let w: f64 = w.trim().parse().with_context(|| format!("--mix {s:?}"))?;
     if !(g >= 0.0 && w >= 0.0 && g + w > 0.0) {
@@ -174,7 +169,7 @@ pub fn parse_mix(s: &str) -> Result<f64> {
 pub fn parse_degraded_form(s: &str) -> Result<load::DegradedForm> {
     let (prefix, suffix) = s
         .split_once("{key}")
-        .ok_or_else(|| anyhow!("--degraded-form {s:?}: must contain {{key}}"))?;
+        .ok_or_else(|| settings!("--degraded-form {s:?}: must contain {{key}}"))?;
     if s.contains(['\r', '\n']) {
         bail!("--degraded-form {s:?}: no line breaks");
     }
@@ -183,33 +178,6 @@ pub fn parse_degraded_form(s: &str) -> Result<load::DegradedForm> {
         suffix: suffix.to_string(),
         meta: prefix.starts_with("mg "),
     })
-}
-
-/// Uniform keys, `get_fraction` gets (of which `degraded_fraction` forced degraded), the rest
-/// sets.
-#[derive(Debug)]
-pub struct UniformMix {
-    pub get_fraction: f64,
-    pub degraded_fraction: f64,
-}
-
-impl Chooser for UniformMix {
-    fn next(&mut self, rng: &mut SmallRng, keys: usize) -> Option<Choice> {
-        if keys == 0 {
-            return None;
-        }
-        let local = rng.gen_range(0..keys);
-        let op = if rng.gen::<f64>() < self.get_fraction {
-            if self.degraded_fraction > 0.0 && rng.gen::<f64>() < self.degraded_fraction {
-                OpKind::DegradedGet
-            } else {
-                OpKind::Get
-            }
-        } else {
-            OpKind::Set
-        };
-        Some(Choice { op, local })
-    }
 }
 
 /// One system, one round.
@@ -317,24 +285,12 @@ pub struct SystemResult {
     pub rounds: Vec<RoundResult>,
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median over rounds ([`crate::stats::median`]); NaN (null in JSON) for no round.
+fn median(v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return f64::NAN;
     }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them (empty if unreadable).
-pub(crate) fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
+    crate::stats::median(&v)
 }
 
 /// Runs one system for one round: start (if the benchmark manages it), load every key, the
@@ -398,11 +354,11 @@ fn run_round(
     };
     let loaded = session.run(&load_phase, &|_, n| Box::new(LoadAll::new(n)))?;
     if loaded.total_errors() > 0 {
-        bail!(
+        return Err(failure!(
             "{}: loading the keys failed: {:?}",
             sys.label,
             loaded.errors
-        );
+        ));
     }
     let run_phase = Phase {
         duration: Some(Duration::from_secs_f64(a.duration_s)),
@@ -577,10 +533,10 @@ pub fn run(a: CacheArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&a.degraded_ratio) {
         bail!("--degraded-ratio must be within 0..=1");
     }
-    if a.value_bytes < check::HEADER_BYTES {
+    if a.value_bytes < load::check::HEADER_BYTES {
         bail!(
             "--value-bytes must be at least {} (the checked header)",
-            check::HEADER_BYTES
+            load::check::HEADER_BYTES
         );
     }
     if a.keys == 0 || a.connections == 0 || a.rounds == 0 || a.duration_s <= 0.0 {
@@ -626,10 +582,10 @@ pub fn run(a: CacheArgs) -> Result<()> {
     }
     if !a.inec_modes.is_empty() {
         let exe = a.exe.clone().ok_or_else(|| {
-            anyhow!("--inec needs the `inec` executable (its nodes run `inec serve`)")
+            settings!("--inec needs the `inec` executable (its nodes run `inec serve`)")
         })?;
         let code: codes::Code =
-            (a.inec_code.parse()).map_err(|e| anyhow!("--inec-code {:?}: {e}", a.inec_code))?;
+            (a.inec_code.parse()).map_err(|e| settings!("--inec-code {:?}: {e}", a.inec_code))?;
         let (k, n) = (code.k(), code.n());
         let nodes = a.inec_nodes.unwrap_or(n);
         // Each node's -m is split over its n (stripe, position) slots; a slot holds about
@@ -661,9 +617,9 @@ pub fn run(a: CacheArgs) -> Result<()> {
 
     let info = RunInfo {
         bench: "cache",
-        cpu: crate::codec::cpu_model(),
+        cpu: crate::host::cpu_model(),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        load_average: load_average(),
+        load_average: crate::host::load_average(),
         memcached_version,
         keys: a.keys,
         value_bytes: a.value_bytes,
@@ -773,7 +729,9 @@ pub fn run(a: CacheArgs) -> Result<()> {
         .map(|x| x.check.wrong() + x.check.missing)
         .sum();
     if wrong > 0 {
-        bail!("{wrong} reads returned a wrong or missing value (see above)");
+        return Err(failure!(
+            "{wrong} reads returned a wrong or missing value (see above)"
+        ));
     }
     Ok(())
 }

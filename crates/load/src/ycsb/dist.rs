@@ -2,11 +2,11 @@
 //! Gray et al. that YCSB uses (also over a growing item count, for `latest`), its scrambled
 //! form (θ = 0.99 over 10^10 items, hashed with FNV-64 onto the records), latest and uniform;
 //! and the Weibull distribution of the degraded reads' and the failures' arrivals (the INEC
-//! paper, §IV-B). Key names are [`crate::cache::load::KeyNames::Ycsb`].
+//! paper, §IV-B). Key names are [`crate::KeyNames::Ycsb`].
 
 use rand::Rng;
 
-use crate::cache::load::ycsb_fnvhash64;
+use crate::ycsb_fnvhash64;
 
 /// YCSB's `ZipfianGenerator.ZIPFIAN_CONSTANT`.
 pub const ZIPFIAN_CONSTANT: f64 = 0.99;
