@@ -40,6 +40,38 @@ pub fn parse_rate(s: &str) -> Result<u64, Error> {
     Ok((v * mult as f64) as u64)
 }
 
+/// A unicast MAC address no interface here has (locally administered).
+const NOWHERE_MAC: &str = "02:00:5e:00:de:ad";
+
+/// Cuts the link from node `from` to node `to` silently, as a broken cable or a bad switch port
+/// does: `from` sends its frames for `to` to a MAC address no interface has (a permanent
+/// neighbour entry in `from`'s namespace), the bridge floods them and every port drops them.
+/// Nothing answers with an error; TCP just hears nothing back. One direction: cut both for a
+/// partition between two nodes.
+pub fn cut(from: usize, to: usize) -> Result<(), Error> {
+    let (ns, dev) = (ns_name(from), format!("inec-n{from}"));
+    sh(&[
+        "ip",
+        "-n",
+        &ns,
+        "neigh",
+        "replace",
+        &ns_addr(to),
+        "lladdr",
+        NOWHERE_MAC,
+        "dev",
+        &dev,
+        "nud",
+        "permanent",
+    ])
+}
+
+/// Heals what [`cut`] did: the neighbour entry goes and `to`'s address is resolved again.
+pub fn heal(from: usize, to: usize) -> Result<(), Error> {
+    let (ns, dev) = (ns_name(from), format!("inec-n{from}"));
+    sh(&["ip", "-n", &ns, "neigh", "del", &ns_addr(to), "dev", &dev])
+}
+
 /// What [`setup`] created, so that a failure (or a cluster's `down`) removes exactly that.
 #[derive(Debug, Default)]
 pub struct NetnsCreated {
