@@ -1351,9 +1351,11 @@ fn cache_up_in_network_namespaces() {
 /// cannot hear each other, in both directions and silently (frames vanish, nothing answers with
 /// an error), for five seconds, while every other link works. A writer writes through the
 /// successor and readers read through three other nodes. The successor cannot gather a
-/// majority (the others still hear the agent), so it never leads: no read returns a value older
-/// than one acknowledged before the read began, and after the heal every value reads back
-/// through every node. Skipped (saying why) where namespaces cannot be made; failed there under
+/// majority (the others still hear the agent), so it never leads: once it sees the agent down
+/// it acknowledges no write of stripe 0 (the rules before the majority lease let it take the
+/// stripe over and acknowledge them, a second leader), the readers keep reading, no read
+/// returns a value older than one acknowledged before the read began, and after the heal every
+/// value reads back through every node. Skipped (saying why) where namespaces cannot be made; failed there under
 /// CI.
 #[test]
 fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
@@ -1362,19 +1364,36 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
         return;
     }
     let c = Cluster::up_with("rs:6,3", "rs", 9, &["--netns"]);
+    // The load's keys of stripe 0 (agent 0, successor 1).
+    let stripe_0: Vec<usize> = (0..LOAD_KEYS)
+        .filter(|k| cache::placement::fnv1a_64(format!("w{k}").as_bytes()) % 9 == 0)
+        .collect();
+    assert!(!stripe_0.is_empty());
     let load = Load::start_at(&c, 1, &[3, 4, 5]);
     std::thread::sleep(Duration::from_millis(1000));
     harness::netns::cut(0, 1).unwrap();
     harness::netns::cut(1, 0).unwrap();
-    std::thread::sleep(Duration::from_millis(5000));
+    // A write under way when the cut came may still be acknowledged: after a down-after time
+    // the successor sees the agent down, and from then on only a second leader could
+    // acknowledge a write of stripe 0 through it.
+    std::thread::sleep(Duration::from_millis(1500));
+    let acked = |load: &Load| -> Vec<Option<u64>> {
+        let w = load.writes.lock().unwrap();
+        stripe_0.iter().map(|&k| w[k].0).collect()
+    };
+    let at_cut = acked(&load);
+    let reads_at_cut = load.reads_ok.load(Ordering::Relaxed);
+    std::thread::sleep(Duration::from_millis(3500));
     // The successor saw the agent down and stood ready to take over, but no majority voted
-    // for it.
+    // for it: it acknowledged nothing of stripe 0, while the other nodes kept reading.
     let st = c.client(1).stats("inec");
     assert_eq!(
         st["node_0"], "down",
         "the cut was not silent enough to be seen"
     );
     assert_eq!(st["stripe_0"].split(",agent=").nth(1), Some("1"));
+    assert_eq!(acked(&load), at_cut, "a second leader acknowledged writes");
+    assert!(load.reads_ok.load(Ordering::Relaxed) > reads_at_cut + 50);
     harness::netns::heal(0, 1).unwrap();
     harness::netns::heal(1, 0).unwrap();
     std::thread::sleep(Duration::from_millis(2000));
