@@ -637,8 +637,15 @@ fn agents_stalled_under_load_never_return_stale_values() {
     // Each stall outlasts the 5 s a peer call waits for a stalled node, so that the others
     // mark it down and go on without it: stand-ins lead its stripe and writes leave holes at
     // it.
+    let rebuilds = |n: usize| {
+        c.client(n).stats("inec")["index_rebuilds"]
+            .parse::<u64>()
+            .unwrap()
+    };
+    let before_3 = rebuilds(3);
     c.signal(3, "STOP");
     std::thread::sleep(Duration::from_millis(3000));
+    let before_1 = rebuilds(1);
     c.signal(1, "STOP");
     std::thread::sleep(Duration::from_millis(4000));
     c.signal(3, "CONT");
@@ -647,26 +654,24 @@ fn agents_stalled_under_load_never_return_stale_values() {
     c.wait_whole();
     // Node 4 stood in for node 3 (stripe 3) and node 2 for node 1 (stripe 1): each built an
     // index. The returning agents lead again once the others' promises to the stand-ins have
-    // run out (a term after they last exempted them), and rebuild theirs.
-    let rebuilds = |n: usize| {
-        c.client(n).stats("inec")["index_rebuilds"]
-            .parse::<u64>()
-            .unwrap()
-    };
+    // run out (a term after they last exempted them), and rebuild theirs: an index kept from
+    // before the stall would miss the stand-ins' writes.
     let deadline = Instant::now() + Duration::from_secs(30);
-    while rebuilds(3) < 2 || rebuilds(1) < 2 {
+    while rebuilds(3) <= before_3 || rebuilds(1) <= before_1 {
         assert!(
             Instant::now() < deadline,
-            "returning agents: {} {}\n{}\n{:?}",
+            "returning agents: {} → {}, {} → {}\n{}\n{:?}",
+            before_3,
             rebuilds(3),
+            before_1,
             rebuilds(1),
             c.status(),
             (0..9)
                 .map(|n| {
                     let st = c.client(n).stats("inec");
                     format!(
-                        "node {n}: sees 1 {}, votes for itself in stripe 1 {}, lease_lost_ops {}, server_errors {}",
-                        st["node_1"], st["stripe_1_votes"], st["lease_lost_ops"], st["server_errors"]
+                        "node {n}: sees 1 {}, votes for itself in stripe 1 {}, lease_lost_ops {}, lease_lapses {}, server_errors {}",
+                        st["node_1"], st["stripe_1_votes"], st["lease_lost_ops"], st["lease_lapses"], st["server_errors"]
                     )
                 })
                 .collect::<Vec<_>>(),
