@@ -1371,7 +1371,7 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
     let c = Cluster::up_with("rs:6,3", "rs", 9, &["--netns"]);
     // The load's keys of stripe 0 (agent 0, successor 1).
     let stripe_0: Vec<usize> = (0..LOAD_KEYS)
-        .filter(|k| cache::placement::fnv1a_64(format!("w{k}").as_bytes()) % 9 == 0)
+        .filter(|k| cache::placement::fnv1a_64(format!("w{k}").as_bytes()).is_multiple_of(9))
         .collect();
     assert!(!stripe_0.is_empty());
     let load = Load::start_at(&c, 1, &[3, 4, 5]);
