@@ -242,6 +242,9 @@ pub struct Node {
     /// Shared so that a client loop can hold one across a write's replies (`loop_write`).
     key_locks: Vec<Arc<parking_lot::Mutex<()>>>,
     peers: Mutex<Peers>,
+    /// Per stripe, its distinct member nodes in position order (the lease's electorate; the
+    /// placement is static).
+    lease_members: Vec<Vec<usize>>,
     ready: AtomicBool,
     recovery: Mutex<RecoveryState>,
     oldest_live_us: AtomicU64,
@@ -282,7 +285,11 @@ impl Node {
             leases: vec![PeerLease::default(); cfg.node_count],
         };
         let recover = cfg.recover;
+        let lease_members = (0..cfg.node_count)
+            .map(|s| lease::member_nodes((0..n).map(|p| placement.node_of(s, p))))
+            .collect();
         Node {
+            lease_members,
             codec: Codec::new(cfg.code),
             placement,
             transport,
@@ -430,13 +437,13 @@ impl Node {
     /// The lease rules of `lease.rs` for `stripe` at this node: a majority of the stripe's
     /// member nodes vote for it.
     fn lease_holds(&self, stripe: usize) -> bool {
-        let members = self.lease_members(stripe);
+        let members = &self.lease_members[stripe];
         let me = self.cfg.id;
         let ready = self.is_ready();
         let mut peers = lock(&self.peers);
         let Peers { list, leases } = &mut *peers;
         lease::holds(
-            &members,
+            members,
             me,
             |i| sight(list, me, ready, i),
             leases,
@@ -448,21 +455,16 @@ impl Node {
 
     /// The votes for this node in `stripe` now, of its member nodes: (votes, members).
     pub fn lease_votes(&self, stripe: usize) -> (usize, usize) {
-        let members = self.lease_members(stripe);
+        let members = &self.lease_members[stripe];
         let me = self.cfg.id;
         let ready = self.is_ready();
         let peers = lock(&self.peers);
         let view = |i| sight(&peers.list, me, ready, i);
         let now = Instant::now();
         let term = self.cfg.down_after;
-        let v = lease::votes(&members, me, view, &peers.leases, now, term, self.started)
+        let v = lease::votes(members, me, view, &peers.leases, now, term, self.started)
             .map_or(0, |(others, own)| others + usize::from(own));
         (v, members.len())
-    }
-
-    /// The distinct nodes of `stripe`, in position order.
-    fn lease_members(&self, stripe: usize) -> Vec<usize> {
-        lease::member_nodes((0..self.n()).map(|p| self.placement.node_of(stripe, p)))
     }
 
     /// Drops this node's index of `stripe` if its lease lapsed after the index was built: a
@@ -472,7 +474,7 @@ impl Node {
         let Some(built) = lock(&self.stripes[stripe]).as_ref().map(|ix| ix.built_at) else {
             return;
         };
-        let members = self.lease_members(stripe);
+        let members = &self.lease_members[stripe];
         let stale = {
             let now = Instant::now();
             let peers = lock(&self.peers);
