@@ -1313,6 +1313,8 @@ fn netns_unavailable() -> Option<(&'static str, &'static str)> {
 /// there under CI.
 #[test]
 fn cache_up_in_network_namespaces() {
+    // Two namespace tests of this binary run in parallel: they take turns on the one bridge.
+    let _slot = harness::netns::slot().unwrap();
     if let Some((tool, package)) = netns_unavailable() {
         harness::skip::skip_or_fail(tool, package);
         return;
@@ -1364,6 +1366,8 @@ fn cache_up_in_network_namespaces() {
 /// CI.
 #[test]
 fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
+    // Two namespace tests of this binary run in parallel: they take turns on the one bridge.
+    let _slot = harness::netns::slot().unwrap();
     if let Some((tool, package)) = netns_unavailable() {
         harness::skip::skip_or_fail(tool, package);
         return;

@@ -10,6 +10,32 @@ use crate::Error;
 
 const BRIDGE: &str = "inec-br";
 
+/// The machine's one namespace-cluster slot, held while it lasts. Whoever brings a namespace
+/// cluster up for a while (a test) takes it first, so that two on one machine (two tests of one
+/// binary run in parallel) take turns instead of one finding the bridge taken. An advisory lock
+/// on a file in the temporary directory, released when this is dropped or the process dies.
+#[derive(Debug)]
+pub struct Slot {
+    _file: std::fs::File,
+}
+
+/// Waits for the namespace-cluster slot (see [`Slot`]).
+pub fn slot() -> Result<Slot, Error> {
+    let path = std::env::temp_dir().join("inec-netns.lock");
+    let io = |source| Error::Io {
+        what: format!("the namespace-cluster lock {}", path.display()),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io)?;
+    file.lock().map_err(io)?;
+    Ok(Slot { _file: file })
+}
+
 /// The namespace of node `i`.
 pub fn ns_name(i: usize) -> String {
     format!("inec-ns{i}")
