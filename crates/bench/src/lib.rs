@@ -18,6 +18,7 @@ pub mod cache;
 pub mod codec;
 pub mod demo;
 pub mod host;
+pub mod nemesis;
 pub use error::{BenchError, Context, Result};
 #[cfg(feature = "isal")]
 pub mod isal;

@@ -192,6 +192,9 @@ pub struct Counters {
     pub loop_forwards: AtomicU64,
     /// Forwards the loop gave to a worker (no agent's answer, or one the worker must handle).
     pub loop_forward_fallbacks: AtomicU64,
+    /// Writes forwarded to an agent that sent no reply: answered `SERVER_ERROR` (the write may
+    /// or may not have been applied), never sent again.
+    pub forwards_in_doubt: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -629,7 +632,7 @@ impl Node {
                     .collect(),
             };
             for ((i, node), r) in remote_at.into_iter().zip(nodes).zip(replies) {
-                if let Err(PeerError::Io { source, .. }) = &r {
+                if let Err(PeerError::Io { source, .. } | PeerError::NoReply { source, .. }) = &r {
                     self.mark_down(node);
                     if source.kind() == std::io::ErrorKind::ConnectionRefused {
                         lock(&self.peers).leases[node].refused = true;
@@ -818,6 +821,14 @@ impl Node {
                     Some(Ok(other)) => AgentResult::Error(format!(
                         "node {agent} answered an agent request with {other:?}"
                     )),
+                    // Sent, and no reply: the agent may have applied it. A write is not sent
+                    // again (it could act twice, the second time over later writes).
+                    Some(Err(e @ PeerError::NoReply { .. })) if !op.repeatable() => {
+                        bump(&self.counters.forwards_in_doubt);
+                        return AgentResult::Error(format!(
+                            "{e}: the request may or may not have been applied"
+                        ));
+                    }
                     Some(Err(_)) | None => AgentResult::NotAgent,
                 }
             };

@@ -75,6 +75,21 @@ pub enum AgentOp {
     },
 }
 
+impl AgentOp {
+    /// Safe to send again after a try whose fate is unknown: it reads, or sets what it sets
+    /// to the same thing whenever it runs. A store, delete or arithmetic sent twice could act
+    /// twice, the second time after other writes.
+    pub fn repeatable(&self) -> bool {
+        matches!(
+            self,
+            AgentOp::Get { .. }
+                | AgentOp::Touch { .. }
+                | AgentOp::Keys { .. }
+                | AgentOp::Repair { .. }
+        )
+    }
+}
+
 /// The agent's answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AgentResult {
@@ -188,8 +203,12 @@ impl Request {
 /// Why a call to a peer failed: the peer is unreachable or broke the protocol.
 #[derive(Debug, Error)]
 pub enum PeerError {
+    /// The request was not sent (no connection, or the write failed).
     #[error("node {node} unreachable: {source}")]
     Io { node: usize, source: io::Error },
+    /// The request was sent and no reply came: the node may or may not have acted on it.
+    #[error("node {node} sent no reply: {source}")]
+    NoReply { node: usize, source: io::Error },
     #[error("node {node} sent a malformed message: {reason}")]
     Malformed { node: usize, reason: String },
     #[error("node {node} is not in the cluster")]
@@ -824,6 +843,12 @@ impl TcpTransport {
     }
 }
 
+/// Makes the close of `s` abortive: the bytes still queued for the peer are dropped and a reset
+/// is sent, instead of TCP delivering them whenever the peer can be reached again.
+pub fn abort(s: &impl std::os::fd::AsFd) {
+    let _ = rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO));
+}
+
 impl PeerTransport for TcpTransport {
     fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>> {
         // Send every request first (a pooled connection may have died idle: retry once on a
@@ -859,7 +884,10 @@ impl PeerTransport for TcpTransport {
                 let (node, mut s, data) = s?;
                 let body = read_frame(&mut s).map_err(|source| {
                     self.forget(node);
-                    PeerError::Io { node, source }
+                    // Nothing still queued for the node may reach it later (after a partition
+                    // heals): a caller that gives up on the request must not see it act.
+                    abort(&s);
+                    PeerError::NoReply { node, source }
                 })?;
                 if data {
                     self.received.fetch_add(1, Ordering::Relaxed);

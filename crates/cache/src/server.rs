@@ -130,6 +130,10 @@ enum LoopOp {
         remote: [(usize, usize); 1],
         /// Taken when sent.
         op: Option<AgentOp>,
+        /// A write, not sent again once sent (see `in_doubt`).
+        write: bool,
+        /// The agent answered that it does not lead the key's stripe (it applied nothing).
+        refused: bool,
         key: Vec<u8>,
         to: ReplyTo,
         result: Option<AgentResult>,
@@ -140,7 +144,9 @@ impl LoopOp {
     fn forward(agent: usize, key: &[u8], op: AgentOp, to: ReplyTo) -> LoopOp {
         LoopOp::Forward {
             remote: [(agent, 0)],
+            write: !op.repeatable(),
             op: Some(op),
+            refused: false,
             key: key.to_vec(),
             to,
             result: None,
@@ -168,13 +174,19 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
-            LoopOp::Forward { result, .. } => match reply {
+            LoopOp::Forward {
+                result, refused, ..
+            } => match reply {
                 Some(peer::Response::Agent(
                     r
                     @ (AgentResult::Value { .. } | AgentResult::Miss | AgentResult::Stored { .. }),
                 )) => {
                     *result = Some(r);
                     true
+                }
+                Some(peer::Response::Agent(AgentResult::NotAgent)) => {
+                    *refused = true;
+                    false
                 }
                 _ => false,
             },
@@ -260,6 +272,23 @@ impl LoopOp {
         Some(out)
     }
 
+    /// A write forwarded to its agent with no answer that says whether it was applied (none
+    /// came, or an error): running it again could apply it twice, the second time over later
+    /// writes (a partition that heals delivers what was queued), so the client is told
+    /// `SERVER_ERROR` instead, as when memcached's connection drops mid-request.
+    fn in_doubt(&self) -> bool {
+        matches!(
+            self,
+            LoopOp::Forward {
+                write: true,
+                op: None,
+                refused: false,
+                result: None,
+                ..
+            }
+        )
+    }
+
     /// Gives the op up (a worker runs the request again).
     fn abandon(self, node: &Node) {
         let c = &node.counters;
@@ -327,6 +356,25 @@ impl LoopOps {
             return None;
         }
         let pr = self.pending.remove(&id).expect("present");
+        if pr.failed && pr.op.in_doubt() {
+            bump(&node.counters.forwards_in_doubt);
+            let mut out = Vec::new();
+            if let LoopOp::Forward {
+                remote: [(agent, _)],
+                to: ReplyTo::Client { noreply: false, .. },
+                ..
+            } = pr.op
+            {
+                compose::server_error(
+                    &mut out,
+                    &format!(
+                        "node {agent} (the key's agent) sent no reply: the write may or may not \
+                         have been applied"
+                    ),
+                );
+            }
+            return Some(Done::Reply(pr.conn, out));
+        }
         if pr.failed {
             pr.op.abandon(node);
             return Some(Done::Worker(pr.conn, pr.retry));
@@ -1607,6 +1655,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
+    compose::stat(out, "forwards_in_doubt", g(&c.forwards_in_doubt));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());

@@ -65,6 +65,12 @@ files)."
     /// YCSB-A, a node killed and restarted, recovery, every value verified, a report with plots.
     #[cfg(feature = "bench")]
     Demo(bench::demo::DemoArgs),
+    /// The cache under partitions, pauses and kills aimed at one stripe's agent (network
+    /// namespaces, root): clients on every side record a history, checked for linearizability
+    /// (porcupine, built with Go) and stale reads; unavailability per fault. Exit status 1 when
+    /// the history is not linearizable.
+    #[cfg(feature = "bench")]
+    Nemesis(bench::nemesis::NemesisArgs),
     /// Print the plan (Dynamic EC Graph) of one encode or repair.
     Plan(cmd_plan::PlanArgs),
     /// Print the alpha-beta model's predictions beside the simulator's times.
@@ -143,6 +149,11 @@ fn main() -> ExitCode {
         Command::Demo(a) => {
             (|| -> anyhow::Result<()> { Ok(bench::demo::run(a, &std::env::current_exe()?)?) })()
         }
+        #[cfg(feature = "bench")]
+        Command::Nemesis(a) => (|| -> anyhow::Result<()> {
+            bench::nemesis::run(a, &std::env::current_exe()?)?;
+            Ok(())
+        })(),
         Command::Plan(a) => cmd_plan::plan(a),
         Command::Model(a) => cmd_plan::model(a),
         Command::Node(a) => cmd_cluster::node(a),

@@ -1276,36 +1276,6 @@ fn concurrent_degraded_reads_at_one_agent() {
     assert_eq!(stat("plan_templates_installed"), 0);
 }
 
-/// What the network-namespace test lacks here, and what provides it, if it cannot run.
-fn netns_unavailable() -> Option<(&'static str, &'static str)> {
-    let uid = Command::new("id").arg("-u").output().ok()?;
-    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-        return Some((
-            "root (for network namespaces)",
-            "root, or CAP_SYS_ADMIN and CAP_NET_ADMIN",
-        ));
-    }
-    for tool in ["ip", "tc"] {
-        let ok = Command::new(tool)
-            .arg("-V")
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !ok {
-            return Some((
-                if tool == "ip" { "`ip`" } else { "`tc`" },
-                "Debian package iproute2",
-            ));
-        }
-    }
-    if std::path::Path::new("/sys/class/net/inec-br").exists() {
-        return Some((
-            "a free bridge inec-br (another namespace cluster is up on this machine)",
-            "that cluster taken down: `inec cache down` or `inec cluster down`",
-        ));
-    }
-    None
-}
-
 /// `inec cache up --netns`: every node in its own namespace behind a rate-limited veth link,
 /// the cluster file giving their namespace addresses; values written through one node read
 /// back through another, a write and a read on the start-up plans; `down` removes the
@@ -1315,7 +1285,7 @@ fn netns_unavailable() -> Option<(&'static str, &'static str)> {
 fn cache_up_in_network_namespaces() {
     // Two namespace tests of this binary run in parallel: they take turns on the one bridge.
     let _slot = harness::netns::slot().unwrap();
-    if let Some((tool, package)) = netns_unavailable() {
+    if let Some((tool, package)) = harness::netns::unavailable() {
         harness::skip::skip_or_fail(tool, package);
         return;
     }
@@ -1368,7 +1338,7 @@ fn cache_up_in_network_namespaces() {
 fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
     // Two namespace tests of this binary run in parallel: they take turns on the one bridge.
     let _slot = harness::netns::slot().unwrap();
-    if let Some((tool, package)) = netns_unavailable() {
+    if let Some((tool, package)) = harness::netns::unavailable() {
         harness::skip::skip_or_fail(tool, package);
         return;
     }

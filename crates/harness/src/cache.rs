@@ -601,6 +601,16 @@ impl InecCache {
     /// removed on drop). Knowing `dir` before the start lets a signal handler stop the nodes
     /// with [`teardown_dir`] even while they start.
     pub fn start_in(o: &InecOptions, dir: &Path) -> Result<InecCache, Error> {
+        Self::start_with(o, dir, false)
+    }
+
+    /// As [`Self::start_in`], each node in its own network namespace (`inec cache up
+    /// --netns`: root, and no other namespace cluster up on this machine).
+    pub fn start_netns_in(o: &InecOptions, dir: &Path) -> Result<InecCache, Error> {
+        Self::start_with(o, dir, true)
+    }
+
+    fn start_with(o: &InecOptions, dir: &Path, netns: bool) -> Result<InecCache, Error> {
         let _ = fs::remove_dir_all(dir);
         let st = up(&UpConfig {
             exe: o.exe.clone(),
@@ -608,7 +618,7 @@ impl InecCache {
             nodes: o.nodes,
             base_port: None,
             ready_timeout: Duration::from_secs(20),
-            netns: false,
+            netns,
             link_rate: None,
             options: o.options.clone(),
         })

@@ -19,6 +19,37 @@ pub struct Slot {
     _file: std::fs::File,
 }
 
+/// What a namespace cluster lacks on this machine, and what provides it, if it cannot be
+/// made: root, `ip` and `tc`, and a free bridge.
+pub fn unavailable() -> Option<(&'static str, &'static str)> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some((
+            "root (for network namespaces)",
+            "root, or CAP_SYS_ADMIN and CAP_NET_ADMIN",
+        ));
+    }
+    for tool in ["ip", "tc"] {
+        let ok = Command::new(tool)
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !ok {
+            return Some((
+                if tool == "ip" { "`ip`" } else { "`tc`" },
+                "Debian package iproute2",
+            ));
+        }
+    }
+    if Path::new("/sys/class/net").join(BRIDGE).exists() {
+        return Some((
+            "a free bridge inec-br (another namespace cluster is up on this machine)",
+            "that cluster taken down: `inec cache down` or `inec cluster down`",
+        ));
+    }
+    None
+}
+
 /// Waits for the namespace-cluster slot (see [`Slot`]).
 pub fn slot() -> Result<Slot, Error> {
     let path = std::env::temp_dir().join("inec-netns.lock");
@@ -96,6 +127,36 @@ pub fn cut(from: usize, to: usize) -> Result<(), Error> {
 pub fn heal(from: usize, to: usize) -> Result<(), Error> {
     let (ns, dev) = (ns_name(from), format!("inec-n{from}"));
     sh(&["ip", "-n", &ns, "neigh", "del", &ns_addr(to), "dev", &dev])
+}
+
+/// The address of this machine's own side (the clients') on the bridge.
+const HOST_ADDR: &str = "10.77.0.1";
+
+/// Cuts node `node` from the clients silently, both directions: node `node` sends its frames
+/// for this machine's bridge address nowhere, and this machine its frames for the node.
+/// Nodes still reach each other.
+pub fn cut_clients(node: usize) -> Result<(), Error> {
+    let (ns, dev) = (ns_name(node), format!("inec-n{node}"));
+    let nowhere = ["lladdr", NOWHERE_MAC];
+    let perm = ["nud", "permanent"];
+    let mut a = vec!["ip", "-n", &ns, "neigh", "replace", HOST_ADDR];
+    a.extend(nowhere);
+    a.extend(["dev", &dev]);
+    a.extend(perm);
+    sh(&a)?;
+    let addr = ns_addr(node);
+    let mut b = vec!["ip", "neigh", "replace", &addr];
+    b.extend(nowhere);
+    b.extend(["dev", BRIDGE]);
+    b.extend(perm);
+    sh(&b)
+}
+
+/// Heals what [`cut_clients`] did.
+pub fn heal_clients(node: usize) -> Result<(), Error> {
+    let (ns, dev) = (ns_name(node), format!("inec-n{node}"));
+    sh(&["ip", "-n", &ns, "neigh", "del", HOST_ADDR, "dev", &dev])?;
+    sh(&["ip", "neigh", "del", &ns_addr(node), "dev", BRIDGE])
 }
 
 /// What [`setup`] created, so that a failure (or a cluster's `down`) removes exactly that.
@@ -184,7 +245,14 @@ fn build(n: usize, rate: Option<&str>, made: &mut NetnsCreated) -> Result<(), Er
         .transpose()?;
     sh(&["ip", "link", "add", BRIDGE, "type", "bridge"])?;
     made.bridge = true;
-    sh(&["ip", "addr", "add", "10.77.0.1/16", "dev", BRIDGE])?;
+    sh(&[
+        "ip",
+        "addr",
+        "add",
+        &format!("{HOST_ADDR}/16"),
+        "dev",
+        BRIDGE,
+    ])?;
     sh(&["ip", "link", "set", BRIDGE, "up"])?;
     for i in 0..n {
         let ns = ns_name(i);

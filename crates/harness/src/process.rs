@@ -33,6 +33,17 @@ pub fn sigkill(pid: u32) {
     send(pid, rustix::process::Signal::KILL);
 }
 
+/// Sends SIGSTOP to `pid`: it stops, its sockets open and unread, as a process stalled by
+/// its host does (no error if it is gone already).
+pub fn sigstop(pid: u32) {
+    send(pid, rustix::process::Signal::STOP);
+}
+
+/// Sends SIGCONT to `pid` (no error if it is gone already).
+pub fn sigcont(pid: u32) {
+    send(pid, rustix::process::Signal::CONT);
+}
+
 /// Sends SIGTERM to `pid` (no error if it is gone already).
 pub fn sigterm(pid: u32) {
     send(pid, rustix::process::Signal::TERM);

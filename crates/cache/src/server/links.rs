@@ -236,6 +236,8 @@ impl Links {
             return Vec::new();
         };
         let _ = registry.deregister(&mut link.stream);
+        // Its requests fail now: none of them may reach the node later.
+        crate::peer::abort(&link.stream);
         link.asked.into_iter().map(|a| (a, None)).collect()
     }
 }
