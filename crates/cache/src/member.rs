@@ -27,12 +27,21 @@ pub enum PutOutcome {
     Stale,
 }
 
+/// How many tombstones a member keeps at most; past it the oldest go first.
+pub const MAX_TOMBSTONES: usize = 100_000;
+
 #[derive(Debug, Default)]
 pub struct ChunkStore {
     slots: HashMap<SlotKey, Slot>,
     /// Per stripe, the slots holding a previous record, with the version that replaced it.
     pending_prev: HashMap<u32, VecDeque<(SlotKey, u64)>>,
     bytes: u64,
+    /// Deleted keys, by (stripe, key), with the delete's version: an index rebuild adopts no
+    /// record below it (a member that missed the delete, cut off or stopped, still holds the
+    /// old record), and no record below it is stored any more.
+    tombstones: HashMap<(u32, Vec<u8>), u64>,
+    /// Tombstones in the order they were laid, to drop the oldest past [`MAX_TOMBSTONES`].
+    tombstone_order: VecDeque<(u32, Vec<u8>, u64)>,
 }
 
 impl ChunkStore {
@@ -62,8 +71,16 @@ impl ChunkStore {
         watermark: u64,
     ) -> Result<PutOutcome, RecordError> {
         let (header, _) = record::parse(&bytes)?;
-        let key: SlotKey = (stripe, header.chunk_index, header.key);
         let version = header.version;
+        let tomb = (stripe, header.key);
+        match self.tombstones.get(&tomb) {
+            Some(&deleted) if deleted > version => return Ok(PutOutcome::Stale),
+            Some(_) => {
+                self.tombstones.remove(&tomb);
+            }
+            None => {}
+        }
+        let key: SlotKey = (stripe, header.chunk_index, tomb.1);
         let outcome = match self.slots.get_mut(&key) {
             Some(slot) if slot.cur_version > version => PutOutcome::Stale,
             Some(slot) if slot.cur_version == version => {
@@ -142,8 +159,20 @@ impl ChunkStore {
     }
 
     /// Deletes the key's records at every position of the stripe whose version is below
-    /// `version` (the delete's own version).
+    /// `version` (the delete's own version), and lays a tombstone of that version.
     pub fn delete(&mut self, stripe: u32, key: &[u8], version: u64) {
+        let at = self.tombstones.entry((stripe, key.to_vec())).or_insert(0);
+        if *at < version {
+            *at = version;
+            self.tombstone_order
+                .push_back((stripe, key.to_vec(), version));
+        }
+        while self.tombstone_order.len() > MAX_TOMBSTONES {
+            let (s, k, v) = self.tombstone_order.pop_front().expect("not empty");
+            if self.tombstones.get(&(s, k.clone())) == Some(&v) {
+                self.tombstones.remove(&(s, k));
+            }
+        }
         let doomed: Vec<SlotKey> = self
             .slots
             .iter()
@@ -190,6 +219,15 @@ impl ChunkStore {
             }
         }
         out
+    }
+
+    /// The tombstones of a stripe: each deleted key with its delete's version.
+    pub fn tombstones(&self, stripe: u32) -> Vec<(Vec<u8>, u64)> {
+        self.tombstones
+            .iter()
+            .filter(|((s, _), _)| *s == stripe)
+            .map(|((_, k), &v)| (k.clone(), v))
+            .collect()
     }
 
     /// Flips one bit of the data of the current record at a position (test-only command).
@@ -246,6 +284,36 @@ mod tests {
         assert!(st.get(1, 0, b"k", 10).is_none());
         assert!(st.get(1, 0, b"k", 20).is_some());
         assert_eq!(st.bytes(), (rec(b"k", 0, 20, b"b").len() * 2) as u64);
+    }
+
+    #[test]
+    fn a_delete_leaves_a_tombstone_that_refuses_older_records() {
+        let mut st = ChunkStore::new();
+        st.put(3, rec(b"k", 1, 10, b"v"), 0).unwrap();
+        st.delete(3, b"k", 15);
+        assert!(st.get_latest(3, 1, b"k").is_none());
+        assert_eq!(st.tombstones(3), vec![(b"k".to_vec(), 15)]);
+        assert!(st.tombstones(4).is_empty());
+        // A record older than the delete (a late write, a write-back) is not stored again.
+        assert_eq!(
+            st.put(3, rec(b"k", 2, 12, b"old"), 0),
+            Ok(PutOutcome::Stale)
+        );
+        assert!(st.get_latest(3, 2, b"k").is_none());
+        // A newer write stores, and the tombstone goes.
+        assert_eq!(
+            st.put(3, rec(b"k", 1, 20, b"new"), 0),
+            Ok(PutOutcome::Stored)
+        );
+        assert!(st.tombstones(3).is_empty());
+        // Past the bound, the oldest tombstones go first.
+        for i in 0..MAX_TOMBSTONES + 2 {
+            st.delete(5, format!("d{i}").as_bytes(), 100 + i as u64);
+        }
+        let t = st.tombstones(5);
+        assert_eq!(t.len(), MAX_TOMBSTONES);
+        assert!(!t.iter().any(|(k, _)| k == b"d0" || k == b"d1"));
+        assert!(t.iter().any(|(k, _)| k == b"d2"));
     }
 
     #[test]

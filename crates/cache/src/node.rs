@@ -6,7 +6,7 @@
 //! rebuild) → the chunk store (held briefly). No lock is held while waiting for this node's
 //! own locks from a peer call, so forwarding cannot deadlock.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -770,13 +770,17 @@ impl Node {
                 lock(&self.store).touch(stripe, &key, version, exptime);
                 Response::Ack
             }
-            Request::List { stripe } => Response::Headers(
-                lock(&self.store)
-                    .list(stripe)
-                    .iter()
-                    .map(|h| record::encode(h, &[]))
-                    .collect(),
-            ),
+            Request::List { stripe } => {
+                let store = lock(&self.store);
+                Response::Headers(
+                    store
+                        .list(stripe)
+                        .iter()
+                        .map(|h| record::encode(h, &[]))
+                        .collect(),
+                    store.tombstones(stripe),
+                )
+            }
             Request::Flip {
                 stripe,
                 position,
@@ -931,12 +935,18 @@ impl Node {
             })
             .collect();
         let mut headers: Vec<Header> = Vec::new();
+        let mut deleted: HashMap<Vec<u8>, u64> = HashMap::new();
         for r in self.call(calls) {
-            if let Ok(Response::Headers(hs)) = r {
+            if let Ok(Response::Headers(hs, tombs)) = r {
                 headers.extend(
                     hs.iter()
                         .filter_map(|h| record::parse(h).ok().map(|(h, _)| h)),
                 );
+                for (key, version) in tombs {
+                    ix.observe_version(version);
+                    let at = deleted.entry(key).or_insert(0);
+                    *at = (*at).max(version);
+                }
             }
         }
         for h in &headers {
@@ -945,7 +955,10 @@ impl Node {
         let now = time::now_secs();
         let replicas = self.replicas();
         for (key, a) in stripe::adopt(&headers, self.k()) {
-            if time::is_expired(a.exptime, now) {
+            // Deleted after this version was written: a member that missed the delete (cut
+            // off, stopped) still holds it, and it must not come back.
+            if time::is_expired(a.exptime, now) || deleted.get(&key).is_some_and(|&d| d > a.version)
+            {
                 continue;
             }
             let (positions, charge) = index::charge(

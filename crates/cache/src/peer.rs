@@ -188,8 +188,9 @@ pub enum Response {
         exempt: Vec<u32>,
     },
     Record(Option<Vec<u8>>),
-    /// Headers, each encoded as a record without data.
-    Headers(Vec<Vec<u8>>),
+    /// Headers, each encoded as a record without data, and the stripe's tombstones (a deleted
+    /// key and its delete's version).
+    Headers(Vec<Vec<u8>>, Vec<(Vec<u8>, u64)>),
     Agent(AgentResult),
 }
 
@@ -689,10 +690,14 @@ fn encode_response_to(w: &mut W, res: &Response) {
                 None => w.u8(4).u8(0),
             };
         }
-        Response::Headers(hs) => {
+        Response::Headers(hs, tombs) => {
             w.u8(5).u32(hs.len() as u32);
             for h in hs {
                 w.bytes(h);
+            }
+            w.u32(tombs.len() as u32);
+            for (key, version) in tombs {
+                w.bytes(key).u64(*version);
             }
         }
         Response::Agent(res) => {
@@ -733,7 +738,12 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
                 for _ in 0..n {
                     hs.push(r.bytes()?);
                 }
-                Response::Headers(hs)
+                let n = r.u32()? as usize;
+                let mut tombs = Vec::with_capacity(n.min(1 << 16));
+                for _ in 0..n {
+                    tombs.push((r.bytes()?, r.u64()?));
+                }
+                Response::Headers(hs, tombs)
             }
             6 => Response::Agent(decode_result(&mut r)?),
             _ => return Err(Short),
@@ -1047,7 +1057,8 @@ mod tests {
             },
             Response::Record(None),
             Response::Record(Some(vec![1])),
-            Response::Headers(vec![vec![1], vec![]]),
+            Response::Headers(vec![vec![1], vec![]], vec![]),
+            Response::Headers(vec![], vec![(b"k".to_vec(), 7), (vec![], u64::MAX)]),
         ]);
         for r in responses {
             assert_eq!(decode_response(&encode_response(&r)), Some(r));
