@@ -41,10 +41,10 @@ fn parsers_survive_random_and_mutated_bytes() {
             compare_cas: Some(9),
             value: vec![1; 40],
         })),
-        peer::encode_response(&peer::Response::Headers(vec![record::encode(
-            &header(b"x", 0, 1),
-            &[],
-        )])),
+        peer::encode_response(&peer::Response::Headers(
+            vec![record::encode(&header(b"x", 0, 1), &[])],
+            vec![(b"gone".to_vec(), 4)],
+        )),
     ];
     for round in 0..20_000 {
         let bytes = if round % 2 == 0 {
