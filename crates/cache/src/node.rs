@@ -192,9 +192,10 @@ pub struct Counters {
     pub loop_forwards: AtomicU64,
     /// Forwards the loop gave to a worker (no agent's answer, or one the worker must handle).
     pub loop_forward_fallbacks: AtomicU64,
-    /// Writes forwarded to an agent that sent no reply: answered `SERVER_ERROR` (the write may
-    /// or may not have been applied), never sent again.
-    pub forwards_in_doubt: AtomicU64,
+    /// Writes whose fate is unknown — forwarded to an agent that sent no reply, or stored while
+    /// the agent's lease ran out — answered `SERVER_ERROR` (it may or may not have been
+    /// applied), never run again: run twice, a write could act over later writes.
+    pub writes_in_doubt: AtomicU64,
 }
 
 fn bump(c: &AtomicU64) {
@@ -828,7 +829,7 @@ impl Node {
                     // Sent, and no reply: the agent may have applied it. A write is not sent
                     // again (it could act twice, the second time over later writes).
                     Some(Err(e @ PeerError::NoReply { .. })) if !op.repeatable() => {
-                        bump(&self.counters.forwards_in_doubt);
+                        bump(&self.counters.writes_in_doubt);
                         return AgentResult::Error(format!(
                             "{e}: the request may or may not have been applied"
                         ));
@@ -1034,12 +1035,21 @@ impl Node {
             return AgentResult::NotAgent;
         }
         self.drop_stale_index(stripe);
+        let repeatable = op.repeatable();
         let res = self.agent_op(stripe, op);
         // The lease must still hold once the operation is done: otherwise another node may
-        // have led the stripe meanwhile, and the front retries there.
+        // have led the stripe meanwhile. A read is retried there by the front; a write may
+        // have been applied (and adopted by that node), so it is in doubt, not run again.
         if !self.leads(stripe) {
             bump(&self.counters.lease_lost_ops);
-            return AgentResult::NotAgent;
+            if repeatable {
+                return AgentResult::NotAgent;
+            }
+            bump(&self.counters.writes_in_doubt);
+            return AgentResult::Error(format!(
+                "the lease of stripe {stripe} ran out during the write: it may or may not \
+                 have been applied"
+            ));
         }
         res
     }

@@ -86,6 +86,10 @@ enum Work {
     Unlink { key: Vec<u8>, reply: Vec<u8> },
 }
 
+/// The reply to a write whose fate is unknown (it may have been applied: it is not run again).
+const IN_DOUBT: &str =
+    "the key's agent lost its lease during the write: it may or may not have been applied";
+
 /// A request the event loop runs to completion, waiting for other nodes.
 struct PendingOp {
     /// The connection the reply goes to: a client's, or a peer's (a forwarded request).
@@ -177,9 +181,12 @@ impl LoopOp {
             LoopOp::Forward {
                 result, refused, ..
             } => match reply {
+                // The agent's error is its answer: it says whether anything was applied.
                 Some(peer::Response::Agent(
-                    r
-                    @ (AgentResult::Value { .. } | AgentResult::Miss | AgentResult::Stored { .. }),
+                    r @ (AgentResult::Value { .. }
+                    | AgentResult::Miss
+                    | AgentResult::Stored { .. }
+                    | AgentResult::Error(_)),
                 )) => {
                     *result = Some(r);
                     true
@@ -220,8 +227,18 @@ impl LoopOp {
             }
             LoopOp::Write { write, to } => {
                 let Some(cas) = node.loop_write_finish(*write) else {
-                    bump(&c.loop_write_fallbacks);
-                    return None;
+                    // Stored on every member, then the lease ran out: in doubt (see
+                    // `loop_write_finish`), answered as such rather than written again.
+                    bump(&c.writes_in_doubt);
+                    match to {
+                        ReplyTo::Client { noreply: true, .. } => {}
+                        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
+                        ReplyTo::Peer => {
+                            let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
+                            out = members::frame_reply(node, &res);
+                        }
+                    }
+                    return Some(out);
                 };
                 bump(&c.loop_writes);
                 match to {
@@ -263,6 +280,11 @@ impl LoopOp {
                         bump(&c.cmd_set);
                         if !noreply {
                             compose::reply(&mut out, Reply::Stored);
+                        }
+                    }
+                    AgentResult::Error(e) => {
+                        if !noreply {
+                            server_error(&mut out, &e);
                         }
                     }
                     _ => unreachable!("take accepts only these"),
@@ -357,7 +379,7 @@ impl LoopOps {
         }
         let pr = self.pending.remove(&id).expect("present");
         if pr.failed && pr.op.in_doubt() {
-            bump(&node.counters.forwards_in_doubt);
+            bump(&node.counters.writes_in_doubt);
             let mut out = Vec::new();
             if let LoopOp::Forward {
                 remote: [(agent, _)],
@@ -442,6 +464,12 @@ fn start_loop_op(
 ) -> Option<Done> {
     let id = ops.next_id;
     ops.next_id += 1;
+    // A forward waits for the agent as long as the agent may take: its own patience with a
+    // slow member, then its worker's exchanges. Given up, a forwarded write is in doubt.
+    let patience = match op {
+        LoopOp::Forward { .. } => ops.patience + PEER_TIMEOUT,
+        _ => ops.patience,
+    };
     ops.pending.insert(
         id,
         PendingOp {
@@ -451,7 +479,7 @@ fn start_loop_op(
             outstanding: 0,
             next: 0,
             failed: false,
-            deadline: Instant::now() + ops.patience,
+            deadline: Instant::now() + patience,
         },
     );
     ops.pump(node, registry, id);
@@ -1655,7 +1683,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
-    compose::stat(out, "forwards_in_doubt", g(&c.forwards_in_doubt));
+    compose::stat(out, "writes_in_doubt", g(&c.writes_in_doubt));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());

@@ -167,6 +167,8 @@ impl Node {
             }
         }
         if w.remote.is_empty() {
+            // Every position is this node's (a one-node cluster): no other node can lead the
+            // stripe, so a write not committed here was applied nowhere else either.
             return match self.loop_write_finish(w) {
                 Some(cas) => LoopWriteStart::Stored(cas),
                 None => LoopWriteStart::Worker,
@@ -181,7 +183,8 @@ impl Node {
     }
 
     /// Commits the write once every member acked: its CAS value, or `None` (undone) if this
-    /// node no longer leads the stripe.
+    /// node no longer leads the stripe. Then the records were stored and another leader may
+    /// have adopted them: the write is in doubt, and must not be run again.
     pub fn loop_write_finish(&self, w: LoopWrite) -> Option<u64> {
         if !self.leads(w.stripe) {
             bump(&self.counters.lease_lost_ops);
