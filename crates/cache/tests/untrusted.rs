@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use cache::member::ChunkStore;
+use cache::member::{ChunkStore, PutOutcome};
 use cache::peer::{self, AgentOp, Request};
 use cache::record::{self, Header, Kind};
 use proto::StoreMode;
@@ -78,8 +78,11 @@ fn parsers_survive_random_and_mutated_bytes() {
 fn member_store_matches_a_model() {
     let mut rng = SmallRng::seed_from_u64(7);
     let mut store = ChunkStore::new();
-    // Model: the highest version put per (stripe, position, key), unless deleted since.
+    // Model: the highest version put per (stripe, position, key), unless deleted since; a
+    // delete's tombstone per (stripe, key) refuses every later put of a lower version, and a
+    // put of its version or above lifts it.
     let mut model: HashMap<(u32, u8, Vec<u8>), u64> = HashMap::new();
+    let mut tombs: HashMap<(u32, Vec<u8>), u64> = HashMap::new();
     for _ in 0..20_000 {
         let stripe = rng.gen_range(0..3u32);
         let pos = rng.gen_range(0..3u8);
@@ -87,6 +90,8 @@ fn member_store_matches_a_model() {
         let version = rng.gen_range(1..1000u64);
         if rng.gen_bool(0.1) {
             store.delete(stripe, &key, version);
+            let t = tombs.entry((stripe, key.clone())).or_insert(0);
+            *t = (*t).max(version);
             for p in 0..3u8 {
                 let slot = (stripe, p, key.clone());
                 if model.get(&slot).is_some_and(|&v| v < version) {
@@ -97,7 +102,15 @@ fn member_store_matches_a_model() {
         }
         let data = vec![version as u8; rng.gen_range(0..20)];
         let rec = record::encode(&header(&key, pos, version), &data);
-        store.put(stripe, rec, rng.gen_range(0..1000)).unwrap();
+        let outcome = store.put(stripe, rec, rng.gen_range(0..1000)).unwrap();
+        if tombs
+            .get(&(stripe, key.clone()))
+            .is_some_and(|&d| d > version)
+        {
+            assert_eq!(outcome, PutOutcome::Stale, "a put below a tombstone");
+            continue;
+        }
+        tombs.remove(&(stripe, key.clone()));
         let e = model.entry((stripe, pos, key)).or_insert(version);
         *e = (*e).max(version);
     }
@@ -107,6 +120,17 @@ fn member_store_matches_a_model() {
         assert!(store.get(*stripe, *pos, key, *v).is_some());
     }
     assert_eq!(store.len(), model.len());
+    for s in 0..3u32 {
+        let mut have = store.tombstones(s);
+        have.sort();
+        let mut want: Vec<(Vec<u8>, u64)> = tombs
+            .iter()
+            .filter(|((ts, _), _)| *ts == s)
+            .map(|((_, k), &v)| (k.clone(), v))
+            .collect();
+        want.sort();
+        assert_eq!(have, want, "stripe {s}'s tombstones");
+    }
     // Byte accounting: dropping every previous record leaves exactly the current ones.
     for s in 0..3 {
         store.trim(s, u64::MAX);
