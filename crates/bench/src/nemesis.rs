@@ -158,10 +158,22 @@ pub struct NemesisResult {
     pub failed: usize,
     pub unknown: usize,
     pub stale_reads: usize,
-    /// Acknowledged increments, and the counters' final values read back.
+    /// Acknowledged increments.
     pub incr_acked: usize,
     pub verdict: Verdict,
+    /// Each node's counters at the end that say how leadership went (`stats inec`).
+    pub node_stats: Vec<std::collections::BTreeMap<String, String>>,
 }
+
+/// The `stats inec` counters a nemesis report keeps per node.
+const NODE_STATS: &[&str] = &[
+    "index_rebuilds",
+    "lease_lapses",
+    "lease_lost_ops",
+    "writes_in_doubt",
+    "holes_filled",
+    "degraded_plan_runs",
+];
 
 /// The Go program's source directory.
 fn checker_source() -> PathBuf {
@@ -277,7 +289,10 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
     )?;
     let mut cache = InecCache::start_netns_in(&opts, &dir).context("starting the cache")?;
     let result = schedule(&a, n, &mut cache, &checker);
-    if result.is_err() {
+    let bad = result
+        .as_ref()
+        .map_or(true, |r| r.verdict.result != "ok" || r.stale_reads > 0);
+    if bad {
         let kept = a.out.join("node-logs");
         let _ = std::fs::create_dir_all(&kept);
         for i in 0..n {
@@ -393,6 +408,18 @@ fn schedule(
             started,
         );
     }
+    let node_stats = cache
+        .addrs()
+        .iter()
+        .map(|&addr| {
+            let all = harness::ask(addr, "stats inec\r\n", Duration::from_secs(2))
+                .map(|t| harness::parse_stats(&t))
+                .unwrap_or_default();
+            all.into_iter()
+                .filter(|(k, _)| NODE_STATS.contains(&k.as_str()))
+                .collect()
+        })
+        .collect();
     let path = a.out.join("history.json");
     std::fs::write(
         &path,
@@ -427,6 +454,7 @@ fn schedule(
             .count(),
         windows,
         verdict,
+        node_stats,
     };
     let json = a.out.join("nemesis.json");
     std::fs::write(&json, serde_json::to_vec_pretty(&r).expect("serializes"))
