@@ -183,11 +183,14 @@ fn pct(h: Option<&load::OpStats>) -> String {
     }
 }
 
-/// Error reasons a client of a node that is killed sees on its connection to that node; the
-/// load generator's failover route sends such a request again to the next node, so they are
-/// expected only while a node dies.
+/// Error reasons a client of a node that is killed sees on its connection to that node (the
+/// load generator's failover route sends such a request again to the next node), and the
+/// `SERVER_ERROR` of a write whose fate is unknown while a stripe changes hands (its agent's
+/// lease ran out under it, or the agent did not answer: docs/cache.md, "Writes in doubt"; the
+/// checker accepts either value afterwards). Both are expected only around the kill and the
+/// handover back.
 fn documented(reason: &str) -> bool {
-    reason.starts_with("connection")
+    reason.starts_with("connection") || reason.contains("may or may not")
 }
 
 /// Runs the demo; its cache nodes run `exe` (the `inec` executable).
@@ -970,7 +973,9 @@ fn finish(
         outln!("client errors by reason: {all_errors:?}")?;
         outln!(
             "(documented: a request on a connection to the node that was killed fails with \
-             `connection …` and the client sends it again to the next node)"
+             `connection …` and the client sends it again to the next node; a write in doubt \
+             while a stripe changes hands is answered `SERVER_ERROR … may or may not have been \
+             applied`)"
         )?;
     }
     outln!("wrong {wrong}")?;
