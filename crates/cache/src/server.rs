@@ -732,18 +732,25 @@ pub fn serve(
         next_id: 0,
         patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
     };
+    // Ends that came after this pass's connections were served (a failed flush): the next
+    // pass delivers them and serves their connections, without waiting.
+    let mut carried: Vec<Done> = Vec::new();
     loop {
         // Wait for events, or for the first loop request to run out of patience.
-        let timeout = ops
-            .next_deadline()
-            .map(|d| d.saturating_duration_since(Instant::now()));
+        let timeout = if carried.is_empty() {
+            ops.next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()))
+        } else {
+            Some(Duration::ZERO)
+        };
         // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
         match poll.poll(&mut events, timeout) {
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             r => r?,
         }
         let mut touched: Vec<Token> = Vec::new();
-        let mut done: Vec<Done> = ops.expire(&node, Instant::now());
+        let mut done: Vec<Done> = std::mem::take(&mut carried);
+        done.extend(ops.expire(&node, Instant::now()));
         for ev in events.iter() {
             match ev.token() {
                 t if t.0 >= LINK_BASE => {
@@ -866,11 +873,9 @@ pub fn serve(
         }
         // This pass's requests to each member leave in one write per member.
         let failed = ops.links.flush(poll.registry());
-        for d in ops.answered(&node, poll.registry(), failed) {
-            // Only failures come of a failed write: those requests go to a worker.
-            debug_assert!(matches!(d, Done::Worker(..)));
-            deliver(d, &mut conns, &mut peer_conns, (&job_tx, &peer_job_tx));
-        }
+        // Only failures come of a failed write: those requests go to a worker, but a forwarded
+        // write that may have left is answered as in doubt, and its connection served next pass.
+        carried.extend(ops.answered(&node, poll.registry(), failed));
         node.count_loop_messages(
             std::mem::take(&mut ops.links.sent),
             std::mem::take(&mut ops.links.received),

@@ -187,6 +187,26 @@ impl Cluster {
 
 impl Drop for Cluster {
     fn drop(&mut self) {
+        // A failing test keeps its nodes' logs (a node's panic is only there).
+        if std::thread::panicking() {
+            let keep = std::env::temp_dir().join(format!(
+                "inec-test-logs-{}-{}",
+                std::process::id(),
+                self.clients[0].port()
+            ));
+            if std::fs::create_dir_all(&keep).is_ok() {
+                for e in std::fs::read_dir(self.dir.path())
+                    .into_iter()
+                    .flatten()
+                    .flatten()
+                {
+                    if e.file_name().to_string_lossy().ends_with(".log") {
+                        let _ = std::fs::copy(e.path(), keep.join(e.file_name()));
+                    }
+                }
+                eprintln!("node logs kept in {}", keep.display());
+            }
+        }
         let _ = Command::new(INEC)
             .args(["cache", "down", "--dir"])
             .arg(self.dir.path())
