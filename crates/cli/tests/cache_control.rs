@@ -68,6 +68,10 @@ fn kill_restart_and_recover_a_node() {
     let mut c = rs32_cache(&dir);
     assert_eq!(c.dir(), dir);
     assert_eq!(c.addrs().len(), 5);
+    // `cache up` returns once every node sees every other one up; on a loaded machine a
+    // node's view of the stripes may need another heartbeat or two to be whole.
+    c.wait_recovered(Duration::from_secs(10))
+        .unwrap_or_else(|e| panic!("{e}"));
     let st = c.status();
     assert!(st.recovered(), "{}", st.summary());
     assert!(st.nodes.iter().all(|n| n.health == NodeHealth::Up));
