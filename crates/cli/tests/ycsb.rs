@@ -40,11 +40,16 @@ fn ycsb(args: &[&str], out: &Path) -> (bool, Vec<Value>, String) {
 }
 
 /// Every failed request of the run timed out (no error reply, no lost connection): the
-/// failures that depend on the machine's load, not on the system's correctness.
-fn only_timeouts(l: &Value) {
+/// failures that depend on the machine's load, not on the system's correctness. Where nodes
+/// are killed (`writes_in_doubt`), a write in flight to a killed agent is also answered
+/// `SERVER_ERROR ... may or may not have been applied` (docs/cache.md, "Writes in doubt"),
+/// as memcached's clients see a dropped connection; the checker accepts either value after it.
+fn only_timeouts(l: &Value, writes_in_doubt: bool) {
     for (reason, n) in l["run"]["errors"].as_object().unwrap() {
         assert!(
-            reason == "timeout" || reason.starts_with("replica: "),
+            reason == "timeout"
+                || reason.starts_with("replica: ")
+                || (writes_in_doubt && reason.contains("may or may not")),
             "{}: {n} × {reason}",
             l["system"]
         );
@@ -115,7 +120,7 @@ fn every_system_in_one_run_checks_clean() {
                 .sum()
         };
         assert_eq!(sum("ok") + sum("errors"), 1500, "{sys}: operationcount");
-        only_timeouts(l);
+        only_timeouts(l, false);
         let reads = u(ops, &["read", "ok"]) + ops["degraded_read"]["ok"].as_u64().unwrap_or(0);
         assert_eq!(
             u(l, &["run", "check", "ok"]),
@@ -296,8 +301,9 @@ fn killed_nodes_lose_no_value() {
         );
         assert_eq!(u(l, &["verify", "check", "ok"]), 300, "{sys}");
         // No request failed with an error reply or a broken connection (replica write
-        // failures are counted apart); a timeout on this shared machine is the only excuse.
-        only_timeouts(l);
+        // failures are counted apart); a timeout on this shared machine, and a write in doubt
+        // at a kill, are the only excuses.
+        only_timeouts(l, true);
     }
     // The inec cache recovered before the values were read back.
     assert!(lines[0]["recovery_s"].as_f64().is_some());
