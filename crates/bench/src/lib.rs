@@ -19,6 +19,7 @@ pub mod codec;
 pub mod demo;
 pub mod host;
 pub mod nemesis;
+pub mod peers;
 pub use error::{BenchError, Context, Result};
 #[cfg(feature = "isal")]
 pub mod isal;

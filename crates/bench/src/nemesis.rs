@@ -175,37 +175,9 @@ const NODE_STATS: &[&str] = &[
     "degraded_plan_runs",
 ];
 
-/// The Go program's source directory.
-fn checker_source() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/porcupine")
-}
-
-/// Builds the checker with `go` (incremental); returns its path.
+/// Builds the checker (`peers/porcupine`) with `go`; returns its path.
 pub fn build_checker(go: &str) -> Result<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let out = target.join("peers").join("porcupine-check");
-    let status = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(checker_source())
-        .stdout(Stdio::null())
-        .status()
-        .map_err(BenchError::io(format!(
-            "running {go:?} to build the linearizability checker"
-        )))?;
-    if !status.success() {
-        return Err(BenchError::library(
-            "porcupine checker",
-            format!(
-                "go build of {} failed: {status}",
-                checker_source().display()
-            ),
-        ));
-    }
-    Ok(out)
+    crate::peers::go_build(go, "porcupine", "porcupine-check", "porcupine checker")
 }
 
 /// Checks the history in `path` with the checker at `checker`.

@@ -5,16 +5,6 @@
 use bench::codec::{data, klauspost};
 use codes::{Code, Codec, MatrixKind};
 
-/// What provides `go`.
-const GO_PACKAGE: &str = "the Go toolchain: Debian package golang-go, or go.dev/dl";
-
-fn go_available() -> bool {
-    std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn our_parity<D: AsRef<[u8]>>(k: usize, m: usize, data: &[D]) -> Vec<Vec<u8>> {
     code_parity(Code::rs(k, m).unwrap(), data)
 }
@@ -32,8 +22,8 @@ fn code_parity<D: AsRef<[u8]>>(code: Code, data: &[D]) -> Vec<Vec<u8>> {
 
 #[test]
 fn klauspost_cauchy_parity_equals_ours() {
-    if !go_available() {
-        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+    if !bench::peers::go_available("go") {
+        harness::skip::skip_or_fail("`go` on the PATH", bench::peers::GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -74,8 +64,8 @@ fn klauspost_cauchy_parity_equals_ours() {
 
 #[test]
 fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
-    if !go_available() {
-        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+    if !bench::peers::go_available("go") {
+        harness::skip::skip_or_fail("`go` on the PATH", bench::peers::GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");
@@ -103,8 +93,8 @@ fn klauspost_peer_verifies_decodes_and_reports_parity_checksums() {
 /// parity, and its prepared benchmarks of that code verify.
 #[test]
 fn klauspost_custom_matrix_parity_equals_ours() {
-    if !go_available() {
-        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+    if !bench::peers::go_available("go") {
+        harness::skip::skip_or_fail("`go` on the PATH", bench::peers::GO_PACKAGE);
         return;
     }
     let bin = klauspost::build("go").expect("build the Go peer");

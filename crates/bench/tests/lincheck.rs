@@ -6,15 +6,6 @@
 use bench::nemesis::{build_checker, check, Verdict};
 use load::history::{History, Op, Outcome};
 
-const GO_PACKAGE: &str = "the Go toolchain: Debian package golang-go, or go.dev/dl";
-
-fn go_available() -> bool {
-    std::process::Command::new("go")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
 fn op(client: usize, kind: &str, value: &str, call: i64, ret: i64, out: &str) -> Op {
     Op {
         client,
@@ -42,8 +33,8 @@ fn verdict(name: &str, ops: Vec<Op>) -> Verdict {
 
 #[test]
 fn the_checker_passes_a_linearizable_history_and_names_what_breaks_one() {
-    if !go_available() {
-        harness::skip::skip_or_fail("`go` on the PATH", GO_PACKAGE);
+    if !bench::peers::go_available("go") {
+        harness::skip::skip_or_fail("`go` on the PATH", bench::peers::GO_PACKAGE);
         return;
     }
     let mut unknown_incr = op(1, "incr", "", 40, 45, "timed out");

@@ -12,41 +12,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-/// The Go program's source directory.
-pub fn source_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("peers/klauspost")
-}
-
-/// Where the built program goes: `$CARGO_TARGET_DIR` or the workspace's `target/`, under
-/// `peers/`.
-fn binary_path() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    target.join("peers").join("klauspost-peer")
-}
-
 /// Builds the program with `go` (incremental: fast when nothing changed). `Err` explains why
 /// it cannot be built (e.g. no `go` on the PATH).
 pub fn build(go: &str) -> Result<PathBuf> {
-    let out = binary_path();
-    let status = Command::new(go)
-        .args(["build", "-o"])
-        .arg(&out)
-        .arg(".")
-        .current_dir(source_dir())
-        .stdout(Stdio::null())
-        .status()
-        .map_err(BenchError::io(format!(
-            "running {go:?} to build the klauspost/reedsolomon peer"
-        )))?;
-    if !status.success() {
-        return Err(BenchError::library(
-            PEER,
-            format!("go build of {} failed: {status}", source_dir().display()),
-        ));
-    }
-    Ok(out)
+    crate::peers::go_build(
+        go,
+        "klauspost",
+        "klauspost-peer",
+        "klauspost/reedsolomon peer",
+    )
 }
 
 /// An answer of the Go program (fields absent when not relevant).
