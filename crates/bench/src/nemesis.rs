@@ -43,17 +43,12 @@ pub enum Fault {
 }
 
 impl Fault {
-    fn name(self) -> &'static str {
-        match self {
-            Fault::AgentSuccessor => "agent-successor",
-            Fault::AgentOneWay => "agent-one-way",
-            Fault::AgentAll => "agent-all",
-            Fault::Majority => "majority",
-            Fault::Minority => "minority",
-            Fault::Clients => "clients",
-            Fault::Pause => "pause",
-            Fault::Kill => "kill",
-        }
+    /// Its name as `--faults` spells it (clap's, which serde's kebab-case matches).
+    fn name(self) -> String {
+        clap::ValueEnum::to_possible_value(&self)
+            .expect("every fault has a name")
+            .get_name()
+            .to_string()
     }
 }
 
@@ -539,6 +534,11 @@ mod tests {
             .iter()
             .all(|&(x, y)| (1..=4).contains(&x) != (1..=4).contains(&y)));
         assert!(set(Fault::Pause).is_empty());
+        // The report's names are the flag's and the JSON's.
+        for f in [Fault::AgentOneWay, Fault::Kill] {
+            assert_eq!(serde_json::to_value(f).unwrap(), f.name().as_str());
+        }
+        assert_eq!(Fault::AgentOneWay.name(), "agent-one-way");
         // Aimed at another agent, wrapping around.
         assert_eq!(cuts(Fault::AgentSuccessor, 8, n), vec![(8, 0), (0, 8)]);
     }
