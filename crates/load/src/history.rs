@@ -423,8 +423,8 @@ impl HistClient {
                     self.store("cas", &key, name, seen, token);
                 }
             }
-            (true, 55..95) => self.incr(&key),
-            _ => self.delete(&key),
+            (true, 55..95) => self.line_command("incr", &key, format!("incr {key} 1\r\n")),
+            _ => self.line_command("delete", &key, format!("delete {key}\r\n")),
         }
     }
 
@@ -501,19 +501,16 @@ impl HistClient {
         self.end(at, reply);
     }
 
-    fn incr(&mut self, key: &str) {
+    /// A one-line command on `key` (`incr key 1`, `delete key`) recorded as `op`.
+    fn line_command(&mut self, op: &str, key: &str, request: String) {
         let call = self.now();
-        let at = self.record(key, "incr", String::new(), String::new(), call);
-        let req = format!("incr {key} 1\r\n");
-        let reply = exchange(&mut self.conn, self.addr, req.as_bytes(), self.cfg.timeout);
-        self.end(at, reply);
-    }
-
-    fn delete(&mut self, key: &str) {
-        let call = self.now();
-        let at = self.record(key, "delete", String::new(), String::new(), call);
-        let req = format!("delete {key}\r\n");
-        let reply = exchange(&mut self.conn, self.addr, req.as_bytes(), self.cfg.timeout);
+        let at = self.record(key, op, String::new(), String::new(), call);
+        let reply = exchange(
+            &mut self.conn,
+            self.addr,
+            request.as_bytes(),
+            self.cfg.timeout,
+        );
         self.end(at, reply);
     }
 }
