@@ -91,6 +91,9 @@ pub struct CacheArgs {
     /// Nodes of each inec cache (default: the code's chunk count).
     #[arg(long)]
     pub inec_nodes: Option<usize>,
+    /// Event loops per inec node (`inec serve -t`; default: the machine's cores).
+    #[arg(long)]
+    pub inec_loops: Option<usize>,
     /// `-m` per inec node, MiB (default: enough for every key's chunks with room to spare).
     #[arg(long)]
     pub inec_memory_mib: Option<usize>,
@@ -596,18 +599,22 @@ pub fn run(a: CacheArgs) -> Result<()> {
             if mode != "coherent" && mode != "incoherent" {
                 bail!("--inec {mode:?}: expected coherent or incoherent");
             }
+            let mut o = InecOptions {
+                nodes: a.inec_nodes,
+                ..InecOptions::new(
+                    &exe,
+                    &a.inec_code,
+                    &a.inec_scheme,
+                    mode,
+                    a.inec_memory_mib.unwrap_or(need_mib * 2 + 16) as u64,
+                )
+            };
+            if let Some(loops) = a.inec_loops {
+                o.options.threads = loops;
+            }
             systems.push(SystemSpec {
                 label: format!("inec-{mode}"),
-                kind: SystemKind::Inec(InecOptions {
-                    nodes: a.inec_nodes,
-                    ..InecOptions::new(
-                        &exe,
-                        &a.inec_code,
-                        &a.inec_scheme,
-                        mode,
-                        a.inec_memory_mib.unwrap_or(need_mib * 2 + 16) as u64,
-                    )
-                }),
+                kind: SystemKind::Inec(o),
             });
         }
     }

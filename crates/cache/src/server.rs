@@ -46,6 +46,9 @@ pub const FLIP_COMMAND: &[u8] = b"inec_flip ";
 pub struct ServerConfig {
     pub limits: Limits,
     pub max_connections: usize,
+    /// Event loops (`-t`): each owns the connections dealt to it and runs their requests.
+    pub loops: usize,
+    /// Client workers, and as many peer workers, for the requests a loop hands over.
     pub workers: usize,
     /// Every node's peer address (`[i]` is node i's), for the requests the client loop runs to
     /// completion itself; empty: every request runs on a worker.
@@ -58,8 +61,8 @@ struct ConnCounts {
     total: AtomicU64,
     bytes_read: AtomicU64,
     bytes_written: AtomicU64,
-    /// Worker threads running requests (memcached's `threads`).
-    workers: AtomicU64,
+    /// Event loops serving connections (memcached's `threads`).
+    threads: AtomicU64,
 }
 
 struct Conn {
@@ -76,6 +79,62 @@ struct Conn {
 struct Job {
     token: Token,
     work: Work,
+    /// The loop whose connection the reply goes to.
+    home: Arc<Mailbox>,
+}
+
+/// What a loop receives from other threads (its mailbox wakes its poll).
+enum Mail {
+    /// A worker's reply for one of the loop's connections (client or peer), closing a client's
+    /// connection after it if `close`.
+    Reply {
+        token: Token,
+        out: Vec<u8>,
+        close: bool,
+    },
+    /// A client connection accepted by the first loop for this one.
+    Client(TcpStream),
+    /// A peer connection accepted by the first loop for this one.
+    Peer(TcpStream),
+}
+
+/// A loop's mailbox: a channel and the waker of its poll.
+struct Mailbox {
+    tx: mpsc::Sender<Mail>,
+    waker: Waker,
+}
+
+impl Mailbox {
+    /// Posts and wakes the loop; false when the loop is gone.
+    fn post(&self, mail: Mail) -> bool {
+        if self.tx.send(mail).is_err() {
+            return false;
+        }
+        let _ = self.waker.wake();
+        true
+    }
+}
+
+/// How a loop hands a request it cannot run itself to the node's workers (shared by the loops):
+/// the reply comes back to the loop's own mailbox.
+struct Handoff {
+    jobs: mpsc::Sender<Job>,
+    peer_jobs: mpsc::Sender<(PeerJob, Arc<Mailbox>)>,
+    home: Arc<Mailbox>,
+}
+
+impl Handoff {
+    /// A client's request (or an unlink) for a client worker.
+    fn client(&self, token: Token, work: Work) {
+        let home = Arc::clone(&self.home);
+        let _ = self.jobs.send(Job { token, work, home });
+    }
+
+    /// A peer's request that may wait, for a peer worker.
+    fn peer(&self, token: Token, request: peer::Request) {
+        let job = PeerJob { token, request };
+        let _ = self.peer_jobs.send((job, Arc::clone(&self.home)));
+    }
 }
 
 enum Work {
@@ -492,7 +551,7 @@ fn start_client_op(
     c: &mut Conn,
     token: Token,
     node: &Node,
-    jobs: &mpsc::Sender<Job>,
+    hand: &Handoff,
     ops: &mut LoopOps,
     registry: &Registry,
     op: LoopOp,
@@ -502,10 +561,7 @@ fn start_client_op(
     match start_loop_op(ops, node, registry, token, op, Retry::Client(request)) {
         None => {}
         Some(Done::Worker(_, Retry::Client(request))) => {
-            let _ = jobs.send(Job {
-                token,
-                work: Work::Request(request),
-            });
+            hand.client(token, Work::Request(request));
         }
         Some(Done::Worker(_, Retry::Peer(_))) => unreachable!("a client's op"),
         Some(Done::Reply(_, out)) => {
@@ -524,7 +580,7 @@ fn start_peer_request(
     node: &Node,
     ops: &mut LoopOps,
     registry: &Registry,
-    jobs: &mpsc::Sender<PeerJob>,
+    hand: &Handoff,
 ) -> Option<Vec<u8>> {
     let c = &node.counters;
     let op = match &request {
@@ -573,7 +629,7 @@ fn start_peer_request(
         _ => None,
     };
     let Some(op) = op else {
-        let _ = jobs.send(PeerJob { token, request });
+        hand.peer(token, request);
         return None;
     };
     match start_loop_op(ops, node, registry, token, op, Retry::Peer(request)) {
@@ -581,7 +637,7 @@ fn start_peer_request(
         Some(Done::Reply(_, out)) => Some(out),
         Some(Done::Worker(_, retry)) => {
             if let Retry::Peer(request) = retry {
-                let _ = jobs.send(PeerJob { token, request });
+                hand.peer(token, request);
             }
             None
         }
@@ -594,7 +650,7 @@ fn deliver(
     done: Done,
     conns: &mut HashMap<Token, Conn>,
     peer_conns: &mut HashMap<Token, PeerConn>,
-    (jobs, peer_jobs): (&mpsc::Sender<Job>, &mpsc::Sender<PeerJob>),
+    hand: &Handoff,
 ) -> Option<Token> {
     match done {
         Done::Reply(token, out) => {
@@ -610,16 +666,13 @@ fn deliver(
         }
         Done::Worker(token, Retry::Client(request)) => {
             if conns.contains_key(&token) {
-                let _ = jobs.send(Job {
-                    token,
-                    work: Work::Request(request),
-                });
+                hand.client(token, Work::Request(request));
             }
             None
         }
         Done::Worker(token, Retry::Peer(request)) => {
             if peer_conns.contains_key(&token) {
-                let _ = peer_jobs.send(PeerJob { token, request });
+                hand.peer(token, request);
             }
             None
         }
@@ -636,40 +689,70 @@ fn value_result(v: crate::node::LoopValue) -> AgentResult {
     }
 }
 
-/// Runs the node's event loop forever: its client connections and its peer port
-/// (`server/members.rs`), whose requests that may wait go to `cfg.workers` peer workers.
+/// Token of a loop's mailbox waker.
+const WAKER: Token = Token(1);
+/// Tokens of the listeners (the first loop only).
+const LISTENER: Token = Token(0);
+const PEER_LISTENER: Token = Token(2);
+/// The first token of a connection.
+const FIRST_CONN: usize = 3;
+
+/// The listeners, held by the first loop, which deals the connections it accepts to the loops
+/// in turn (memcached's dispatch): a connection then belongs to one loop for its life.
+struct Acceptor {
+    client: mio::net::TcpListener,
+    peer: mio::net::TcpListener,
+    loops: Vec<Arc<Mailbox>>,
+    next: usize,
+}
+
+impl Acceptor {
+    /// The loop the next connection goes to.
+    fn deal(&mut self) -> usize {
+        let i = self.next % self.loops.len();
+        self.next = self.next.wrapping_add(1);
+        i
+    }
+}
+
+/// One event loop: its poll, mailbox, connections and links to the other nodes.
+struct EventLoop {
+    id: usize,
+    poll: Poll,
+    mail: mpsc::Receiver<Mail>,
+    hand: Handoff,
+    acceptor: Option<Acceptor>,
+}
+
+/// Runs the node's `cfg.loops` event loops (client connections, the peer port, the requests
+/// they run to completion) until one fails, with `cfg.workers` client workers and as many peer
+/// workers shared by the loops for the requests that may wait. The threads are the loops, the
+/// workers, and the caller's (which waits here): none per connection or peer.
 pub fn serve(
     node: Arc<Node>,
     listener: TcpListener,
     peers: TcpListener,
     cfg: ServerConfig,
 ) -> io::Result<()> {
-    listener.set_nonblocking(true)?;
-    let mut listener = mio::net::TcpListener::from_std(listener);
-    let mut poll = Poll::new()?;
-    const LISTENER: Token = Token(0);
-    const WAKER: Token = Token(1);
-    const PEER_LISTENER: Token = Token(2);
-    poll.registry()
-        .register(&mut listener, LISTENER, Interest::READABLE)?;
-    peers.set_nonblocking(true)?;
-    let mut peer_listener = mio::net::TcpListener::from_std(peers);
-    poll.registry()
-        .register(&mut peer_listener, PEER_LISTENER, Interest::READABLE)?;
-    let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
+    let loops = cfg.loops.max(1);
+    let workers = cfg.workers.max(1);
     let counts = Arc::new(ConnCounts::default());
-    counts
-        .workers
-        .store(cfg.workers.max(1) as u64, Ordering::Relaxed);
+    counts.threads.store(loops as u64, Ordering::Relaxed);
+    let mut polls = Vec::new();
+    let mut homes = Vec::new();
+    for _ in 0..loops {
+        let poll = Poll::new()?;
+        let waker = Waker::new(poll.registry(), WAKER)?;
+        let (tx, rx) = mpsc::channel::<Mail>();
+        homes.push(Arc::new(Mailbox { tx, waker }));
+        polls.push((poll, rx));
+    }
     let (job_tx, job_rx) = mpsc::channel::<Job>();
     let job_rx = Arc::new(Mutex::new(job_rx));
-    let (done_tx, done_rx) = mpsc::channel::<(Token, Vec<u8>, bool)>();
-    for i in 0..cfg.workers.max(1) {
-        let (node, rx, tx, waker, counts, limits) = (
+    for i in 0..workers {
+        let (node, rx, counts, limits) = (
             Arc::clone(&node),
             Arc::clone(&job_rx),
-            done_tx.clone(),
-            Arc::clone(&waker),
             Arc::clone(&counts),
             cfg.limits,
         );
@@ -689,22 +772,14 @@ pub fn serve(
                         false
                     }
                 };
-                if tx.send((job.token, out, close)).is_err() {
-                    return;
-                }
-                let _ = waker.wake();
-            })
-            .expect("spawn worker");
+                let token = job.token;
+                job.home.post(Mail::Reply { token, out, close });
+            })?;
     }
-    let (peer_job_tx, peer_job_rx) = mpsc::channel::<PeerJob>();
+    let (peer_job_tx, peer_job_rx) = mpsc::channel::<(PeerJob, Arc<Mailbox>)>();
     let peer_job_rx = Arc::new(Mutex::new(peer_job_rx));
-    for i in 0..cfg.workers.max(1) {
-        let (node, rx, tx, waker) = (
-            Arc::clone(&node),
-            Arc::clone(&peer_job_rx),
-            done_tx.clone(),
-            Arc::clone(&waker),
-        );
+    for i in 0..workers {
+        let (node, rx) = (Arc::clone(&node), Arc::clone(&peer_job_rx));
         std::thread::Builder::new()
             .name(format!("peer-worker-{i}"))
             .spawn(move || loop {
@@ -712,111 +787,205 @@ pub fn serve(
                     let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
                     rx.recv()
                 };
-                let Ok(job) = job else { return };
+                let Ok((job, home)) = job else { return };
                 let out = members::run_job(&node, job.request);
-                if tx.send((job.token, out, false)).is_err() {
-                    return;
-                }
-                let _ = waker.wake();
-            })
-            .expect("spawn peer worker");
+                let token = job.token;
+                home.post(Mail::Reply {
+                    token,
+                    out,
+                    close: false,
+                });
+            })?;
     }
-    let mut conns: HashMap<Token, Conn> = HashMap::new();
-    let mut peer_conns: HashMap<Token, PeerConn> = HashMap::new();
-    let mut scratch = vec![0u8; 64 * 1024];
-    let mut next_token = 3usize;
-    let mut events = Events::with_capacity(1024);
-    let mut ops = LoopOps {
-        links: Links::new(cfg.peer_addrs.clone()),
-        pending: HashMap::new(),
-        next_id: 0,
-        patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
-    };
-    // Ends that came after this pass's connections were served (a failed flush): the next
-    // pass delivers them and serves their connections, without waiting.
-    let mut carried: Vec<Done> = Vec::new();
-    loop {
-        // Wait for events, or for the first loop request to run out of patience.
-        let timeout = if carried.is_empty() {
-            ops.next_deadline()
-                .map(|d| d.saturating_duration_since(Instant::now()))
-        } else {
-            Some(Duration::ZERO)
+    listener.set_nonblocking(true)?;
+    peers.set_nonblocking(true)?;
+    let mut acceptor = Some(Acceptor {
+        client: mio::net::TcpListener::from_std(listener),
+        peer: mio::net::TcpListener::from_std(peers),
+        loops: homes.clone(),
+        next: 0,
+    });
+    let (end_tx, end_rx) = mpsc::channel::<io::Result<()>>();
+    for (id, ((poll, mail), home)) in polls.into_iter().zip(homes).enumerate() {
+        let mut l = EventLoop {
+            id,
+            poll,
+            mail,
+            hand: Handoff {
+                jobs: job_tx.clone(),
+                peer_jobs: peer_job_tx.clone(),
+                home,
+            },
+            acceptor: acceptor.take(),
         };
-        // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
-        match poll.poll(&mut events, timeout) {
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            r => r?,
+        if let Some(a) = &mut l.acceptor {
+            let registry = l.poll.registry();
+            registry.register(&mut a.client, LISTENER, Interest::READABLE)?;
+            registry.register(&mut a.peer, PEER_LISTENER, Interest::READABLE)?;
         }
-        let mut touched: Vec<Token> = Vec::new();
-        let mut done: Vec<Done> = std::mem::take(&mut carried);
-        done.extend(ops.expire(&node, Instant::now()));
-        for ev in events.iter() {
-            match ev.token() {
-                t if t.0 >= LINK_BASE => {
-                    let link = t.0 - LINK_BASE;
-                    let registry = poll.registry();
-                    let mut answers = Vec::new();
-                    if ev.is_writable() {
-                        answers.extend(ops.links.writable(registry, link));
-                    }
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        answers.extend(ops.links.readable(registry, link));
-                    }
-                    done.extend(ops.answered(&node, registry, answers));
-                }
-                LISTENER => loop {
-                    match listener.accept() {
-                        Ok((mut stream, _)) => {
-                            if conns.len() >= cfg.max_connections {
-                                let _ = stream.write(b"ERROR Too many open connections\r\n");
-                                continue;
-                            }
-                            let _ = stream.set_nodelay(true);
-                            let token = Token(next_token);
-                            next_token += 1;
-                            poll.registry().register(
-                                &mut stream,
-                                token,
-                                Interest::READABLE | Interest::WRITABLE,
-                            )?;
-                            counts.curr.fetch_add(1, Ordering::Relaxed);
-                            counts.total.fetch_add(1, Ordering::Relaxed);
-                            conns.insert(
-                                token,
-                                Conn {
-                                    stream,
-                                    inbuf: Vec::new(),
-                                    out: Vec::new(),
-                                    out_pos: 0,
-                                    parser: Parser::new(cfg.limits),
-                                    busy: false,
-                                    closing: false,
-                                    eof: false,
-                                },
-                            );
-                            touched.push(token);
+        let (node, cfg, counts, end) = (
+            Arc::clone(&node),
+            cfg.clone(),
+            Arc::clone(&counts),
+            end_tx.clone(),
+        );
+        std::thread::Builder::new()
+            .name(format!("loop-{id}"))
+            .spawn(move || {
+                // A loop that panics ends the node as a failed loop does (its connections
+                // would otherwise hang, unserved, while the others run).
+                let mut report = PanicReport {
+                    id,
+                    end,
+                    ended: false,
+                };
+                let end = l.run(&node, &cfg, &counts);
+                report.ended = true;
+                let _ = report.end.send(end);
+            })?;
+    }
+    drop(end_tx);
+    end_rx.recv().unwrap_or(Ok(()))
+}
+
+/// Sends a loop's end as an error if the loop's thread unwinds before the loop ended.
+struct PanicReport {
+    id: usize,
+    end: mpsc::Sender<io::Result<()>>,
+    ended: bool,
+}
+
+impl Drop for PanicReport {
+    fn drop(&mut self) {
+        if self.ended {
+            return;
+        }
+        let id = self.id;
+        let _ = self
+            .end
+            .send(Err(io::Error::other(format!("event loop {id} panicked"))));
+    }
+}
+
+/// A client connection's state when it is accepted.
+fn new_conn(stream: TcpStream, limits: Limits) -> Conn {
+    Conn {
+        stream,
+        inbuf: Vec::new(),
+        out: Vec::new(),
+        out_pos: 0,
+        parser: Parser::new(limits),
+        busy: false,
+        closing: false,
+        eof: false,
+    }
+}
+
+impl EventLoop {
+    /// Serves this loop's connections until its poll fails.
+    fn run(mut self, node: &Arc<Node>, cfg: &ServerConfig, counts: &ConnCounts) -> io::Result<()> {
+        let mut conns: HashMap<Token, Conn> = HashMap::new();
+        let mut peer_conns: HashMap<Token, PeerConn> = HashMap::new();
+        let mut scratch = vec![0u8; 64 * 1024];
+        let mut next_token = FIRST_CONN;
+        let mut events = Events::with_capacity(1024);
+        let mut ops = LoopOps {
+            links: Links::new(cfg.peer_addrs.clone()),
+            pending: HashMap::new(),
+            next_id: 0,
+            patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
+        };
+        // Ends that came after this pass's connections were served (a failed flush): the next
+        // pass delivers them and serves their connections, without waiting.
+        let mut carried: Vec<Done> = Vec::new();
+        loop {
+            // Wait for events, or for the first loop request to run out of patience.
+            let timeout = if carried.is_empty() {
+                ops.next_deadline()
+                    .map(|d| d.saturating_duration_since(Instant::now()))
+            } else {
+                Some(Duration::ZERO)
+            };
+            // A signal (SIGCONT after a stop, SIGWINCH, ...) interrupts the wait: wait again.
+            match self.poll.poll(&mut events, timeout) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => r?,
+            }
+            let mut touched: Vec<Token> = Vec::new();
+            let mut done: Vec<Done> = std::mem::take(&mut carried);
+            done.extend(ops.expire(node, Instant::now()));
+            // Connections accepted now, with the loop each goes to.
+            let mut accepted: Vec<(usize, Mail)> = Vec::new();
+            for ev in events.iter() {
+                match ev.token() {
+                    t if t.0 >= LINK_BASE => {
+                        let link = t.0 - LINK_BASE;
+                        let registry = self.poll.registry();
+                        let mut answers = Vec::new();
+                        if ev.is_writable() {
+                            answers.extend(ops.links.writable(registry, link));
                         }
-                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                        Err(_) => break,
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            answers.extend(ops.links.readable(registry, link));
+                        }
+                        done.extend(ops.answered(node, registry, answers));
                     }
-                },
-                PEER_LISTENER => {
-                    while let Ok((mut stream, _)) = peer_listener.accept() {
-                        let _ = stream.set_nodelay(true);
-                        let token = Token(next_token);
-                        next_token += 1;
-                        poll.registry().register(
-                            &mut stream,
-                            token,
-                            Interest::READABLE | Interest::WRITABLE,
-                        )?;
-                        peer_conns.insert(token, PeerConn::new(stream));
-                        touched.push(token);
+                    LISTENER => {
+                        let Some(a) = &mut self.acceptor else {
+                            continue;
+                        };
+                        loop {
+                            match a.client.accept() {
+                                Ok((mut stream, _)) => {
+                                    let curr = counts.curr.load(Ordering::Relaxed);
+                                    if curr as usize >= cfg.max_connections {
+                                        let _ =
+                                            stream.write(b"ERROR Too many open connections\r\n");
+                                        continue;
+                                    }
+                                    let _ = stream.set_nodelay(true);
+                                    counts.curr.fetch_add(1, Ordering::Relaxed);
+                                    counts.total.fetch_add(1, Ordering::Relaxed);
+                                    accepted.push((a.deal(), Mail::Client(stream)));
+                                }
+                                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                                Err(_) => break,
+                            }
+                        }
                     }
+                    PEER_LISTENER => {
+                        let Some(a) = &mut self.acceptor else {
+                            continue;
+                        };
+                        while let Ok((stream, _)) = a.peer.accept() {
+                            let _ = stream.set_nodelay(true);
+                            accepted.push((a.deal(), Mail::Peer(stream)));
+                        }
+                    }
+                    WAKER => {}
+                    t => touched.push(t),
                 }
-                WAKER => {
-                    while let Ok((token, out, close)) = done_rx.try_recv() {
+            }
+            // Connections for other loops go to them; this loop's are served below with the
+            // mail that came for it.
+            let mut mail: Vec<Mail> = Vec::new();
+            for (to, m) in accepted {
+                match &self.acceptor {
+                    Some(a) if to != self.id => {
+                        if let Err(mpsc::SendError(m)) = a.loops[to].tx.send(m) {
+                            mail.push(m); // that loop is gone: keep the connection here
+                        } else {
+                            let _ = a.loops[to].waker.wake();
+                        }
+                    }
+                    _ => mail.push(m),
+                }
+            }
+            mail.extend(self.mail.try_iter());
+            for m in mail {
+                let token = Token(next_token);
+                match m {
+                    Mail::Reply { token, out, close } => {
                         if let Some(c) = conns.get_mut(&token) {
                             c.out.extend_from_slice(&out);
                             c.busy = false;
@@ -827,59 +996,87 @@ pub fn serve(
                             touched.push(token);
                         }
                     }
-                }
-                t => touched.push(t),
-            }
-        }
-        // Loop requests that ended: their replies, or their requests for a worker.
-        for d in done {
-            let workers = (&job_tx, &peer_job_tx);
-            touched.extend(deliver(d, &mut conns, &mut peer_conns, workers));
-        }
-        touched.sort_unstable();
-        touched.dedup();
-        for token in touched {
-            if let Some(pc) = peer_conns.get_mut(&token) {
-                let registry = poll.registry();
-                let mut wait = |request| {
-                    start_peer_request(request, token, &node, &mut ops, registry, &peer_job_tx)
-                };
-                if !pc.service(&node, &mut scratch, &mut wait) {
-                    if let Some(mut pc) = peer_conns.remove(&token) {
-                        let _ = poll.registry().deregister(pc.stream());
+                    Mail::Client(mut stream) => {
+                        next_token += 1;
+                        let interest = Interest::READABLE | Interest::WRITABLE;
+                        if self
+                            .poll
+                            .registry()
+                            .register(&mut stream, token, interest)
+                            .is_err()
+                        {
+                            counts.curr.fetch_sub(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        conns.insert(token, new_conn(stream, cfg.limits));
+                        touched.push(token);
+                    }
+                    Mail::Peer(mut stream) => {
+                        next_token += 1;
+                        let interest = Interest::READABLE | Interest::WRITABLE;
+                        if self
+                            .poll
+                            .registry()
+                            .register(&mut stream, token, interest)
+                            .is_ok()
+                        {
+                            peer_conns.insert(token, PeerConn::new(stream));
+                            touched.push(token);
+                        }
                     }
                 }
-                continue;
             }
-            let Some(c) = conns.get_mut(&token) else {
-                continue;
-            };
-            let keep = service(
-                c,
-                token,
-                &node,
-                &counts,
-                &job_tx,
-                &mut ops,
-                poll.registry(),
-                &mut scratch,
-            );
-            if !keep {
-                if let Some(mut c) = conns.remove(&token) {
-                    let _ = poll.registry().deregister(&mut c.stream);
-                    counts.curr.fetch_sub(1, Ordering::Relaxed);
+            // Loop requests that ended: their replies, or their requests for a worker.
+            for d in done {
+                touched.extend(deliver(d, &mut conns, &mut peer_conns, &self.hand));
+            }
+            touched.sort_unstable();
+            touched.dedup();
+            for token in touched {
+                if let Some(pc) = peer_conns.get_mut(&token) {
+                    let registry = self.poll.registry();
+                    let hand = &self.hand;
+                    let mut wait = |request| {
+                        start_peer_request(request, token, node, &mut ops, registry, hand)
+                    };
+                    if !pc.service(node, &mut scratch, &mut wait) {
+                        if let Some(mut pc) = peer_conns.remove(&token) {
+                            let _ = self.poll.registry().deregister(pc.stream());
+                        }
+                    }
+                    continue;
+                }
+                let Some(c) = conns.get_mut(&token) else {
+                    continue;
+                };
+                let keep = service(
+                    c,
+                    token,
+                    node,
+                    counts,
+                    &self.hand,
+                    &mut ops,
+                    self.poll.registry(),
+                    &mut scratch,
+                );
+                if !keep {
+                    if let Some(mut c) = conns.remove(&token) {
+                        let _ = self.poll.registry().deregister(&mut c.stream);
+                        counts.curr.fetch_sub(1, Ordering::Relaxed);
+                    }
                 }
             }
+            // This pass's requests to each member leave in one write per member.
+            let failed = ops.links.flush(self.poll.registry());
+            // Only failures come of a failed write: those requests go to a worker, but a
+            // forwarded write that may have left is answered as in doubt, and its connection
+            // served next pass.
+            carried.extend(ops.answered(node, self.poll.registry(), failed));
+            node.count_loop_messages(
+                std::mem::take(&mut ops.links.sent),
+                std::mem::take(&mut ops.links.received),
+            );
         }
-        // This pass's requests to each member leave in one write per member.
-        let failed = ops.links.flush(poll.registry());
-        // Only failures come of a failed write: those requests go to a worker, but a forwarded
-        // write that may have left is answered as in doubt, and its connection served next pass.
-        carried.extend(ops.answered(&node, poll.registry(), failed));
-        node.count_loop_messages(
-            std::mem::take(&mut ops.links.sent),
-            std::mem::take(&mut ops.links.received),
-        );
     }
 }
 
@@ -890,7 +1087,7 @@ fn service(
     token: Token,
     node: &Arc<Node>,
     counts: &ConnCounts,
-    jobs: &mpsc::Sender<Job>,
+    hand: &Handoff,
     ops: &mut LoopOps,
     registry: &Registry,
     buf: &mut [u8],
@@ -923,10 +1120,7 @@ fn service(
                 if let Some(nl) = c.inbuf.iter().position(|&b| b == b'\n') {
                     let req: Vec<u8> = c.inbuf.drain(..=nl).collect();
                     c.busy = true;
-                    let _ = jobs.send(Job {
-                        token,
-                        work: Work::Request(req),
-                    });
+                    hand.client(token, Work::Request(req));
                     progressed = true;
                     continue;
                 }
@@ -948,13 +1142,8 @@ fn service(
                         // sees the old value.
                         Some(key) => {
                             c.busy = true;
-                            let _ = jobs.send(Job {
-                                token,
-                                work: Work::Unlink {
-                                    key,
-                                    reply: reply.to_vec(),
-                                },
-                            });
+                            let reply = reply.to_vec();
+                            hand.client(token, Work::Unlink { key, reply });
                         }
                         None => c.out.extend_from_slice(reply),
                     }
@@ -1015,7 +1204,7 @@ fn service(
                                     let op = LoopOp::Read { read, to };
                                     let request = c.inbuf[..consumed].to_vec();
                                     start_client_op(
-                                        c, token, node, jobs, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request,
                                     );
                                     true
                                 }
@@ -1028,7 +1217,7 @@ fn service(
                                     let op = LoopOp::forward(agent, key, get, to);
                                     let request = c.inbuf[..consumed].to_vec();
                                     start_client_op(
-                                        c, token, node, jobs, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request,
                                     );
                                     true
                                 }
@@ -1055,7 +1244,7 @@ fn service(
                                     let op = LoopOp::Write { write, to };
                                     let request = c.inbuf[..consumed].to_vec();
                                     start_client_op(
-                                        c, token, node, jobs, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request,
                                     );
                                     true
                                 }
@@ -1071,7 +1260,7 @@ fn service(
                                     let op = LoopOp::forward(agent, st.key, set, to);
                                     let request = c.inbuf[..consumed].to_vec();
                                     start_client_op(
-                                        c, token, node, jobs, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request,
                                     );
                                     true
                                 }
@@ -1082,10 +1271,7 @@ fn service(
                     if !inline {
                         let request = c.inbuf[..consumed].to_vec();
                         c.busy = true;
-                        let _ = jobs.send(Job {
-                            token,
-                            work: Work::Request(request),
-                        });
+                        hand.client(token, Work::Request(request));
                     }
                     c.inbuf.drain(..consumed);
                 }
@@ -1574,7 +1760,7 @@ fn general_stats(node: &Node, counts: &ConnCounts, out: &mut Vec<u8>) {
     compose::stat(out, "bytes_read", g(&counts.bytes_read));
     compose::stat(out, "bytes_written", g(&counts.bytes_written));
     compose::stat(out, "limit_maxbytes", node.cfg.memory_bytes);
-    compose::stat(out, "threads", g(&counts.workers));
+    compose::stat(out, "threads", g(&counts.threads));
     compose::stat(out, "bytes", bytes);
     compose::stat(out, "curr_items", items);
     compose::stat(out, "total_items", g(&c.total_items));

@@ -29,7 +29,9 @@ pub struct Config {
     pub engines: Option<Vec<SocketAddr>>,
     /// memcached's `-c`.
     pub max_connections: usize,
-    /// Worker threads running the requests the client loop hands over (`-t`).
+    /// Event loops serving the client and peer connections (`-t`, memcached's threads).
+    pub loops: usize,
+    /// Worker threads running the requests the loops hand over (and as many for peers').
     pub workers: usize,
 }
 
@@ -57,6 +59,7 @@ pub struct Server {
     peers: Vec<SocketAddr>,
     limits: proto::Limits,
     max_connections: usize,
+    loops: usize,
     workers: usize,
     /// Kept for the life of the server: the engine host its plans run on.
     _engine_host: Option<LocalNode>,
@@ -130,6 +133,7 @@ impl Server {
             peers: config.peers,
             limits,
             max_connections: config.max_connections,
+            loops: config.loops,
             workers: config.workers,
             _engine_host: engine_host,
             plans_not_installed,
@@ -141,7 +145,7 @@ impl Server {
         self.client.local_addr()
     }
 
-    /// Serves clients and peers (one event loop) until the client listener fails.
+    /// Serves clients and peers on its event loops until one of them fails.
     pub fn run(self) -> std::io::Result<()> {
         let _host = self._engine_host;
         server::serve(
@@ -151,6 +155,7 @@ impl Server {
             ServerConfig {
                 limits: self.limits,
                 max_connections: self.max_connections,
+                loops: self.loops,
                 workers: self.workers,
                 peer_addrs: self.peers,
             },

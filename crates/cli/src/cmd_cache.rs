@@ -99,7 +99,8 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         peers: members.iter().map(|m| m.peer).collect(),
         engines: members.iter().map(|m| m.engine).collect(),
         max_connections: o.max_conns,
-        workers: o.threads,
+        loops: o.threads,
+        workers: o.workers,
     })?;
     if let Some(e) = &server.plans_not_installed {
         eprintln!(

@@ -68,7 +68,7 @@ impl Cluster {
                 scheme,
                 "--debug-commands",
                 "-t",
-                "4",
+                "2",
             ])
             .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
             .args(extra)
@@ -996,8 +996,8 @@ fn expiry_touch_and_flush_follow_memcached() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     let mut a = c.client(1);
     let mut b = c.client(2);
-    // memcached's `threads`: the worker threads (`-t 4`).
-    assert_eq!(a.stats("")["threads"], "4");
+    // memcached's `threads`: the event loops (`-t 2`).
+    assert_eq!(a.stats("")["threads"], "2");
     let big = vec![3u8; 5000];
     // Negative exptime: stored and gone at once.
     assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");

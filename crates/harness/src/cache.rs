@@ -34,9 +34,14 @@ pub struct CacheOptions {
     /// Item size limit, e.g. 1m (memcached's -I).
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     pub max_item_size: String,
-    /// Worker threads running requests.
-    #[arg(short = 't', long, default_value_t = 8)]
+    /// Event loops per node (memcached's -t): each serves the client and peer connections
+    /// dealt to it and runs their gets and sets to completion. Default: the machine's cores.
+    #[arg(short = 't', long, default_value_t = machine_cores())]
     pub threads: usize,
+    /// Worker threads per node for the requests a loop hands over (multi-key gets, other
+    /// verbs, degraded reads), and as many for peers' requests that may wait.
+    #[arg(long, default_value_t = 8)]
+    pub workers: usize,
     /// The code: rs:K,M or lrc:K,L,R.
     #[arg(long, default_value = "rs:6,3")]
     pub code: String,
@@ -64,6 +69,11 @@ pub struct CacheOptions {
     pub debug_commands: bool,
 }
 
+/// The machine's cores (`-t`'s default), 1 when they cannot be read.
+pub fn machine_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 impl Default for CacheOptions {
     /// The flags' defaults.
     fn default() -> Self {
@@ -86,6 +96,7 @@ impl CacheOptions {
             ("-c", self.max_conns.to_string()),
             ("-I", self.max_item_size.clone()),
             ("-t", self.threads.to_string()),
+            ("--workers", self.workers.to_string()),
             ("--code", self.code.clone()),
             ("--scheme", self.scheme.clone()),
             ("--mode", self.mode.clone()),
@@ -961,8 +972,8 @@ mod tests {
     fn defaults_and_flags_round_trip() {
         let o = CacheOptions::default();
         assert_eq!(
-            (o.memory_mib, o.code.as_str(), o.threads),
-            (64, "rs:6,3", 8)
+            (o.memory_mib, o.code.as_str(), o.threads, o.workers),
+            (64, "rs:6,3", machine_cores(), 8)
         );
         let mut args = vec!["serve".to_string()];
         args.extend(o.to_args());

@@ -83,6 +83,9 @@ pub struct YcsbArgs {
     /// Nodes of each inec cache (default: the code's chunk count).
     #[arg(long)]
     pub inec_nodes: Option<usize>,
+    /// Event loops per inec node (`inec serve -t`; default: the machine's cores).
+    #[arg(long)]
+    pub inec_loops: Option<usize>,
     /// How the client picks an inec node for a key: `agent` sends it to its stripe's agent
     /// (node `fnv1a_64(key) mod N`, the next node while that one is down), as memcached clients
     /// hash keys to servers; `any` spreads the connections over every node, which forwards each
@@ -383,10 +386,13 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             let per_slot = (records as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
             let need_mib = (per_slot * n).div_ceil(1 << 20);
             let mode = name.trim_start_matches("inec-");
-            let o = InecOptions {
+            let mut o = InecOptions {
                 nodes: a.inec_nodes,
                 ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
             };
+            if let Some(loops) = a.inec_loops {
+                o.options.threads = loops;
+            }
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
             let route = match a.route.as_str() {
@@ -916,7 +922,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
     writeln!(
         log,
         "# {} records × {} B, {} connections over {} client thread(s), run phase {} s ({} s \
-         warm-up), {}; inec {} scheme {}, route {}, {:.1}% degraded reads (Weibull shape {}){}",
+         warm-up), {}; inec {} scheme {}, {} event loop(s) per node, route {}, {:.1}% degraded reads (Weibull shape {}){}",
         a.records,
         a.value_bytes,
         a.connections,
@@ -929,6 +935,7 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         },
         a.code,
         a.scheme,
+        a.inec_loops.unwrap_or_else(harness::cache::machine_cores),
         if a.route == "any" {
             "any node (forwarded to the agent)"
         } else {
