@@ -91,7 +91,8 @@ pub struct CacheArgs {
     /// Nodes of each inec cache (default: the code's chunk count).
     #[arg(long)]
     pub inec_nodes: Option<usize>,
-    /// Event loops per inec node (`inec serve -t`; default: the machine's cores).
+    /// Event loops per inec node (`inec serve -t`; default: the machine's cores shared among
+    /// the nodes, at least 1 each).
     #[arg(long)]
     pub inec_loops: Option<usize>,
     /// `-m` per inec node, MiB (default: enough for every key's chunks with room to spare).
@@ -610,7 +611,7 @@ pub fn run(a: CacheArgs) -> Result<()> {
                 )
             };
             if let Some(loops) = a.inec_loops {
-                o.options.threads = loops;
+                o.options.threads = Some(loops);
             }
             systems.push(SystemSpec {
                 label: format!("inec-{mode}"),

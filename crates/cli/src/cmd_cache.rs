@@ -99,7 +99,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         peers: members.iter().map(|m| m.peer).collect(),
         engines: members.iter().map(|m| m.engine).collect(),
         max_connections: o.max_conns,
-        loops: o.threads,
+        loops: o.threads.unwrap_or_else(harness::cache::machine_cores),
         workers: o.workers,
     })?;
     if let Some(e) = &server.plans_not_installed {

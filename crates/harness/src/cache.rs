@@ -35,9 +35,11 @@ pub struct CacheOptions {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     pub max_item_size: String,
     /// Event loops per node (memcached's -t): each serves the client and peer connections
-    /// dealt to it and runs their gets and sets to completion. Default: the machine's cores.
-    #[arg(short = 't', long, default_value_t = machine_cores())]
-    pub threads: usize,
+    /// dealt to it and runs their gets and sets to completion. Default: the machine's cores
+    /// for `inec serve`; for a cache on one machine (`inec cache up`), its cores shared among
+    /// the nodes (at least 1 each).
+    #[arg(short = 't', long)]
+    pub threads: Option<usize>,
     /// Worker threads per node for the requests a loop hands over (multi-key gets, other
     /// verbs, degraded reads), and as many for peers' requests that may wait.
     #[arg(long, default_value_t = 8)]
@@ -95,7 +97,6 @@ impl CacheOptions {
             ("-m", self.memory_mib.to_string()),
             ("-c", self.max_conns.to_string()),
             ("-I", self.max_item_size.clone()),
-            ("-t", self.threads.to_string()),
             ("--workers", self.workers.to_string()),
             ("--code", self.code.clone()),
             ("--scheme", self.scheme.clone()),
@@ -108,10 +109,20 @@ impl CacheOptions {
         .into_iter()
         .flat_map(|(f, v)| [f.to_string(), v])
         .collect();
+        if let Some(t) = self.threads {
+            v.extend(["-t".to_string(), t.to_string()]);
+        }
         if self.debug_commands {
             v.push("--debug-commands".into());
         }
         v
+    }
+
+    /// The event loops of a node, `threads` or its default, when `nodes` nodes share this
+    /// machine.
+    pub fn loops_sharing(&self, nodes: usize) -> usize {
+        self.threads
+            .unwrap_or_else(|| (machine_cores() / nodes.max(1)).max(1))
     }
 }
 
@@ -340,8 +351,10 @@ fn start(cfg: &UpConfig, n: usize) -> Result<CacheState, Error> {
     drop(held);
     fs::write(dir.join(CLUSTER_FILE), cluster_text(&members))
         .map_err(Error::io("writing the cluster file"))?;
+    let mut opts = cfg.options.clone();
+    opts.threads = Some(opts.loops_sharing(n));
     let mut st = CacheState {
-        opts: cfg.options.clone(),
+        opts,
         members,
         pids: Vec::new(),
         netns: cfg.netns.then(|| (0..n).map(netns::ns_name).collect()),
@@ -973,7 +986,7 @@ mod tests {
         let o = CacheOptions::default();
         assert_eq!(
             (o.memory_mib, o.code.as_str(), o.threads, o.workers),
-            (64, "rs:6,3", machine_cores(), 8)
+            (64, "rs:6,3", None, 8)
         );
         let mut args = vec!["serve".to_string()];
         args.extend(o.to_args());

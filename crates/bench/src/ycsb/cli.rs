@@ -83,7 +83,8 @@ pub struct YcsbArgs {
     /// Nodes of each inec cache (default: the code's chunk count).
     #[arg(long)]
     pub inec_nodes: Option<usize>,
-    /// Event loops per inec node (`inec serve -t`; default: the machine's cores).
+    /// Event loops per inec node (`inec serve -t`; default: the machine's cores shared among
+    /// the nodes, at least 1 each).
     #[arg(long)]
     pub inec_loops: Option<usize>,
     /// How the client picks an inec node for a key: `agent` sends it to its stripe's agent
@@ -391,7 +392,7 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
                 ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
             };
             if let Some(loops) = a.inec_loops {
-                o.options.threads = loops;
+                o.options.threads = Some(loops);
             }
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
@@ -935,7 +936,14 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         },
         a.code,
         a.scheme,
-        a.inec_loops.unwrap_or_else(harness::cache::machine_cores),
+        harness::cache::CacheOptions {
+            threads: a.inec_loops,
+            ..Default::default()
+        }
+        .loops_sharing(
+            a.inec_nodes
+                .unwrap_or_else(|| parse_code(&a.code).map_or(1, |c| c.n()))
+        ),
         if a.route == "any" {
             "any node (forwarded to the agent)"
         } else {
