@@ -33,6 +33,9 @@ pub const MAX_TOMBSTONES: usize = 100_000;
 #[derive(Debug, Default)]
 pub struct ChunkStore {
     slots: HashMap<SlotKey, Slot>,
+    /// The positions held of each (stripe, key), so that a delete or touch finds a key's slots
+    /// without a scan of every slot.
+    positions: HashMap<(u32, Vec<u8>), Vec<u8>>,
     /// Per stripe, the slots holding a previous record, with the version that replaced it.
     pending_prev: HashMap<u32, VecDeque<(SlotKey, u64)>>,
     bytes: u64,
@@ -104,6 +107,10 @@ impl ChunkStore {
             }
             None => {
                 self.bytes += bytes.len() as u64;
+                self.positions
+                    .entry((stripe, key.2.clone()))
+                    .or_default()
+                    .push(key.1);
                 self.slots.insert(
                     key,
                     Slot {
@@ -173,26 +180,40 @@ impl ChunkStore {
                 self.tombstones.remove(&(s, k));
             }
         }
-        let doomed: Vec<SlotKey> = self
-            .slots
-            .iter()
-            .filter(|((s, _, k), slot)| *s == stripe && k == key && slot.cur_version < version)
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in doomed {
-            if let Some(slot) = self.slots.remove(&k) {
-                self.bytes -= slot.cur.len() as u64;
-                if let Some((_, p)) = slot.prev {
-                    self.bytes -= p.len() as u64;
+        let id = (stripe, key.to_vec());
+        let Some(held) = self.positions.get_mut(&id) else {
+            return;
+        };
+        held.retain(|&position| {
+            let at = (stripe, position, key.to_vec());
+            match self.slots.get(&at) {
+                Some(slot) if slot.cur_version < version => {
+                    let slot = self.slots.remove(&at).expect("present");
+                    self.bytes -= slot.cur.len() as u64;
+                    if let Some((_, p)) = slot.prev {
+                        self.bytes -= p.len() as u64;
+                    }
+                    false
                 }
+                Some(_) => true,
+                None => false,
             }
+        });
+        if held.is_empty() {
+            self.positions.remove(&id);
         }
     }
 
     /// Rewrites the exptime of the key's records of `version` (touch).
     pub fn touch(&mut self, stripe: u32, key: &[u8], version: u64, exptime: i64) {
-        for ((s, _, k), slot) in self.slots.iter_mut() {
-            if *s != stripe || k != key || slot.cur_version != version {
+        let Some(held) = self.positions.get(&(stripe, key.to_vec())) else {
+            return;
+        };
+        for &position in held {
+            let Some(slot) = self.slots.get_mut(&(stripe, position, key.to_vec())) else {
+                continue;
+            };
+            if slot.cur_version != version {
                 continue;
             }
             if let Ok((mut header, data)) = record::parse(&slot.cur) {
@@ -351,6 +372,40 @@ mod tests {
         st.delete(0, b"k", 4);
         assert_eq!(st.len(), 2);
         st.delete(0, b"k", 6);
+        assert!(st.is_empty());
+        assert_eq!(st.bytes(), 0);
+    }
+
+    #[test]
+    fn a_delete_or_touch_reaches_only_its_keys_slots_at_every_position_again_after_a_delete() {
+        let mut st = ChunkStore::new();
+        for k in 0..50u8 {
+            for p in [0, 3] {
+                st.put(1, rec(&[b'k', k], p, 5, b"abc"), 0).unwrap();
+            }
+        }
+        // The same key in another stripe is another key.
+        st.put(2, rec(b"k\x07", 0, 5, b"abc"), 0).unwrap();
+        st.delete(1, b"k\x07", 6);
+        assert_eq!(st.len(), 99);
+        assert!(st.get(1, 0, b"k\x07", 5).is_none() && st.get(1, 3, b"k\x07", 5).is_none());
+        assert!(st.get(2, 0, b"k\x07", 5).is_some() && st.get(1, 3, b"k\x08", 5).is_some());
+        // Stored again after the delete, at another position too: touched and deleted again.
+        st.put(1, rec(b"k\x07", 3, 7, b"xy"), 0).unwrap();
+        st.put(1, rec(b"k\x07", 5, 7, b"xy"), 0).unwrap();
+        st.touch(1, b"k\x07", 7, 99);
+        for p in [3, 5] {
+            let (h, _) = record::parse(st.get(1, p, b"k\x07", 7).unwrap()).unwrap();
+            assert_eq!(h.exptime, 99);
+        }
+        let (h, _) = record::parse(st.get(1, 3, b"k\x08", 5).unwrap()).unwrap();
+        assert_eq!(h.exptime, 0);
+        st.delete(1, b"k\x07", 8);
+        assert_eq!(st.len(), 99);
+        for k in 0..50u8 {
+            st.delete(1, &[b'k', k], 9);
+        }
+        st.delete(2, b"k\x07", 9);
         assert!(st.is_empty());
         assert_eq!(st.bytes(), 0);
     }
