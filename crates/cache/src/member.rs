@@ -1,4 +1,4 @@
-//! What a member holds: chunk records by (stripe, position, key).
+//! What a member holds: chunk records by (stripe, position), then key.
 //!
 //! A member keeps, besides the current record of a key, the record it replaced until the
 //! agent's watermark says the newer write finished: if the agent dies half-way through a write,
@@ -19,6 +19,11 @@ struct Slot {
 
 type SlotKey = (u32, u8, Vec<u8>);
 
+/// The records held at one (stripe, position), by key: a lookup by `&[u8]` needs no copy of
+/// the key, and a member holds few (stripe, position) pairs (one per stripe it is a member of,
+/// in the usual placement), so a key's slots across positions are found by visiting them.
+type Slots = HashMap<Vec<u8>, Slot>;
+
 /// The outcome of a put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum PutOutcome {
@@ -32,10 +37,9 @@ pub const MAX_TOMBSTONES: usize = 100_000;
 
 #[derive(Debug, Default)]
 pub struct ChunkStore {
-    slots: HashMap<SlotKey, Slot>,
-    /// The positions held of each (stripe, key), so that a delete or touch finds a key's slots
-    /// without a scan of every slot.
-    positions: HashMap<(u32, Vec<u8>), Vec<u8>>,
+    slots: HashMap<(u32, u8), Slots>,
+    /// Slots held, over every (stripe, position).
+    count: usize,
     /// Per stripe, the slots holding a previous record, with the version that replaced it.
     pending_prev: HashMap<u32, VecDeque<(SlotKey, u64)>>,
     bytes: u64,
@@ -58,11 +62,27 @@ impl ChunkStore {
     }
 
     pub fn len(&self) -> usize {
-        self.slots.len()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
-        self.slots.is_empty()
+        self.count == 0
+    }
+
+    fn slot(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&Slot> {
+        self.slots.get(&(stripe, position))?.get(key)
+    }
+
+    fn slot_mut(&mut self, stripe: u32, position: u8, key: &[u8]) -> Option<&mut Slot> {
+        self.slots.get_mut(&(stripe, position))?.get_mut(key)
+    }
+
+    /// The slot maps of a stripe's positions held here.
+    fn of_stripe(&mut self, stripe: u32) -> impl Iterator<Item = &mut Slots> {
+        self.slots
+            .iter_mut()
+            .filter(move |((s, _), _)| *s == stripe)
+            .map(|(_, m)| m)
     }
 
     /// Stores a record after checking it. `watermark`: every write of this stripe below it has
@@ -84,7 +104,8 @@ impl ChunkStore {
             None => {}
         }
         let key: SlotKey = (stripe, header.chunk_index, tomb.1);
-        let outcome = match self.slots.get_mut(&key) {
+        let held = self.slots.entry((stripe, key.1)).or_default();
+        let outcome = match held.get_mut(&key.2) {
             Some(slot) if slot.cur_version > version => PutOutcome::Stale,
             Some(slot) if slot.cur_version == version => {
                 self.bytes = self.bytes + bytes.len() as u64 - slot.cur.len() as u64;
@@ -107,12 +128,9 @@ impl ChunkStore {
             }
             None => {
                 self.bytes += bytes.len() as u64;
-                self.positions
-                    .entry((stripe, key.2.clone()))
-                    .or_default()
-                    .push(key.1);
-                self.slots.insert(
-                    key,
+                self.count += 1;
+                held.insert(
+                    key.2,
                     Slot {
                         cur_version: version,
                         cur: bytes,
@@ -135,8 +153,8 @@ impl ChunkStore {
             if *v >= watermark {
                 break;
             }
-            let (key, v) = q.pop_front().expect("front");
-            if let Some(slot) = self.slots.get_mut(&key) {
+            let ((s, p, key), v) = q.pop_front().expect("front");
+            if let Some(slot) = self.slots.get_mut(&(s, p)).and_then(|m| m.get_mut(&key)) {
                 if slot.cur_version == v {
                     if let Some((_, p)) = slot.prev.take() {
                         self.bytes -= p.len() as u64;
@@ -148,7 +166,7 @@ impl ChunkStore {
 
     /// The record of `version` at a position (current or previous), if held.
     pub fn get(&self, stripe: u32, position: u8, key: &[u8], version: u64) -> Option<&[u8]> {
-        let slot = self.slots.get(&(stripe, position, key.to_vec()))?;
+        let slot = self.slot(stripe, position, key)?;
         if slot.cur_version == version {
             return Some(&slot.cur);
         }
@@ -160,9 +178,7 @@ impl ChunkStore {
 
     /// The current record at a position, whatever its version.
     pub fn get_latest(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&[u8]> {
-        self.slots
-            .get(&(stripe, position, key.to_vec()))
-            .map(|s| s.cur.as_slice())
+        self.slot(stripe, position, key).map(|s| s.cur.as_slice())
     }
 
     /// Deletes the key's records at every position of the stripe whose version is below
@@ -180,37 +196,26 @@ impl ChunkStore {
                 self.tombstones.remove(&(s, k));
             }
         }
-        let id = (stripe, key.to_vec());
-        let Some(held) = self.positions.get_mut(&id) else {
-            return;
-        };
-        held.retain(|&position| {
-            let at = (stripe, position, key.to_vec());
-            match self.slots.get(&at) {
-                Some(slot) if slot.cur_version < version => {
-                    let slot = self.slots.remove(&at).expect("present");
-                    self.bytes -= slot.cur.len() as u64;
-                    if let Some((_, p)) = slot.prev {
-                        self.bytes -= p.len() as u64;
-                    }
-                    false
-                }
-                Some(_) => true,
-                None => false,
+        let (mut slots, mut bytes) = (0, 0);
+        for held in self.of_stripe(stripe) {
+            if held.get(key).is_none_or(|slot| slot.cur_version >= version) {
+                continue;
             }
-        });
-        if held.is_empty() {
-            self.positions.remove(&id);
+            let slot = held.remove(key).expect("present");
+            slots += 1;
+            bytes += slot.cur.len() as u64;
+            if let Some((_, p)) = slot.prev {
+                bytes += p.len() as u64;
+            }
         }
+        self.count -= slots;
+        self.bytes -= bytes;
     }
 
     /// Rewrites the exptime of the key's records of `version` (touch).
     pub fn touch(&mut self, stripe: u32, key: &[u8], version: u64, exptime: i64) {
-        let Some(held) = self.positions.get(&(stripe, key.to_vec())) else {
-            return;
-        };
-        for &position in held {
-            let Some(slot) = self.slots.get_mut(&(stripe, position, key.to_vec())) else {
+        for held in self.of_stripe(stripe) {
+            let Some(slot) = held.get_mut(key) else {
                 continue;
             };
             if slot.cur_version != version {
@@ -226,10 +231,8 @@ impl ChunkStore {
     /// Headers of every record (current and previous) of a stripe, for an index rebuild.
     pub fn list(&self, stripe: u32) -> Vec<Header> {
         let mut out = Vec::new();
-        for ((s, _, _), slot) in &self.slots {
-            if *s != stripe {
-                continue;
-            }
+        let held = self.slots.iter().filter(|((s, _), _)| *s == stripe);
+        for slot in held.flat_map(|(_, m)| m.values()) {
             if let Ok((h, _)) = record::parse_header(&slot.cur) {
                 out.push(h);
             }
@@ -254,7 +257,7 @@ impl ChunkStore {
     /// Flips one bit of the data of the current record at a position (test-only command).
     /// Returns false when there is no such record or the bit is outside its data.
     pub fn flip_bit(&mut self, stripe: u32, position: u8, key: &[u8], bit: u64) -> bool {
-        let Some(slot) = self.slots.get_mut(&(stripe, position, key.to_vec())) else {
+        let Some(slot) = self.slot_mut(stripe, position, key) else {
             return false;
         };
         let Ok((_, data)) = record::parse_header(&slot.cur) else {

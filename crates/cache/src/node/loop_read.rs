@@ -52,8 +52,9 @@ pub struct LoopPending {
     stripe: usize,
     key: Vec<u8>,
     entry: Entry,
-    /// Data chunks by position (`0..k`).
-    have: Vec<Option<Vec<u8>>>,
+    /// Data chunks by position (`0..k`): each member's record as it came, and where its data
+    /// lies in it (not copied out).
+    have: Vec<Option<(Vec<u8>, std::ops::Range<usize>)>>,
     /// (node, position) of every chunk still to be fetched, in position order.
     pub remote: Vec<(usize, usize)>,
 }
@@ -164,7 +165,9 @@ impl Node {
                     && h.key == pending.key
                     && h.chunk_index as usize == position =>
             {
-                pending.have[position] = Some(data.to_vec());
+                let start = data.as_ptr() as usize - bytes.as_ptr() as usize;
+                let range = start..start + data.len();
+                pending.have[position] = Some((bytes, range));
                 true
             }
             Ok(_) => {
@@ -186,14 +189,13 @@ impl Node {
             return None;
         }
         let e = &pending.entry;
+        fn chunk(c: &Option<(Vec<u8>, std::ops::Range<usize>)>) -> Option<&[u8]> {
+            c.as_ref().map(|(record, data)| &record[data.clone()])
+        }
         let value = match e.kind {
-            Kind::Replica => pending.have.iter().flatten().next()?.clone(),
+            Kind::Replica => pending.have.iter().find_map(chunk)?.to_vec(),
             Kind::Coded => {
-                let data: Vec<&[u8]> = pending
-                    .have
-                    .iter()
-                    .map(|c| c.as_deref())
-                    .collect::<Option<_>>()?;
+                let data: Vec<&[u8]> = pending.have.iter().map(chunk).collect::<Option<_>>()?;
                 stripe::join(&data, e.value_bytes as usize)
             }
         };
