@@ -169,6 +169,11 @@ fn pct(x: f64) -> String {
     }
 }
 
+/// A count read from the nodes, `?` when they did not give it.
+fn count(c: Option<u64>) -> String {
+    c.map_or_else(|| "?".into(), |c| c.to_string())
+}
+
 /// Runs the study: `fig14`, `cases`, `goals` or `all`.
 pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
     let cases: Vec<Case> = match which {
@@ -238,18 +243,18 @@ pub fn run(base: &YcsbArgs, which: &str) -> Result<()> {
         writeln!(
             log,
             "# {}: throughput {:.0} vs {:.0} ops/s ({}), write p99 cut {}, degraded p99 cut {}; \
-             plan runs / fallbacks / timeouts: coherent {:?}/{:?}/{}, incoherent {:?}/{:?}/{}",
+             plan runs / fallbacks / timeouts: coherent {}/{}/{}, incoherent {}/{}/{}",
             res.label,
             res.coherent.run.throughput_ops_s,
             res.incoherent.run.throughput_ops_s,
             pct(res.throughput_gain),
             pct(res.write_latency_cut[2]),
             pct(res.degraded_latency_cut[2]),
-            res.coherent.degraded_plan_runs,
-            res.coherent.degraded_plan_fallbacks,
+            count(res.coherent.degraded_plan_runs),
+            count(res.coherent.degraded_plan_fallbacks),
             res.coherent.run.errors.get("timeout").copied().unwrap_or(0),
-            res.incoherent.degraded_plan_runs,
-            res.incoherent.degraded_plan_fallbacks,
+            count(res.incoherent.degraded_plan_runs),
+            count(res.incoherent.degraded_plan_fallbacks),
             res.incoherent
                 .run
                 .errors
