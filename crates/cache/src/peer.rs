@@ -524,6 +524,17 @@ fn decode_result(r: &mut R) -> Result<AgentResult, Short> {
 /// The body of a request message.
 pub fn encode_request(req: &Request) -> Vec<u8> {
     let mut w = W(Vec::new());
+    encode_request_to(&mut w, req);
+    w.0
+}
+
+/// Appends `req` to `out` as a frame (length, then the body of [`encode_request`]), encoded in
+/// place: a loop queues its requests straight into a link's output.
+pub fn push_request_frame(out: &mut Vec<u8>, req: &Request) {
+    push_frame_with(out, |w| encode_request_to(w, req));
+}
+
+fn encode_request_to(w: &mut W, req: &Request) {
     match req {
         Request::Heartbeat { from } => {
             w.u8(1).u32(*from);
@@ -574,10 +585,9 @@ pub fn encode_request(req: &Request) -> Vec<u8> {
         }
         Request::Agent(op) => {
             w.u8(9);
-            encode_op(&mut w, op);
+            encode_op(w, op);
         }
     }
-    w.0
 }
 
 /// Parses a request body.
@@ -1014,8 +1024,13 @@ mod tests {
                 position: 8,
             }),
         ];
+        let mut frames = vec![0xee];
         for r in reqs {
             assert_eq!(decode_request(&encode_request(&r)), Some(r.clone()));
+            // Framed in place after what the output held: the length, then the same body.
+            let at = frames.len();
+            push_request_frame(&mut frames, &r);
+            assert_eq!(read_frame(&mut &frames[at..]).unwrap(), encode_request(&r));
             let mut body = encode_request(&r);
             body.push(0);
             assert_eq!(decode_request(&body), None, "trailing byte");

@@ -418,10 +418,9 @@ impl LoopOps {
                 peer::Request::Agent(_) => Lane::Forwards,
                 _ => Lane::Chunks,
             };
-            let body = peer::encode_request(&request);
             match self
                 .links
-                .queue(registry, member, lane, (id, position), &body)
+                .queue(registry, member, lane, (id, position), &request)
             {
                 Ok(()) => pr.outstanding += 1,
                 Err(_) => pr.failed = true,

@@ -89,7 +89,7 @@ impl Links {
         node: usize,
         lane: Lane,
         asked: Asked,
-        body: &[u8],
+        request: &peer::Request,
     ) -> io::Result<()> {
         let at = node * LANES + lane as usize;
         if self.links[at].is_none() {
@@ -109,9 +109,7 @@ impl Links {
             });
         }
         let link = self.links[at].as_mut().expect("connected above");
-        link.out
-            .extend_from_slice(&(body.len() as u32).to_le_bytes());
-        link.out.extend_from_slice(body);
+        peer::push_request_frame(&mut link.out, request);
         link.asked.push_back(asked);
         self.sent += 1;
         if !self.dirty.contains(&at) {
@@ -274,7 +272,7 @@ mod tests {
         let poll = mio::Poll::new().unwrap();
         let registry = poll.registry();
         let mut links = Links::new(vec![addr]);
-        let hb = |from| peer::encode_request(&peer::Request::Heartbeat { from });
+        let hb = |from| peer::Request::Heartbeat { from };
         links
             .queue(registry, 0, Lane::Chunks, (1, 0), &hb(1))
             .unwrap();
