@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
-use proto::{compose, Command, Limits, MetaReturn, MetaStatus, Parse, Parser, Reply, StoreMode};
+use proto::{
+    compose, Command, Limits, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply, StoreMode,
+};
 
 use crate::node::{
     ExecMode, LoopPending, LoopRead, LoopWrite, LoopWriteStart, Node, RecoveryState,
@@ -138,8 +140,10 @@ impl Handoff {
 }
 
 enum Work {
-    /// A request's bytes, run by [`execute`].
-    Request(Vec<u8>),
+    /// A request as the loop parsed it, run by [`execute`] (not parsed again).
+    Command(OwnedCommand),
+    /// The test-only `inec_flip` line (with `--debug-commands`), run by [`flip`].
+    Flip(Vec<u8>),
     /// A write refused as too large that must not leave the value it meant to overwrite (see
     /// `proto::Parse::Error::unlink`): the key's value is removed, then `reply` is sent.
     Unlink { key: Vec<u8>, reply: Vec<u8> },
@@ -167,7 +171,7 @@ struct PendingOp {
 /// A request the loop gives to a worker: a client's bytes (a client worker runs them), or a
 /// peer's request (a peer worker answers it).
 enum Retry {
-    Client(Vec<u8>),
+    Client(OwnedCommand),
     Peer(peer::Request),
 }
 
@@ -554,13 +558,13 @@ fn start_client_op(
     ops: &mut LoopOps,
     registry: &Registry,
     op: LoopOp,
-    request: Vec<u8>,
+    request: OwnedCommand,
 ) {
     c.busy = true;
     match start_loop_op(ops, node, registry, token, op, Retry::Client(request)) {
         None => {}
         Some(Done::Worker(_, Retry::Client(request))) => {
-            hand.client(token, Work::Request(request));
+            hand.client(token, Work::Command(request));
         }
         Some(Done::Worker(_, Retry::Peer(_))) => unreachable!("a client's op"),
         Some(Done::Reply(_, out)) => {
@@ -665,7 +669,7 @@ fn deliver(
         }
         Done::Worker(token, Retry::Client(request)) => {
             if conns.contains_key(&token) {
-                hand.client(token, Work::Request(request));
+                hand.client(token, Work::Command(request));
             }
             None
         }
@@ -765,7 +769,13 @@ pub fn serve(
                 let Ok(job) = job else { return };
                 let mut out = Vec::new();
                 let close = match job.work {
-                    Work::Request(request) => execute(&node, &counts, &limits, &request, &mut out),
+                    Work::Command(command) => {
+                        execute(&node, &counts, &limits, command.as_command(), &mut out)
+                    }
+                    Work::Flip(line) => {
+                        flip(&node, &line, &mut out);
+                        false
+                    }
                     Work::Unlink { key, reply } => {
                         unlink(&node, &key, reply, &mut out);
                         false
@@ -1119,7 +1129,7 @@ fn service(
                 if let Some(nl) = c.inbuf.iter().position(|&b| b == b'\n') {
                     let req: Vec<u8> = c.inbuf.drain(..=nl).collect();
                     c.busy = true;
-                    hand.client(token, Work::Request(req));
+                    hand.client(token, Work::Flip(req));
                     progressed = true;
                     continue;
                 }
@@ -1152,24 +1162,24 @@ fn service(
                     }
                 }
                 Parse::Command { command, consumed } => {
-                    let inline = match &command {
+                    let handoff = match &command {
                         Command::Version => {
                             compose::version(&mut c.out, version());
-                            true
+                            None
                         }
                         Command::Verbosity { noreply, .. } => {
                             if !noreply {
                                 compose::reply(&mut c.out, Reply::Ok);
                             }
-                            true
+                            None
                         }
                         Command::MetaNoop => {
                             compose::meta_noop(&mut c.out);
-                            true
+                            None
                         }
                         Command::Quit => {
                             c.closing = true;
-                            true
+                            None
                         }
                         Command::Get(g)
                             if g.keys.len() == 1
@@ -1183,12 +1193,12 @@ fn service(
                             };
                             let key = g.keys[0];
                             match node.loop_read_start(key) {
-                                LoopRead::Worker => false,
+                                LoopRead::Worker => Some(command.to_owned_command()),
                                 LoopRead::Miss => {
                                     bump(&node.counters.cmd_get);
                                     bump(&node.counters.get_misses);
                                     compose::reply(&mut c.out, Reply::End);
-                                    true
+                                    None
                                 }
                                 LoopRead::Value(v) => {
                                     bump(&node.counters.cmd_get);
@@ -1197,15 +1207,15 @@ fn service(
                                     let cas = with_cas.then_some(v.cas);
                                     compose::value(&mut c.out, &v.key, v.flags, &v.value, cas);
                                     compose::reply(&mut c.out, Reply::End);
-                                    true
+                                    None
                                 }
                                 LoopRead::Fetch(read) => {
                                     let op = LoopOp::Read { read, to };
-                                    let request = c.inbuf[..consumed].to_vec();
+                                    let request = command.to_owned_command();
                                     start_client_op(
                                         c, token, node, hand, ops, registry, op, request,
                                     );
-                                    true
+                                    None
                                 }
                                 LoopRead::Forward(agent) => {
                                     let get = AgentOp::Get {
@@ -1214,11 +1224,11 @@ fn service(
                                         degrade: None,
                                     };
                                     let op = LoopOp::forward(agent, key, get, to);
-                                    let request = c.inbuf[..consumed].to_vec();
+                                    let request = command.to_owned_command();
                                     start_client_op(
                                         c, token, node, hand, ops, registry, op, request,
                                     );
-                                    true
+                                    None
                                 }
                             }
                         }
@@ -1230,22 +1240,22 @@ fn service(
                                 noreply: st.noreply,
                             };
                             match node.loop_write_start(st.key, st.flags, st.exptime, st.data) {
-                                LoopWriteStart::Worker => false,
+                                LoopWriteStart::Worker => Some(command.to_owned_command()),
                                 LoopWriteStart::Stored(_) => {
                                     bump(&node.counters.cmd_set);
                                     bump(&node.counters.loop_writes);
                                     if !st.noreply {
                                         compose::reply(&mut c.out, Reply::Stored);
                                     }
-                                    true
+                                    None
                                 }
                                 LoopWriteStart::Send(write) => {
                                     let op = LoopOp::Write { write, to };
-                                    let request = c.inbuf[..consumed].to_vec();
+                                    let request = command.to_owned_command();
                                     start_client_op(
                                         c, token, node, hand, ops, registry, op, request,
                                     );
-                                    true
+                                    None
                                 }
                                 LoopWriteStart::Forward(agent) => {
                                     let set = AgentOp::Store {
@@ -1257,20 +1267,20 @@ fn service(
                                         value: st.data.to_vec(),
                                     };
                                     let op = LoopOp::forward(agent, st.key, set, to);
-                                    let request = c.inbuf[..consumed].to_vec();
+                                    let request = command.to_owned_command();
                                     start_client_op(
                                         c, token, node, hand, ops, registry, op, request,
                                     );
-                                    true
+                                    None
                                 }
                             }
                         }
-                        _ => false,
+                        _ => Some(command.to_owned_command()),
                     };
-                    if !inline {
-                        let request = c.inbuf[..consumed].to_vec();
+                    // Anything else goes to a worker, parsed (not to be parsed again).
+                    if let Some(request) = handoff {
                         c.busy = true;
-                        hand.client(token, Work::Request(request));
+                        hand.client(token, Work::Command(request));
                     }
                     c.inbuf.drain(..consumed);
                 }
@@ -1359,49 +1369,45 @@ fn unlink(node: &Node, key: &[u8], reply: Vec<u8>, out: &mut Vec<u8>) {
     }
 }
 
+/// Runs the test-only `inec_flip <key> <position> <bit>` line.
+fn flip(node: &Node, request: &[u8], out: &mut Vec<u8>) {
+    let line = String::from_utf8_lossy(request);
+    let t: Vec<&str> = line.split_whitespace().collect();
+    let parsed = (t.len() == 4)
+        .then(|| {
+            Some((
+                t[1].as_bytes().to_vec(),
+                t[2].parse::<u8>().ok()?,
+                t[3].parse::<u64>().ok()?,
+            ))
+        })
+        .flatten();
+    match parsed {
+        None => compose::client_error(out, "usage: inec_flip <key> <position> <bit>"),
+        Some((key, position, bit)) => match node.route_key(
+            AgentOp::Flip {
+                key: key.clone(),
+                position,
+                bit,
+            },
+            &key,
+        ) {
+            AgentResult::Ok => compose::reply(out, Reply::Ok),
+            AgentResult::NotFound => compose::reply(out, Reply::NotFound),
+            AgentResult::Error(r) => server_error(out, &r),
+            other => server_error(out, &format!("unexpected {other:?}")),
+        },
+    }
+}
+
 /// Runs one request and appends its reply; true when the connection must close.
 fn execute(
     node: &Node,
     counts: &ConnCounts,
     limits: &Limits,
-    request: &[u8],
+    command: Command<'_>,
     out: &mut Vec<u8>,
 ) -> bool {
-    if request.starts_with(FLIP_COMMAND) {
-        let line = String::from_utf8_lossy(request);
-        let t: Vec<&str> = line.split_whitespace().collect();
-        let parsed = (t.len() == 4)
-            .then(|| {
-                Some((
-                    t[1].as_bytes().to_vec(),
-                    t[2].parse::<u8>().ok()?,
-                    t[3].parse::<u64>().ok()?,
-                ))
-            })
-            .flatten();
-        match parsed {
-            None => compose::client_error(out, "usage: inec_flip <key> <position> <bit>"),
-            Some((key, position, bit)) => match node.route_key(
-                AgentOp::Flip {
-                    key: key.clone(),
-                    position,
-                    bit,
-                },
-                &key,
-            ) {
-                AgentResult::Ok => compose::reply(out, Reply::Ok),
-                AgentResult::NotFound => compose::reply(out, Reply::NotFound),
-                AgentResult::Error(r) => server_error(out, &r),
-                other => server_error(out, &format!("unexpected {other:?}")),
-            },
-        }
-        return false;
-    }
-    let mut parser = Parser::new(*limits);
-    let Parse::Command { command, .. } = parser.parse(request) else {
-        compose::reply(out, Reply::Error);
-        return false;
-    };
     let c = &node.counters;
     let inc = |a: &AtomicU64| {
         a.fetch_add(1, Ordering::Relaxed);

@@ -46,6 +46,9 @@ fn run(data: &[u8], limits: Limits, read_bytes: usize) -> Vec<Vec<u8>> {
             }
             Parse::Command { command, consumed } => {
                 assert!(consumed > 0 && consumed <= buf.len());
+                // Carried past its buffer, the command is the same command.
+                let owned = command.to_owned_command();
+                assert_eq!(owned.as_command(), command, "the owned command differs");
                 let mut again = Vec::new();
                 compose::request(&mut again, &command);
                 let mut fresh = Parser::new(limits);

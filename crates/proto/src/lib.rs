@@ -45,8 +45,9 @@ mod parse;
 pub mod reply;
 
 pub use command::{
-    ArithOp, Command, Get, GetKind, Meta, MetaFlag, MetaFlags, MetaKind, MetaMode, MetaSet, Store,
-    StoreMode,
+    ArithOp, Command, CommandOf, Get, GetKind, GetOf, Meta, MetaFlag, MetaFlagOf, MetaFlags,
+    MetaFlagsOf, MetaKind, MetaMode, MetaOf, MetaSet, MetaSetOf, OwnedCommand, Store, StoreMode,
+    StoreOf,
 };
 pub use compose::{incr_decr, IncrDecr, MetaReturn, MetaStatus, NonNumeric, Reply};
 pub use parse::{
