@@ -1,7 +1,8 @@
-//! The node process: a mio event loop for memcached clients, which runs a get or set at the
-//! key's agent to completion itself (its own peer connections, `server/links.rs`) and serves
-//! the peer port (`server/members.rs`); worker threads that run every other request (which may
-//! wait on peers), and peer workers for the peers' requests that may wait.
+//! The node process: `-t` mio event loops, each owning the client and peer connections dealt to
+//! it, which run a get or set at the key's agent to completion themselves (their own peer
+//! connections, `server/links.rs`) and serve the peer port (`server/members.rs`); worker
+//! threads shared by the loops that run every other request (which may wait on peers), given
+//! as the command the loop parsed, and peer workers for the peers' requests that may wait.
 //!
 //! Each client connection has bounded buffers: the input holds at most one request
 //! (`Limits::request_max_bytes`), and while more than [`OUTPUT_MAX_BYTES`] of replies wait to be
@@ -168,8 +169,8 @@ struct PendingOp {
     deadline: Instant,
 }
 
-/// A request the loop gives to a worker: a client's bytes (a client worker runs them), or a
-/// peer's request (a peer worker answers it).
+/// A request the loop gives to a worker: a client's parsed command (a client worker runs it), or
+/// a peer's request (a peer worker answers it).
 enum Retry {
     Client(OwnedCommand),
     Peer(peer::Request),
