@@ -226,6 +226,8 @@ type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 /// A cache node.
 mod loop_read;
 mod loop_write;
+#[cfg(test)]
+pub(crate) mod tests;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
 pub use loop_write::{LoopWrite, LoopWriteStart};
 

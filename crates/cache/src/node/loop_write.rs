@@ -8,8 +8,11 @@
 //! write's (one record to and one ack from each other member). TriEC writes stay on the
 //! engine (its tripartite encode is the point of the scheme). On anything else — a member down,
 //! a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
-//! failed write undoes it, and the request goes to a worker, which writes it again with a new
-//! version (a `set` may be repeated).
+//! failed write undoes it. Before any record has left, the request goes to a worker, which
+//! writes it the full way. After, the write is in doubt and answered so, never run again: a
+//! member may have stored its record, and a node that leads the stripe next (this one cut off,
+//! its lease run out) adopts it when it rebuilds the index; the write, run again later, would
+//! then take effect twice, the second time over the writes made in between.
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
@@ -175,6 +178,13 @@ impl Node {
             };
         }
         LoopWriteStart::Send(Box::new(w))
+    }
+
+    /// Whether a record of the write has left for a member (this node's own store included):
+    /// from then on another leader may adopt it, so a write that does not finish is in doubt
+    /// and must not be run again.
+    pub fn loop_write_sent(&self, w: &LoopWrite) -> bool {
+        w.records.iter().any(Option::is_none)
     }
 
     /// Takes a member's reply to its record: false unless it stored it.
