@@ -1,5 +1,6 @@
 //! Nodes in one process, with peers played by a transport that answers from a script.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -92,4 +93,22 @@ fn a_node_with_every_member_answering_builds_its_index_and_serves() {
     let key = key_of_stripe_0(&node);
     assert_eq!(get(&node, &key), AgentResult::Miss);
     assert!(node.stripes[0].lock().unwrap().is_some());
+}
+
+/// The members seen up when the operation began, two of them (more than m = 1 positions) do not
+/// answer the rebuild's `List`: an index built from the rest would miss every coded value with
+/// fewer than k chunks there, and answer misses for values that exist (`inec nemesis` found a
+/// value acknowledged before a partition of four nodes answered as a miss once it healed: the
+/// index was rebuilt, mid-operation, from the five nodes on the agent's side). The operation
+/// answers that the stripe is unavailable, and no index is kept.
+#[test]
+fn an_index_rebuilt_without_enough_members_is_not_kept() {
+    let node = leading_node(&[1, 2]);
+    let key = key_of_stripe_0(&node);
+    match get(&node, &key) {
+        AgentResult::Error(e) => assert!(e.contains("unavailable"), "{e}"),
+        other => panic!("answered {other:?} from an index missing two members' records"),
+    }
+    assert!(node.stripes[0].lock().unwrap().is_none(), "no index kept");
+    assert_eq!(node.counters.index_rebuilds.load(Ordering::Relaxed), 1);
 }
