@@ -318,7 +318,7 @@ impl LoopOp {
         }
     }
 
-    /// The reply to an op [`LoopOp::in_doubt`], what it reserved undone.
+    /// The reply to an op [`LoopOp::in_doubt`], what it reserved released.
     fn doubt(self, node: &Node) -> Vec<u8> {
         let mut out = Vec::new();
         match self {
@@ -334,7 +334,7 @@ impl LoopOp {
                 ),
             ),
             LoopOp::Write { write, to } => {
-                node.loop_write_abandon(*write);
+                node.loop_write_doubt(*write);
                 match to {
                     ReplyTo::Client { noreply: true, .. } => {}
                     ReplyTo::Client { .. } => compose::server_error(&mut out, UNFINISHED),

@@ -213,6 +213,22 @@ impl Node {
         Some(version)
     }
 
+    /// Undoes a write in doubt ([`Node::loop_write_sent`], then no ack): its bytes released and
+    /// the key's previous entry back, but its version stays in flight. The members that stored
+    /// its record then keep the one it replaced (the watermark stays below it), so the previous
+    /// entry stays readable; finished, the version would let them drop it, and every read of
+    /// the key would fail until it was written again. (A rebuilt index starts with nothing in
+    /// flight.)
+    pub fn loop_write_doubt(&self, w: LoopWrite) {
+        let mut g = lock(&self.stripes[w.stripe]);
+        if let Some(ix) = g.as_mut() {
+            ix.release(w.entry.positions, w.entry.charge_bytes);
+            if let Some(o) = w.old {
+                ix.adopt(&w.key, o);
+            }
+        }
+    }
+
     /// Undoes a write that will not finish on the loop, as a failed write is undone: its bytes
     /// released, its version finished, the key's previous entry back.
     pub fn loop_write_abandon(&self, w: LoopWrite) {
