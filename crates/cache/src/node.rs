@@ -226,6 +226,8 @@ type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 /// A cache node.
 mod loop_read;
 mod loop_write;
+#[cfg(test)]
+pub(crate) mod tests;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
 pub use loop_write::{LoopWrite, LoopWriteStart};
 
@@ -494,6 +496,7 @@ impl Node {
             if ix.as_ref().is_some_and(|ix| ix.built_at == built) {
                 bump(&self.counters.lease_lapses);
                 *ix = None;
+                log::debug!("stripe {stripe}: index dropped (the lease lapsed since it was built)");
             }
         }
     }
@@ -571,6 +574,7 @@ impl Node {
                 let mut ix = lock(&self.stripes[s]);
                 if ix.is_some() {
                     *ix = None;
+                    log::debug!("stripe {s}: index dropped (not leading)");
                 }
             }
         }
@@ -902,19 +906,55 @@ impl Node {
         self.key_locks[key_lock_index(key)].lock()
     }
 
-    /// Makes sure this node's index of `stripe` exists, rebuilding it from the members'
-    /// records when this node just became the agent.
+    /// Runs `f` on this node's index of `stripe`, rebuilding it from the members' records when
+    /// there is none (this node just became the agent, or its index was dropped).
     ///
     /// The rebuild asks the members for their records without holding the stripe's lock: no
     /// lock that the event loop takes is held over a wait on another node, whose own loop may
     /// be waiting for this node's loop to answer. Two threads may rebuild at once; the first
-    /// index in is kept.
+    /// index in is kept. A rebuilt index is kept only if this node led the stripe before and
+    /// after the rebuild and heard enough members ([`Node::index_keepable`]); otherwise (an
+    /// operation under way whose index was dropped meanwhile) `f` runs on it and it is dropped.
     fn with_index<T>(&self, stripe: usize, f: impl FnOnce(&mut StripeIndex) -> T) -> T {
         if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
             return f(ix);
         }
-        let built = self.rebuild_index(stripe);
+        let leading = self.leads(stripe);
+        let mut built = self.rebuild_index(stripe);
+        if !(leading && self.index_keepable(stripe)) {
+            log::debug!("stripe {stripe}: rebuilt index not kept (leading before: {leading})");
+            return f(&mut built);
+        }
         f(lock(&self.stripes[stripe]).get_or_insert(built))
+    }
+
+    /// Whether an index of `stripe` just rebuilt may be kept: this node leads the stripe, and
+    /// at most m of its positions are down (a member that did not answer the rebuild's `List`
+    /// is down now). With more, values with fewer than k chunks among the members heard would
+    /// be missing from it, and the index would answer misses for them.
+    fn index_keepable(&self, stripe: usize) -> bool {
+        self.leads(stripe) && self.down_positions(stripe) <= self.parity()
+    }
+
+    /// Makes sure the index of `stripe` exists before an operation starts on it: `None` when it
+    /// does, or the answer when it could not be built and kept (more than m positions down, or
+    /// the lease lost meanwhile).
+    fn ensure_index(&self, stripe: usize) -> Option<AgentResult> {
+        let unavailable = || self.down_positions(stripe) > self.parity();
+        if lock(&self.stripes[stripe]).is_some() {
+            return None;
+        }
+        if !unavailable() {
+            self.with_index(stripe, |_| ());
+            if lock(&self.stripes[stripe]).is_some() {
+                return None;
+            }
+        }
+        Some(if unavailable() {
+            self.unavailable(stripe)
+        } else {
+            AgentResult::NotAgent
+        })
     }
 
     fn rebuild_index(&self, stripe: usize) -> StripeIndex {
@@ -923,7 +963,7 @@ impl Node {
         let mut nodes: Vec<usize> = self.placement.members(stripe);
         nodes.sort_unstable();
         nodes.dedup();
-        let calls = nodes
+        let calls: Vec<(usize, Request)> = nodes
             .into_iter()
             .filter(|&n| self.is_up(n))
             .map(|n| {
@@ -937,7 +977,16 @@ impl Node {
             .collect();
         let mut headers: Vec<Header> = Vec::new();
         let mut deleted: HashMap<Vec<u8>, u64> = HashMap::new();
-        for r in self.call(calls) {
+        let asked: Vec<usize> = calls.iter().map(|(n, _)| *n).collect();
+        let replies = self.call(calls);
+        log::debug!(
+            "stripe {stripe}: index rebuilt from {asked:?}, {} of them answered",
+            replies
+                .iter()
+                .filter(|r| matches!(r, Ok(Response::Headers(..))))
+                .count()
+        );
+        for r in replies {
             if let Ok(Response::Headers(hs, tombs)) = r {
                 headers.extend(
                     hs.iter()
@@ -1021,6 +1070,9 @@ impl Node {
                 if s >= self.cfg.node_count || !self.leads(s) {
                     return AgentResult::NotAgent;
                 }
+                if let Some(refused) = self.ensure_index(s) {
+                    return refused;
+                }
                 return self.with_index(s, |ix| {
                     AgentResult::Keys(ix.entries().map(|(k, e)| (k.clone(), e.version)).collect())
                 });
@@ -1035,6 +1087,9 @@ impl Node {
             return AgentResult::NotAgent;
         }
         self.drop_stale_index(stripe);
+        if let Some(refused) = self.ensure_index(stripe) {
+            return refused;
+        }
         let repeatable = op.repeatable();
         let res = self.agent_op(stripe, op);
         // The lease must still hold once the operation is done: otherwise another node may

@@ -8,8 +8,11 @@
 //! write's (one record to and one ack from each other member). TriEC writes stay on the
 //! engine (its tripartite encode is the point of the scheme). On anything else — a member down,
 //! a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
-//! failed write undoes it, and the request goes to a worker, which writes it again with a new
-//! version (a `set` may be repeated).
+//! failed write undoes it. Before any record has left, the request goes to a worker, which
+//! writes it the full way. After, the write is in doubt and answered so, never run again: a
+//! member may have stored its record, and a node that leads the stripe next (this one cut off,
+//! its lease run out) adopts it when it rebuilds the index; the write, run again later, would
+//! then take effect twice, the second time over the writes made in between.
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
@@ -177,6 +180,13 @@ impl Node {
         LoopWriteStart::Send(Box::new(w))
     }
 
+    /// Whether a record of the write has left for a member (this node's own store included):
+    /// from then on another leader may adopt it, so a write that does not finish is in doubt
+    /// and must not be run again.
+    pub fn loop_write_sent(&self, w: &LoopWrite) -> bool {
+        w.records.iter().any(Option::is_none)
+    }
+
     /// Takes a member's reply to its record: false unless it stored it.
     pub fn loop_write_acked(&self, reply: Option<Response>) -> bool {
         matches!(reply, Some(Response::Ack))
@@ -201,6 +211,22 @@ impl Node {
         drop(g);
         bump(&self.counters.total_items);
         Some(version)
+    }
+
+    /// Undoes a write in doubt ([`Node::loop_write_sent`], then no ack): its bytes released and
+    /// the key's previous entry back, but its version stays in flight. The members that stored
+    /// its record then keep the one it replaced (the watermark stays below it), so the previous
+    /// entry stays readable; finished, the version would let them drop it, and every read of
+    /// the key would fail until it was written again. (A rebuilt index starts with nothing in
+    /// flight.)
+    pub fn loop_write_doubt(&self, w: LoopWrite) {
+        let mut g = lock(&self.stripes[w.stripe]);
+        if let Some(ix) = g.as_mut() {
+            ix.release(w.entry.positions, w.entry.charge_bytes);
+            if let Some(o) = w.old {
+                ix.adopt(&w.key, o);
+            }
+        }
     }
 
     /// Undoes a write that will not finish on the loop, as a failed write is undone: its bytes
