@@ -1975,7 +1975,7 @@ mod tests {
                 PendingOp {
                     conn: Token(1),
                     op: LoopOp::Write { write, to },
-                    retry: Retry::Client(Vec::new()),
+                    retry: Retry::Client(proto::OwnedCommand::Version),
                     outstanding: 2,
                     next: 2,
                     // A member's reply did not come in time (or its connection broke).
