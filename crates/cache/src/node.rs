@@ -480,18 +480,7 @@ impl Node {
         let Some(built) = lock(&self.stripes[stripe]).as_ref().map(|ix| ix.built_at) else {
             return;
         };
-        let members = &self.lease_members[stripe];
-        let stale = {
-            let now = Instant::now();
-            let peers = lock(&self.peers);
-            members.iter().any(|&m| {
-                let l = &peers.leases[m];
-                m != self.cfg.id
-                    && l.grant_holds(now, self.cfg.down_after)
-                    && l.may_have_led_since(built)
-            })
-        };
-        if stale {
+        if self.lease_lapsed_since(stripe, built) {
             let mut ix = lock(&self.stripes[stripe]);
             if ix.as_ref().is_some_and(|ix| ix.built_at == built) {
                 bump(&self.counters.lease_lapses);
@@ -499,6 +488,25 @@ impl Node {
                 log::debug!("stripe {stripe}: index dropped (the lease lapsed since it was built)");
             }
         }
+    }
+
+    /// Whether a member voting for this node in `stripe` now saw it down since `since`: the
+    /// stripe may have been led by another node meanwhile (leading needs a majority, which
+    /// shares a member with the one voting for this node now).
+    fn lease_lapsed_since(&self, stripe: usize, since: Instant) -> bool {
+        let now = Instant::now();
+        let peers = lock(&self.peers);
+        self.lease_members[stripe].iter().any(|&m| {
+            let l = &peers.leases[m];
+            m != self.cfg.id
+                && l.grant_holds(now, self.cfg.down_after)
+                && l.may_have_led_since(since)
+        })
+    }
+
+    /// Whether this node leads `stripe` now and has without a break since `since`.
+    pub(crate) fn led_throughout(&self, stripe: usize, since: Instant) -> bool {
+        self.leads(stripe) && !self.lease_lapsed_since(stripe, since)
     }
 
     /// One round of heartbeats; drops the index of stripes this node no longer leads.

@@ -8,11 +8,13 @@
 //! write's (one record to and one ack from each other member). TriEC writes stay on the
 //! engine (its tripartite encode is the point of the scheme). On anything else — a member down,
 //! a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
-//! failed write undoes it. Before any record has left, the request goes to a worker, which
-//! writes it the full way. After, the write is in doubt and answered so, never run again: a
-//! member may have stored its record, and a node that leads the stripe next (this one cut off,
-//! its lease run out) adopts it when it rebuilds the index; the write, run again later, would
-//! then take effect twice, the second time over the writes made in between.
+//! failed write undoes it. Before any record has left, or if this node has led the stripe
+//! without a break since the write began, the request goes to a worker, which writes it the
+//! full way under a new version. Otherwise the write is in doubt and answered so, never run
+//! again: a member may have stored its record, and a node that led the stripe meanwhile (this
+//! one cut off, its lease run out) may have adopted it when it rebuilt the index; the write,
+//! run again later, would then take effect twice, the second time over the writes made in
+//! between.
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
@@ -46,6 +48,8 @@ pub struct LoopWrite {
     records: Vec<Option<Vec<u8>>>,
     /// (node, position) of every record to send.
     pub remote: Vec<(usize, usize)>,
+    /// When the write began: led without a break since then, the node may write it again.
+    started: std::time::Instant,
     _key_guard: ArcMutexGuard<RawMutex, ()>,
 }
 
@@ -146,6 +150,7 @@ impl Node {
             watermark,
             records: Vec::new(),
             remote: Vec::new(),
+            started: std::time::Instant::now(),
             _key_guard: guard,
         };
         match self.records_of(key, &w.entry, value) {
@@ -185,6 +190,14 @@ impl Node {
     /// and must not be run again.
     pub fn loop_write_sent(&self, w: &LoopWrite) -> bool {
         w.records.iter().any(Option::is_none)
+    }
+
+    /// Whether a write that did not finish may be written again, by a worker of this node
+    /// under a new version: this node has led the stripe without a break since the write
+    /// began, so no other node led it meanwhile and none can have adopted its records (a new
+    /// version supersedes them). Otherwise, once its records left, it is in doubt.
+    pub fn loop_write_may_rerun(&self, w: &LoopWrite) -> bool {
+        self.led_throughout(w.stripe, w.started)
     }
 
     /// Takes a member's reply to its record: false unless it stored it.

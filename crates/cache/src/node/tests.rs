@@ -71,6 +71,12 @@ pub(crate) fn leading_node(silent: &[usize]) -> Node {
     node
 }
 
+/// Member `m` answers that it has seen `node` up only since now: it saw it down before, and
+/// may have voted for another leader meanwhile.
+pub(crate) fn lapse_lease(node: &Node, m: usize) {
+    super::lock(&node.peers).leases[m].sees_us_up_since = Some(Instant::now());
+}
+
 /// A key of stripe 0.
 pub(crate) fn key_of_stripe_0(node: &Node) -> Vec<u8> {
     (0..)
