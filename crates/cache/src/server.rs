@@ -153,7 +153,8 @@ enum Work {
 /// The reply to a write whose fate is unknown (it may have been applied: it is not run again).
 const IN_DOUBT: &str =
     "the key's agent lost its lease during the write: it may or may not have been applied";
-/// A write run on the loop whose records left and that did not finish (`LoopOp::in_doubt`).
+/// A write run on the loop whose records left and that did not finish while the lease lapsed
+/// (`LoopOp::in_doubt`).
 const UNFINISHED: &str = "the write did not finish and the key's agent may have lost its lease \
      meanwhile: it may or may not have been applied";
 
