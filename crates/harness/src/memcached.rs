@@ -56,10 +56,13 @@ fn is_root() -> bool {
     rustix::process::geteuid().is_root()
 }
 
-/// Waits until `addr` accepts a connection (true), or `child` exits, or the deadline passes.
+/// Waits until the memcached `child` answers on `addr` (true), or exits, or the deadline
+/// passes. The answer must be its own: `stats` gives its pid. (A process that lost the race
+/// for the port exits, but another listener on that port, such as another test's memcached
+/// started on it again, would accept the connection.)
 pub fn wait_ready(addr: SocketAddr, child: &mut Child, deadline: Instant) -> bool {
     while Instant::now() < deadline {
-        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+        if serves_pid(addr) == Some(child.id()) {
             return true;
         }
         if matches!(child.try_wait(), Ok(Some(_))) {
@@ -68,6 +71,25 @@ pub fn wait_ready(addr: SocketAddr, child: &mut Child, deadline: Instant) -> boo
         std::thread::sleep(Duration::from_millis(10));
     }
     false
+}
+
+/// The pid a memcached on `addr` reports in `stats`, if one answers.
+fn serves_pid(addr: SocketAddr) -> Option<u32> {
+    use std::io::{BufRead, BufReader, Write};
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(1))).ok()?;
+    s.write_all(b"stats\r\n").ok()?;
+    let mut pid = None;
+    for line in BufReader::new(s).lines() {
+        let line = line.ok()?;
+        if line == "END" {
+            return pid;
+        }
+        if let Some(p) = line.strip_prefix("STAT pid ") {
+            pid = p.trim().parse().ok();
+        }
+    }
+    None
 }
 
 impl Memcached {
