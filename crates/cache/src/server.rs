@@ -919,6 +919,15 @@ fn new_conn(stream: TcpStream, limits: Limits) -> Conn {
 }
 
 impl EventLoop {
+    /// Registers a connection dealt to this loop; false if the poll refused it.
+    fn adopt(&self, stream: &mut TcpStream, token: Token) -> bool {
+        let interest = Interest::READABLE | Interest::WRITABLE;
+        self.poll
+            .registry()
+            .register(stream, token, interest)
+            .is_ok()
+    }
+
     /// Serves this loop's connections until its poll fails.
     fn run(mut self, node: &Arc<Node>, cfg: &ServerConfig, counts: &ConnCounts) -> io::Result<()> {
         let mut conns: HashMap<Token, Conn> = HashMap::new();
@@ -1035,13 +1044,7 @@ impl EventLoop {
                     }
                     Mail::Client(mut stream) => {
                         next_token += 1;
-                        let interest = Interest::READABLE | Interest::WRITABLE;
-                        if self
-                            .poll
-                            .registry()
-                            .register(&mut stream, token, interest)
-                            .is_err()
-                        {
+                        if !self.adopt(&mut stream, token) {
                             counts.curr.fetch_sub(1, Ordering::Relaxed);
                             continue;
                         }
@@ -1050,13 +1053,7 @@ impl EventLoop {
                     }
                     Mail::Peer(mut stream) => {
                         next_token += 1;
-                        let interest = Interest::READABLE | Interest::WRITABLE;
-                        if self
-                            .poll
-                            .registry()
-                            .register(&mut stream, token, interest)
-                            .is_ok()
-                        {
+                        if self.adopt(&mut stream, token) {
                             peer_conns.insert(token, PeerConn::new(stream));
                             touched.push(token);
                         }
