@@ -789,12 +789,11 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Vec<u8>> {
 }
 
 /// Whether an idle connection is still open: nothing to read (no end of stream, no error).
+/// One non-blocking peek (the socket itself stays blocking).
 fn still_open(s: &TcpStream) -> bool {
-    if s.set_nonblocking(true).is_err() {
-        return false;
-    }
-    let open = matches!(s.peek(&mut [0u8; 1]), Err(e) if e.kind() == io::ErrorKind::WouldBlock);
-    s.set_nonblocking(false).is_ok() && open
+    use rustix::net::RecvFlags;
+    let peeked = rustix::net::recv(s, &mut [0u8; 1], RecvFlags::PEEK | RecvFlags::DONTWAIT);
+    matches!(peeked, Err(e) if e == rustix::io::Errno::AGAIN)
 }
 
 /// Peer messages over TCP.

@@ -77,6 +77,10 @@ struct Conn {
     busy: bool,
     closing: bool,
     eof: bool,
+    /// The socket may hold bytes not read yet: set by a readable event (and at first), cleared
+    /// by a read that left it empty. Edge-triggered polling brings a new event when more bytes
+    /// come, so a connection served for another reason (its reply came) is not read in vain.
+    unread: bool,
 }
 
 struct Job {
@@ -915,6 +919,7 @@ fn new_conn(stream: TcpStream, limits: Limits) -> Conn {
         busy: false,
         closing: false,
         eof: false,
+        unread: true,
     }
 }
 
@@ -1009,7 +1014,14 @@ impl EventLoop {
                         }
                     }
                     WAKER => {}
-                    t => touched.push(t),
+                    t => {
+                        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                            if let Some(c) = conns.get_mut(&t) {
+                                c.unread = true;
+                            }
+                        }
+                        touched.push(t)
+                    }
                 }
             }
             // Connections for other loops go to them; this loop's are served below with the
@@ -1127,13 +1139,11 @@ fn service(
     buf: &mut [u8],
 ) -> bool {
     let cap = c.parser.limits().request_max_bytes() + 2;
-    // A read shorter than asked emptied the socket: the next bytes bring a new event, so it
-    // is not read again (to see it would block) in this call.
-    let mut drained = false;
     loop {
         let mut progressed = false;
-        // Read while there is room.
-        while !c.eof && !drained && c.inbuf.len() < cap {
+        // Read while there is room. A read shorter than asked emptied the socket: the next
+        // bytes bring a new event, so it is not read again (to see it would block).
+        while !c.eof && c.unread && c.inbuf.len() < cap {
             let room = (cap - c.inbuf.len()).min(buf.len());
             match c.stream.read(&mut buf[..room]) {
                 Ok(0) => c.eof = true,
@@ -1141,9 +1151,12 @@ fn service(
                     counts.bytes_read.fetch_add(n as u64, Ordering::Relaxed);
                     c.inbuf.extend_from_slice(&buf[..n]);
                     progressed = true;
-                    drained = n < room;
+                    c.unread = n == room;
                 }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    c.unread = false;
+                    break;
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => return false,
             }
