@@ -1236,6 +1236,67 @@ fn degraded_reads_of_every_stripe_share_the_hosts() {
     );
 }
 
+/// A node killed and restarted is back on the engine's plans at once: afterwards every
+/// stripe's degraded reads (each agent's repair needs the restarted node as a helper, on the
+/// side of it whose engine connects to it and on the side it connects to) and writes run as
+/// plans, with no fallback to peer messages.
+#[test]
+fn a_restarted_node_is_back_on_the_plans() {
+    let n = 9;
+    let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
+    let placement = cache::placement::Placement::new(n, n);
+    let mut keys: Vec<Option<String>> = vec![None; n];
+    for key in (0..).map(|i| format!("restart-{i}")) {
+        let s = placement.stripe_of(key.as_bytes());
+        if keys[s].is_none() {
+            keys[s] = Some(key);
+            if keys.iter().all(Option::is_some) {
+                break;
+            }
+        }
+    }
+    let keys: Vec<String> = keys.into_iter().map(|k| k.expect("key")).collect();
+    let mut rng = SmallRng::seed_from_u64(29);
+    let mut cl = c.client(0);
+    for key in &keys {
+        assert_eq!(cl.set(key, &random_value(&mut rng, 6_000)), "STORED\r\n");
+    }
+    let restarted = 4;
+    c.kill(restarted);
+    c.restart(restarted);
+    c.wait_whole();
+    let fallbacks = [
+        "degraded_plan_fallbacks",
+        "read_plan_fallbacks",
+        "write_plan_fallbacks",
+    ];
+    let before: Vec<u64> = fallbacks.iter().map(|f| c.sum_stat(f)).collect();
+    let runs0 = c.sum_stat("degraded_plan_runs");
+    let mut reads = 0;
+    for (i, key) in keys.iter().enumerate() {
+        let v = random_value(&mut rng, 6_000);
+        // Through the agent and through the restarted node (which forwards).
+        let via = [placement.stripe_of(key.as_bytes()), restarted];
+        let mut cl = c.client(via[i % 2]);
+        assert_eq!(cl.set(key, &v), "STORED\r\n", "{key}");
+        assert!(cl.get(key) == Got::Hit(v.clone()), "{key}");
+        for position in [1, 4] {
+            assert!(
+                cl.mg_degraded(key, position) == Got::Hit(v.clone()),
+                "degraded read of {key} position {position}"
+            );
+            reads += 1;
+        }
+    }
+    let after: Vec<u64> = fallbacks.iter().map(|f| c.sum_stat(f)).collect();
+    let per: Vec<Vec<u64>> = fallbacks.iter().map(|f| per_node(&c, f)).collect();
+    assert_eq!(
+        after, before,
+        "fallbacks {fallbacks:?} after the restart (per node: {per:?})"
+    );
+    assert_eq!(c.sum_stat("degraded_plan_runs") - runs0, reads, "plan runs");
+}
+
 /// Two degraded reads at one agent run at once (runs are launched from the agent's host, not
 /// queued behind one runner): each repair helper waits 400 ms before reading its record
 /// (test-only delay), two clients ask the agent together, both get their bytes, and the agent

@@ -971,6 +971,11 @@ impl<T: Transport> Loop<T> {
                 }
                 self.frame(from, header, payload);
             }
+            // A peer that restarted connects to the nodes with smaller ids: from then on,
+            // operations may use it again (not only after its first frame).
+            Event::PeerBack { peer } => {
+                self.lost_peers.remove(&peer);
+            }
             Event::PeerLost { peer, reason } => {
                 self.lost_peers.insert(peer, reason.clone());
                 let hit: Vec<u64> = self

@@ -1,7 +1,7 @@
 //! The TCP transport's framing, driven from a plain socket: frames cut into many writes and
 //! frames coalesced into one write come out whole and in order, for payloads below and above
 //! the direct-read threshold; a header over the size limit, a bad magic and a frame before
-//! `Hello` close the connection with a reason.
+//! `Hello` close the connection with a reason; a peer lost and connected again is reported back.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -185,4 +185,39 @@ fn a_bad_header_or_a_frame_before_hello_closes_the_connection() {
         Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => {}
         other => panic!("expected the connection closed, got {other:?}"),
     }
+}
+
+/// A peer lost and connected again is reported back once its `Hello` comes on the new
+/// connection (a restarted node connects to the nodes with smaller ids and may send no frame
+/// for a while); its first connection is not reported.
+#[test]
+fn a_peer_that_connects_again_after_it_was_lost_is_reported_back() {
+    let (mut t, addr) = listener();
+    let mut first = TcpStream::connect(addr).unwrap();
+    first.write_all(&hello(7)).unwrap();
+    let mut got = Vec::new();
+    t.poll(&mut got, Some(Duration::from_millis(200))).unwrap();
+    assert!(got.is_empty(), "a first connection is not news: {got:?}");
+    drop(first);
+    match events(&mut t, 1).first() {
+        Some(Event::PeerLost { peer: 7, .. }) => {}
+        other => panic!("expected peer 7 lost, got {other:?}"),
+    }
+    let mut again = TcpStream::connect(addr).unwrap();
+    again.write_all(&hello(7)).unwrap();
+    match events(&mut t, 1).first() {
+        Some(Event::PeerBack { peer: 7 }) => {}
+        other => panic!("expected peer 7 back, got {other:?}"),
+    }
+    // Frames for it are taken again.
+    let h = Header::new(Kind::Data, 5, 1, 0, 3).unwrap();
+    t.send(7, h, engine::transport::Payload::Owned(b"abc".to_vec()))
+        .unwrap();
+    t.flush();
+    again
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut b = vec![0u8; HEADER_BYTES + 3];
+    again.read_exact(&mut b).unwrap();
+    assert_eq!(&b[HEADER_BYTES..], b"abc");
 }

@@ -74,6 +74,9 @@ pub enum Event {
     },
     /// The connection to `peer` failed or closed; frames queued for it are dropped.
     PeerLost { peer: NodeId, reason: String },
+    /// A peer reported lost has connected again (its `Hello` came on a new connection): frames
+    /// for it may be sent again. Not reported for a peer's first connection.
+    PeerBack { peer: NodeId },
 }
 
 /// Why a send could not be queued.

@@ -182,7 +182,8 @@ impl TcpTransport {
     }
 
     /// Makes `idx` the connection of `peer` and moves frames waiting for it onto it.
-    fn bind_peer(&mut self, idx: usize, peer: NodeId) {
+    /// Binds connection `idx` to `peer`; true if the peer was lost before.
+    fn bind_peer(&mut self, idx: usize, peer: NodeId) -> bool {
         if let Some(old) = self.by_peer.insert(peer, idx) {
             if old != idx {
                 self.close(
@@ -192,13 +193,14 @@ impl TcpTransport {
                 );
             }
         }
-        self.lost.remove(&peer);
+        let back = self.lost.remove(&peer);
         let conn = self.conns[idx].as_mut().expect("live connection");
         conn.peer = Some(peer);
         if let Some(q) = self.pending.remove(&peer) {
             conn.out.extend(q);
             self.dirty.push(idx);
         }
+        back
     }
 
     fn close(&mut self, idx: usize, reason: &str, report: bool) {
@@ -267,7 +269,9 @@ impl TcpTransport {
             read_frames(conn, &self.pool, events, &mut hellos)
         };
         for peer in hellos {
-            self.bind_peer(idx, peer);
+            if self.bind_peer(idx, peer) {
+                events.push(Event::PeerBack { peer });
+            }
         }
         if let Err(reason) = result {
             self.close(idx, &reason, true);
