@@ -103,7 +103,7 @@ impl Chooser for Classify {
             self.buf.clear();
             self.names
                 .append(&mut self.buf, key_id(c.local, self.thread, self.threads));
-            let stripe = cache::placement::fnv1a_64(&self.buf) % self.nodes;
+            let stripe = cache::cluster::placement::fnv1a_64(&self.buf) % self.nodes;
             // Position p of stripe s is on node (s + p) mod N; positions 0..k hold data.
             if (0..self.k).any(|p| missing & (1 << ((stripe + p) % self.nodes)) != 0) {
                 c.op = OpKind::DegradedGet;

@@ -217,7 +217,7 @@ fn cuts(fault: Fault, a: usize, n: usize) -> Vec<(usize, usize)> {
 
 /// Keys whose stripe is `stripe`, `count` of them, named `prefix` and a number.
 fn keys_of(n: usize, stripe: usize, prefix: &str, count: usize) -> Vec<String> {
-    let p = cache::placement::Placement::new(n, n);
+    let p = cache::cluster::placement::Placement::new(n, n);
     (0..)
         .map(|i| format!("{prefix}{i}"))
         .filter(|k| p.stripe_of(k.as_bytes()) == stripe)

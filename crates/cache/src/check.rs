@@ -2,8 +2,8 @@
 //! tests drive it with seeded random inputs too: every decoder of bytes that come from another
 //! node, on arbitrary bytes.
 
-use crate::peer;
-use crate::plans::RunPayload;
+use crate::carrier::peer;
+use crate::carrier::plans::RunPayload;
 use crate::record;
 
 /// Decodes `data` as a peer request, a peer response, a chunk record and a run payload, and

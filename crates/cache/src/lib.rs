@@ -1,12 +1,14 @@
 //! INEC-Cache: an erasure-coded cache cluster that speaks the memcached text protocol.
 //!
-//! Every value is one stripe spread over a Mem Stripe of nodes ([`placement`]); each member
-//! holds self-describing chunk records ([`record`], [`member`]); the agent of a stripe keeps
-//! its index with versions, LRU and memory shares ([`index`]) and applies memcached's rules
-//! ([`semantics`], [`time`]). `docs/cache.md` describes the request flows and failure rules.
+//! The crate is laid out by where a request goes (docs/design.md, "The cache crate's rooms"):
+//! [`front`] (event loops, connections, dispatch, stats), [`agent`] (a stripe's index, reads
+//! and writes under memcached's rules ([`semantics`], [`time`])), [`member`] (the chunk store
+//! of self-describing [`record`]s and its answers), [`cluster`] (placement, heartbeats, the
+//! lease, recovery) and [`carrier`] (peer messages, the loops' links, the engine's plans), all
+//! sharing one [`node::Node`]. `docs/cache.md` describes the request flows and failure rules.
 //!
 //! ```
-//! use cache::placement::Placement;
+//! use cache::cluster::placement::Placement;
 //! use cache::record::{self, Header, Kind};
 //!
 //! // RS(6,3) on 9 nodes: a key's stripe, and the node of each of its 9 chunks.
@@ -21,17 +23,14 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod agent;
+pub mod carrier;
 pub mod check;
-pub mod index;
-pub mod lease;
+pub mod cluster;
+pub mod front;
 pub mod member;
 pub mod node;
-pub mod peer;
-pub mod placement;
-pub mod plans;
 pub mod record;
 pub mod semantics;
-pub mod server;
 pub mod start;
-pub mod stripe;
 pub mod time;

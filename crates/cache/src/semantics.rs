@@ -2,7 +2,7 @@
 
 use proto::StoreMode;
 
-use crate::index::Entry;
+use crate::agent::index::Entry;
 
 /// What a storage command does given the key's current entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

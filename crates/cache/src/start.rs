@@ -10,10 +10,10 @@ use codes::Code;
 use engine::{BufferPool, LocalNode};
 use graph::Scheme;
 
+use crate::carrier::peer::TcpTransport;
+use crate::carrier::plans::{CacheApp, PlanExec};
+use crate::front::{self, ServerConfig};
 use crate::node::{Node, NodeConfig};
-use crate::peer::TcpTransport;
-use crate::plans::{CacheApp, PlanExec};
-use crate::server::{self, ServerConfig};
 
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
@@ -92,10 +92,7 @@ impl Server {
         };
         let debug_commands = cfg.debug_commands;
         let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
-        let transport = Arc::new(TcpTransport::new(
-            config.peers.clone(),
-            server::PEER_TIMEOUT,
-        ));
+        let transport = Arc::new(TcpTransport::new(config.peers.clone(), front::PEER_TIMEOUT));
         let heartbeats = Arc::new(TcpTransport::new(config.peers.clone(), hb_timeout));
         let node = Arc::new(Node::new(cfg, transport, heartbeats));
         // Degraded reads run their repair plans on the engine hosts when every node has one.
@@ -148,7 +145,7 @@ impl Server {
     /// Serves clients and peers on its event loops until one of them fails.
     pub fn run(self) -> std::io::Result<()> {
         let _host = self._engine_host;
-        server::serve(
+        front::serve(
             self.node,
             self.client,
             self.peer,

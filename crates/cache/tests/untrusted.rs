@@ -4,8 +4,8 @@
 
 use std::collections::HashMap;
 
-use cache::member::{ChunkStore, PutOutcome};
-use cache::peer::{self, AgentOp, Request};
+use cache::carrier::peer::{self, AgentOp, Request};
+use cache::member::store::{ChunkStore, PutOutcome};
 use cache::record::{self, Header, Kind};
 use proto::StoreMode;
 use rand::rngs::SmallRng;

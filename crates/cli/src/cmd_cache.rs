@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{anyhow, Context, Result};
+use cache::cluster::placement::Placement;
 use cache::node::{ExecMode, NodeConfig};
-use cache::placement::Placement;
 use clap::{Args, Subcommand};
 use codes::Code;
 use graph::Scheme;
@@ -256,7 +256,7 @@ fn status(dir: &std::path::Path) -> Result<()> {
             .filter(|&&i| matches!(health(i), NodeHealth::Down | NodeHealth::Unreachable))
             .count();
         let recovering = members.iter().any(|&i| health(i) == NodeHealth::Recovering);
-        let state = cache::placement::stripe_state(down, code.parity_count(), recovering);
+        let state = cache::cluster::placement::stripe_state(down, code.parity_count(), recovering);
         let agent = placement
             .agent_of(s, |i| health(i) == NodeHealth::Up)
             .map_or("none".to_string(), |a| a.to_string());

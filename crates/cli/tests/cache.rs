@@ -787,7 +787,7 @@ fn flipped_bit_is_detected_repaired_and_never_returned() {
 fn messages_per_operation(code: &str, n: usize, k: usize) {
     let lrc = code.starts_with("lrc");
     let c = Cluster::up(code, if lrc { "lrc" } else { "rs" }, n);
-    let placement = cache::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, n);
     let key = "counted";
     let agent = placement.stripe_of(key.as_bytes());
     // Every node installed its parts of the write template of each of its n stripes, of
@@ -914,7 +914,7 @@ fn messages_per_operation_rs() {
 fn messages_per_triec_write() {
     let (n, k, m) = (9usize, 6usize, 3usize);
     let c = Cluster::up("rs:6,3", "triec", n);
-    let placement = cache::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, n);
     let key = "counted";
     let agent = placement.stripe_of(key.as_bytes());
     assert!(c.sum_stat("startup_templates") > (n * (n + k)) as u64);
@@ -1092,7 +1092,7 @@ fn per_node(c: &Cluster, name: &str) -> Vec<u64> {
 /// messages only the normal read of the data chunks that are left.
 fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: &[&str]) {
     let c = Cluster::up_with(code, scheme, n, extra);
-    let placement = cache::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, n);
     let mut rng = SmallRng::seed_from_u64(11);
     for (round, (key, len)) in [("planned", 10_000usize), ("planned-big", 300_001)]
         .into_iter()
@@ -1197,7 +1197,7 @@ fn degraded_read_on_engine_triec() {
 fn degraded_reads_of_every_stripe_share_the_hosts() {
     let n = 9;
     let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
-    let placement = cache::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, n);
     let mut rng = SmallRng::seed_from_u64(23);
     // One key per stripe.
     let mut keys: Vec<Option<String>> = vec![None; n];
@@ -1244,7 +1244,7 @@ fn degraded_reads_of_every_stripe_share_the_hosts() {
 fn a_restarted_node_is_back_on_the_plans() {
     let n = 9;
     let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
-    let placement = cache::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, n);
     let mut keys: Vec<Option<String>> = vec![None; n];
     for key in (0..).map(|i| format!("restart-{i}")) {
         let s = placement.stripe_of(key.as_bytes());
@@ -1308,9 +1308,9 @@ fn concurrent_degraded_reads_at_one_agent() {
         "rs",
         9,
         &[],
-        &[(cache::plans::INPUT_DELAY_ENV, "400")],
+        &[(cache::carrier::plans::INPUT_DELAY_ENV, "400")],
     );
-    let placement = cache::placement::Placement::new(9, 9);
+    let placement = cache::cluster::placement::Placement::new(9, 9);
     // Two keys of stripe 0 that do not share a key lock.
     let mut keys: Vec<String> = Vec::new();
     for k in (0..).map(|i| format!("concurrent-{i}")) {
@@ -1426,7 +1426,9 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
     let c = Cluster::up_with("rs:6,3", "rs", 9, &["--netns"]);
     // The load's keys of stripe 0 (agent 0, successor 1).
     let stripe_0: Vec<usize> = (0..LOAD_KEYS)
-        .filter(|k| cache::placement::fnv1a_64(format!("w{k}").as_bytes()).is_multiple_of(9))
+        .filter(|k| {
+            cache::cluster::placement::fnv1a_64(format!("w{k}").as_bytes()).is_multiple_of(9)
+        })
         .collect();
     assert!(!stripe_0.is_empty());
     let load = Load::start_at(&c, 1, &[3, 4, 5]);
@@ -1463,7 +1465,7 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
 
 /// Keys of `stripe` (9 nodes), `count` of them, some coded (8 KiB) and some replicated (100 B).
 fn keys_of_stripe(stripe: usize, count: usize) -> Vec<String> {
-    let placement = cache::placement::Placement::new(9, 9);
+    let placement = cache::cluster::placement::Placement::new(9, 9);
     (0..)
         .map(|i| format!("stall{i}"))
         .filter(|k| placement.stripe_of(k.as_bytes()) == stripe)

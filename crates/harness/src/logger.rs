@@ -170,7 +170,7 @@ mod tests {
     fn rust_log_directives_longest_target_wins() {
         let l = logger("info,cache=debug,cache::node=off", 0);
         assert_eq!(l.level("engine::host"), LevelFilter::Info);
-        assert_eq!(l.level("cache::plans"), LevelFilter::Debug);
+        assert_eq!(l.level("cache::carrier::plans"), LevelFilter::Debug);
         assert_eq!(l.level("cache::node"), LevelFilter::Off);
         assert_eq!(l.level("cache::node::loop"), LevelFilter::Off);
         // A prefix of a name is not its parent.

@@ -21,7 +21,7 @@ use std::io::{ErrorKind, Read, Write};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use cache::placement::fnv1a_64;
+use cache::cluster::placement::fnv1a_64;
 use hdrhistogram::Histogram;
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token};
@@ -81,7 +81,7 @@ pub enum KeyNames {
 }
 
 /// YCSB's `Utils.fnvhash64`: FNV-1a, 64 bits (the hash that places keys,
-/// [`cache::placement::fnv1a_64`]) over the eight little-end-first bytes of the number, then
+/// [`cache::cluster::placement::fnv1a_64`]) over the eight little-end-first bytes of the number, then
 /// `Math.abs`.
 pub fn ycsb_fnvhash64(val: u64) -> i64 {
     // Java's Math.abs leaves Long.MIN_VALUE as it is.

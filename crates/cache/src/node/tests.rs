@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{ExecMode, Node, NodeConfig};
-use crate::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
+use crate::carrier::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
 
 /// Peers that grant every heartbeat, hold no records and ack every record; those in `silent`
 /// send no reply to a `List` (cut off since their heartbeats were answered).

@@ -18,9 +18,9 @@
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
-use super::{bump, lock, Node};
-use crate::index::Entry;
-use crate::peer::{Request, Response};
+use crate::agent::index::Entry;
+use crate::carrier::peer::{Request, Response};
+use crate::node::{bump, lock, Node};
 use crate::time;
 use graph::Scheme;
 
@@ -93,7 +93,7 @@ impl Node {
         if self.cfg.scheme == Scheme::Triec {
             return LoopWriteStart::Worker;
         }
-        let Some(guard) = self.key_locks[super::key_lock_index(key)].try_lock_arc() else {
+        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
             return LoopWriteStart::Worker;
         };
         self.drop_stale_index(stripe);

@@ -13,8 +13,8 @@ use std::sync::atomic::Ordering;
 use mio::net::TcpStream;
 use mio::Token;
 
+use crate::carrier::peer::{self, Request, Response, MESSAGE_MAX_BYTES};
 use crate::node::Node;
-use crate::peer::{self, Request, Response, MESSAGE_MAX_BYTES};
 
 /// A connection from another node to this one's peer port.
 pub struct PeerConn {

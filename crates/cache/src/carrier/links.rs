@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use mio::net::TcpStream;
 use mio::{Interest, Registry, Token};
 
-use crate::peer::{self, Response, MESSAGE_MAX_BYTES};
+use crate::carrier::peer::{self, Response, MESSAGE_MAX_BYTES};
 
 /// Tokens of the loop's peer connections: `LINK_BASE + node * LANES + lane`.
 pub const LINK_BASE: usize = 1 << 40;
@@ -235,7 +235,7 @@ impl Links {
         };
         let _ = registry.deregister(&mut link.stream);
         // Its requests fail now: none of them may reach the node later.
-        crate::peer::abort(&link.stream);
+        crate::carrier::peer::abort(&link.stream);
         link.asked.into_iter().map(|a| (a, None)).collect()
     }
 }

@@ -22,16 +22,13 @@ use proto::{
     compose, Command, Limits, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply, StoreMode,
 };
 
-use crate::node::{
-    ExecMode, LoopPending, LoopRead, LoopWrite, LoopWriteStart, Node, RecoveryState,
-};
-use crate::peer::{self, AgentOp, AgentResult};
+use crate::agent::{LoopPending, LoopRead, LoopWrite, LoopWriteStart};
+use crate::carrier::peer::{self, AgentOp, AgentResult};
+use crate::node::{ExecMode, Node, RecoveryState};
 use crate::time;
 
-mod links;
-mod members;
-use links::{Answers, Lane, Links, LINK_BASE};
-use members::{PeerConn, PeerJob};
+use crate::carrier::links::{Answers, Lane, Links, LINK_BASE};
+use crate::member::conn::{PeerConn, PeerJob};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
 pub const OUTPUT_MAX_BYTES: usize = 4 << 20;
@@ -293,7 +290,10 @@ impl LoopOp {
                         compose::reply(&mut out, Reply::End);
                     }
                     ReplyTo::Peer => {
-                        out = members::frame_reply(node, &peer::Response::Agent(value_result(v)))
+                        out = crate::member::conn::frame_reply(
+                            node,
+                            &peer::Response::Agent(value_result(v)),
+                        )
                     }
                 }
             }
@@ -307,7 +307,7 @@ impl LoopOp {
                         ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
                         ReplyTo::Peer => {
                             let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
-                            out = members::frame_reply(node, &res);
+                            out = crate::member::conn::frame_reply(node, &res);
                         }
                     }
                     return Some(out);
@@ -322,7 +322,7 @@ impl LoopOp {
                     }
                     ReplyTo::Peer => {
                         let res = peer::Response::Agent(AgentResult::Stored { cas });
-                        out = members::frame_reply(node, &res);
+                        out = crate::member::conn::frame_reply(node, &res);
                     }
                 }
             }
@@ -412,7 +412,7 @@ impl LoopOp {
                     ReplyTo::Client { .. } => compose::server_error(&mut out, UNFINISHED),
                     ReplyTo::Peer => {
                         let res = peer::Response::Agent(AgentResult::Error(UNFINISHED.into()));
-                        out = members::frame_reply(node, &res);
+                        out = crate::member::conn::frame_reply(node, &res);
                     }
                 }
             }
@@ -627,12 +627,12 @@ fn start_peer_request(
         }) => match node.loop_read_start(key) {
             LoopRead::Miss => {
                 let res = peer::Response::Agent(AgentResult::Miss);
-                return Some(members::frame_reply(node, &res));
+                return Some(crate::member::conn::frame_reply(node, &res));
             }
             LoopRead::Value(v) => {
                 bump(&c.loop_reads);
                 let res = peer::Response::Agent(value_result(v));
-                return Some(members::frame_reply(node, &res));
+                return Some(crate::member::conn::frame_reply(node, &res));
             }
             LoopRead::Fetch(read) => Some(LoopOp::Read {
                 read,
@@ -652,7 +652,7 @@ fn start_peer_request(
                 LoopWriteStart::Stored(cas) => {
                     bump(&c.loop_writes);
                     let res = peer::Response::Agent(AgentResult::Stored { cas });
-                    return Some(members::frame_reply(node, &res));
+                    return Some(crate::member::conn::frame_reply(node, &res));
                 }
                 LoopWriteStart::Send(write) => Some(LoopOp::Write {
                     write,
@@ -715,7 +715,7 @@ fn deliver(
 }
 
 /// A value read by the loop, as the agent's answer to a forwarded get.
-fn value_result(v: crate::node::LoopValue) -> AgentResult {
+fn value_result(v: crate::agent::LoopValue) -> AgentResult {
     AgentResult::Value {
         flags: v.flags,
         cas: v.cas,
@@ -829,7 +829,7 @@ pub fn serve(
                     rx.recv()
                 };
                 let Ok((job, home)) = job else { return };
-                let out = members::run_job(&node, job.request);
+                let out = crate::member::conn::run_job(&node, job.request);
                 let token = job.token;
                 home.post(Mail::Reply {
                     token,
@@ -1873,7 +1873,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     }
     compose::stat(out, "degraded_reads", g(&c.degraded_reads));
     compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));
-    let plan = |f: fn(&crate::plans::PlanCounters) -> &AtomicU64| {
+    let plan = |f: fn(&crate::carrier::plans::PlanCounters) -> &AtomicU64| {
         node.plan_exec().map_or(0, |x| g(f(&x.counters)))
     };
     compose::stat(out, "engine_plans", u8::from(node.plan_exec().is_some()));

@@ -13,11 +13,11 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{bump, lock, Node};
-use crate::index::Entry;
-use crate::peer::{Request, Response};
+use crate::agent::index::Entry;
+use crate::carrier::peer::{Request, Response};
+use crate::cluster::stripe;
+use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind};
-use crate::stripe;
 use crate::time;
 
 /// What the client loop can do with a read.
@@ -82,7 +82,7 @@ impl Node {
             };
         }
         // A write of the key under way holds its lock: the worker waits for it.
-        let Some(_key_guard) = self.key_locks[super::key_lock_index(key)].try_lock() else {
+        let Some(_key_guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock() else {
             return LoopRead::Worker;
         };
         self.drop_stale_index(stripe);

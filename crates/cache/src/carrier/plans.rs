@@ -37,8 +37,8 @@ use engine::{
 };
 use graph::{PlanSpec, Scheme, Target};
 
+use crate::cluster::placement::Placement;
 use crate::node::{ExecMode, Node};
-use crate::placement::Placement;
 use crate::record::{self, Header, Kind};
 
 /// The smallest chunk size class of a repair template.

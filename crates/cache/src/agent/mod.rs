@@ -1,0 +1,498 @@
+//! The agent of a stripe: routes each key's operation to its agent, keeps the stripe's index
+//! (rebuilt from the members when it leads anew) and runs memcached's operations under the
+//! key's lock: reads ([`read`]), writes ([`write`](mod@write)) and, on the event loop, the gets and sets
+//! run to completion (`loop_read`, `loop_write`).
+
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::carrier::peer::{AgentOp, AgentResult, PeerError, Request, Response};
+use crate::cluster::stripe;
+use crate::record::{self, Header};
+use crate::time;
+use index::{Entry, Gone, StripeIndex};
+
+use crate::node::{bump, key_lock_index, lock, Node};
+
+pub mod index;
+mod loop_read;
+mod loop_write;
+pub mod read;
+pub mod write;
+pub use loop_read::{LoopPending, LoopRead, LoopValue};
+pub use loop_write::{LoopWrite, LoopWriteStart};
+
+impl Node {
+    /// Runs an operation at the agent of the key's stripe, wherever it is: locally, or
+    /// forwarded over the peer connection. Retries while the cluster's views settle.
+    pub fn route(&self, stripe: usize, op: AgentOp) -> AgentResult {
+        let deadline = Instant::now() + self.cfg.down_after * 2 + Duration::from_millis(500);
+        loop {
+            let Some(agent) = self.agent_of(stripe) else {
+                return self.unavailable(stripe);
+            };
+            let res = if agent == self.cfg.id {
+                self.agent(op.clone())
+            } else {
+                bump(&self.counters.forwarded);
+                match self.call(vec![(agent, Request::Agent(op.clone()))]).pop() {
+                    Some(Ok(Response::Agent(r))) => r,
+                    Some(Ok(other)) => AgentResult::Error(format!(
+                        "node {agent} answered an agent request with {other:?}"
+                    )),
+                    // Sent, and no reply: the agent may have applied it. A write is not sent
+                    // again (it could act twice, the second time over later writes).
+                    Some(Err(e @ PeerError::NoReply { .. })) if !op.repeatable() => {
+                        bump(&self.counters.writes_in_doubt);
+                        return AgentResult::Error(format!(
+                            "{e}: the request may or may not have been applied"
+                        ));
+                    }
+                    Some(Err(_)) | None => AgentResult::NotAgent,
+                }
+            };
+            if res != AgentResult::NotAgent {
+                return res;
+            }
+            if Instant::now() >= deadline {
+                return AgentResult::Error(format!(
+                    "no agent of stripe {stripe} answers (views of the cluster disagree)"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Routes a key's operation.
+    pub fn route_key(&self, op: AgentOp, key: &[u8]) -> AgentResult {
+        self.route(self.placement.stripe_of(key), op)
+    }
+
+    pub(crate) fn down_members(&self, stripe: usize) -> Vec<usize> {
+        let mut down: Vec<usize> = (0..self.n())
+            .map(|p| self.placement.node_of(stripe, p))
+            .filter(|&n| !self.is_up(n))
+            .collect();
+        down.dedup();
+        down
+    }
+
+    pub(crate) fn down_positions(&self, stripe: usize) -> usize {
+        (0..self.n())
+            .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+            .count()
+    }
+
+    pub(crate) fn unavailable(&self, stripe: usize) -> AgentResult {
+        bump(&self.counters.server_errors);
+        AgentResult::Error(format!(
+            "stripe {stripe} unavailable: {} of {} chunk positions down (nodes {:?}), {} tolerates {}",
+            self.down_positions(stripe),
+            self.n(),
+            self.down_members(stripe),
+            self.cfg.code,
+            self.parity()
+        ))
+    }
+
+    /// `flush_all`: every node forgets items stored up to the flush time once it has passed.
+    pub fn flush_all(&self, delay_secs: i64) {
+        bump(&self.counters.cmd_flush);
+        let now = time::now_micros();
+        let at = if delay_secs > 0 {
+            now + delay_secs as u64 * 1_000_000
+        } else {
+            now
+        };
+        let calls = (0..self.cfg.node_count)
+            .map(|i| (i, Request::Flush { oldest_live_us: at }))
+            .collect();
+        self.call(calls);
+    }
+
+    pub(crate) fn key_lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
+        self.key_locks[key_lock_index(key)].lock()
+    }
+
+    /// Runs `f` on this node's index of `stripe`, rebuilding it from the members' records when
+    /// there is none (this node just became the agent, or its index was dropped).
+    ///
+    /// The rebuild asks the members for their records without holding the stripe's lock: no
+    /// lock that the event loop takes is held over a wait on another node, whose own loop may
+    /// be waiting for this node's loop to answer. Two threads may rebuild at once; the first
+    /// index in is kept. A rebuilt index is kept only if this node led the stripe before and
+    /// after the rebuild and heard enough members ([`Node::index_keepable`]); otherwise (an
+    /// operation under way whose index was dropped meanwhile) `f` runs on it and it is dropped.
+    pub(crate) fn with_index<T>(&self, stripe: usize, f: impl FnOnce(&mut StripeIndex) -> T) -> T {
+        if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
+            return f(ix);
+        }
+        let leading = self.leads(stripe);
+        let mut built = self.rebuild_index(stripe);
+        if !(leading && self.index_keepable(stripe)) {
+            log::debug!("stripe {stripe}: rebuilt index not kept (leading before: {leading})");
+            return f(&mut built);
+        }
+        f(lock(&self.stripes[stripe]).get_or_insert(built))
+    }
+
+    /// Whether an index of `stripe` just rebuilt may be kept: this node leads the stripe, and
+    /// at most m of its positions are down (a member that did not answer the rebuild's `List`
+    /// is down now). With more, values with fewer than k chunks among the members heard would
+    /// be missing from it, and the index would answer misses for them.
+    pub(crate) fn index_keepable(&self, stripe: usize) -> bool {
+        self.leads(stripe) && self.down_positions(stripe) <= self.parity()
+    }
+
+    /// Makes sure the index of `stripe` exists before an operation starts on it: `None` when it
+    /// does, or the answer when it could not be built and kept (more than m positions down, or
+    /// the lease lost meanwhile).
+    pub(crate) fn ensure_index(&self, stripe: usize) -> Option<AgentResult> {
+        let unavailable = || self.down_positions(stripe) > self.parity();
+        if lock(&self.stripes[stripe]).is_some() {
+            return None;
+        }
+        if !unavailable() {
+            self.with_index(stripe, |_| ());
+            if lock(&self.stripes[stripe]).is_some() {
+                return None;
+            }
+        }
+        Some(if unavailable() {
+            self.unavailable(stripe)
+        } else {
+            AgentResult::NotAgent
+        })
+    }
+
+    pub(crate) fn rebuild_index(&self, stripe: usize) -> StripeIndex {
+        bump(&self.counters.index_rebuilds);
+        let mut ix = StripeIndex::new(self.n(), self.share_bytes());
+        let mut nodes: Vec<usize> = self.placement.members(stripe);
+        nodes.sort_unstable();
+        nodes.dedup();
+        let calls: Vec<(usize, Request)> = nodes
+            .into_iter()
+            .filter(|&n| self.is_up(n))
+            .map(|n| {
+                (
+                    n,
+                    Request::List {
+                        stripe: stripe as u32,
+                    },
+                )
+            })
+            .collect();
+        let mut headers: Vec<Header> = Vec::new();
+        let mut deleted: HashMap<Vec<u8>, u64> = HashMap::new();
+        let asked: Vec<usize> = calls.iter().map(|(n, _)| *n).collect();
+        let replies = self.call(calls);
+        log::debug!(
+            "stripe {stripe}: index rebuilt from {asked:?}, {} of them answered",
+            replies
+                .iter()
+                .filter(|r| matches!(r, Ok(Response::Headers(..))))
+                .count()
+        );
+        for r in replies {
+            if let Ok(Response::Headers(hs, tombs)) = r {
+                headers.extend(
+                    hs.iter()
+                        .filter_map(|h| record::parse(h).ok().map(|(h, _)| h)),
+                );
+                for (key, version) in tombs {
+                    ix.observe_version(version);
+                    let at = deleted.entry(key).or_insert(0);
+                    *at = (*at).max(version);
+                }
+            }
+        }
+        for h in &headers {
+            ix.observe_version(h.version);
+        }
+        let now = time::now_secs();
+        let replicas = self.replicas();
+        for (key, a) in stripe::adopt(&headers, self.k()) {
+            // Deleted after this version was written: a member that missed the delete (cut
+            // off, stopped) still holds it, and it must not come back.
+            if time::is_expired(a.exptime, now) || deleted.get(&key).is_some_and(|&d| d > a.version)
+            {
+                continue;
+            }
+            let (positions, charge) = index::charge(
+                a.kind,
+                key.len(),
+                a.value_bytes,
+                self.k(),
+                self.n(),
+                replicas,
+            );
+            let mut entry = Entry::new(
+                a.version,
+                a.value_bytes,
+                a.flags,
+                a.exptime,
+                a.kind,
+                a.version,
+                positions,
+                charge,
+            );
+            // Positions without this version's record (their node is down, missed the write
+            // or holds another version) are filled in the background once their node is up.
+            entry.holes = index::position_mask(positions) & !a.held;
+            ix.adopt(&key, entry);
+        }
+        ix
+    }
+
+    /// Runs an operation as the agent of its key's stripe.
+    pub fn agent(&self, op: AgentOp) -> AgentResult {
+        let key = match &op {
+            AgentOp::Get { key, .. }
+            | AgentOp::Store { key, .. }
+            | AgentOp::Delete { key, .. }
+            | AgentOp::Touch { key, .. }
+            | AgentOp::Arith { key, .. }
+            | AgentOp::Flip { key, .. }
+            | AgentOp::Repair { key, .. } => key.clone(),
+            AgentOp::Handover { stripe, to } => {
+                let (s, to) = (*stripe as usize, *to as usize);
+                if s >= self.cfg.node_count || to >= self.cfg.node_count {
+                    return AgentResult::Error("bad handover".into());
+                }
+                *lock(&self.yielded[s]) = Some(to);
+                *lock(&self.stripes[s]) = None;
+                // Every operation of the stripe checks `leads` again under its key lock: once
+                // each key lock has been free once, none of them is still under way.
+                for l in &self.key_locks {
+                    drop(l.lock());
+                }
+                return AgentResult::Ok;
+            }
+            AgentOp::Keys { stripe } => {
+                let s = *stripe as usize;
+                if s >= self.cfg.node_count || !self.leads(s) {
+                    return AgentResult::NotAgent;
+                }
+                if let Some(refused) = self.ensure_index(s) {
+                    return refused;
+                }
+                return self.with_index(s, |ix| {
+                    AgentResult::Keys(ix.entries().map(|(k, e)| (k.clone(), e.version)).collect())
+                });
+            }
+        };
+        let stripe = self.placement.stripe_of(&key);
+        if !self.leads(stripe) {
+            return AgentResult::NotAgent;
+        }
+        let _key_guard = self.key_lock(&key);
+        if !self.leads(stripe) {
+            return AgentResult::NotAgent;
+        }
+        self.drop_stale_index(stripe);
+        if let Some(refused) = self.ensure_index(stripe) {
+            return refused;
+        }
+        let repeatable = op.repeatable();
+        let res = self.agent_op(stripe, op);
+        // The lease must still hold once the operation is done: otherwise another node may
+        // have led the stripe meanwhile. A read is retried there by the front; a write may
+        // have been applied (and adopted by that node), so it is in doubt, not run again.
+        if !self.leads(stripe) {
+            bump(&self.counters.lease_lost_ops);
+            if repeatable {
+                return AgentResult::NotAgent;
+            }
+            bump(&self.counters.writes_in_doubt);
+            return AgentResult::Error(format!(
+                "the lease of stripe {stripe} ran out during the write: it may or may not \
+                 have been applied"
+            ));
+        }
+        res
+    }
+
+    /// The operation of [`Node::agent`] once the stripe's lead and key lock are held.
+    pub(crate) fn agent_op(&self, stripe: usize, op: AgentOp) -> AgentResult {
+        // More than m positions down: the stripe's values may be unreadable and an index rebuilt
+        // now may miss keys, so every operation fails with the reason (never a wrong miss).
+        if self.down_positions(stripe) > self.parity() {
+            return self.unavailable(stripe);
+        }
+        match op {
+            AgentOp::Get {
+                key,
+                touch,
+                degrade,
+            } => self.op_get(stripe, &key, touch, degrade),
+            AgentOp::Store {
+                mode,
+                key,
+                flags,
+                exptime,
+                compare_cas,
+                value,
+            } => self.op_store(stripe, &key, mode, flags, exptime, compare_cas, value),
+            AgentOp::Delete { key, compare_cas } => self.op_delete(stripe, &key, compare_cas),
+            AgentOp::Touch { key, exptime } => {
+                let Some(e) = self.lookup(stripe, &key) else {
+                    return AgentResult::NotFound;
+                };
+                self.touch_entry(stripe, &key, &e, exptime);
+                AgentResult::Touched
+            }
+            AgentOp::Arith { incr, key, delta } => self.op_arith(stripe, &key, incr, delta),
+            AgentOp::Flip { key, position, bit } => {
+                let Some(e) = self.lookup(stripe, &key) else {
+                    return AgentResult::NotFound;
+                };
+                if position as usize >= e.positions {
+                    return AgentResult::Error(format!(
+                        "key has no chunk at position {position} (positions 0..{})",
+                        e.positions
+                    ));
+                }
+                let node = self.placement.node_of(stripe, position as usize);
+                match self
+                    .call(vec![(
+                        node,
+                        Request::Flip {
+                            stripe: stripe as u32,
+                            position,
+                            key,
+                            bit,
+                        },
+                    )])
+                    .pop()
+                {
+                    Some(Ok(Response::Ack)) => AgentResult::Ok,
+                    Some(Ok(Response::Nack(r))) => AgentResult::Error(r),
+                    _ => AgentResult::Error(format!("node {node} unreachable")),
+                }
+            }
+            AgentOp::Repair {
+                key,
+                version,
+                position,
+            } => {
+                let Some(e) = self.lookup(stripe, &key) else {
+                    return AgentResult::NotFound;
+                };
+                if e.version != version {
+                    return AgentResult::Exists;
+                }
+                if position as usize >= e.positions {
+                    return AgentResult::NotFound;
+                }
+                match self.repair_chunk(stripe, &key, &e, position as usize) {
+                    Ok(data) => {
+                        // The recovering node stores it.
+                        self.with_index(stripe, |ix| {
+                            ix.clear_holes(&key, e.version, index::bit(position as usize))
+                        });
+                        AgentResult::Record(record::encode(
+                            &self.header(&key, &e, position as usize),
+                            &data,
+                        ))
+                    }
+                    Err(err) => AgentResult::Error(err),
+                }
+            }
+            AgentOp::Keys { .. } | AgentOp::Handover { .. } => unreachable!("handled above"),
+        }
+    }
+
+    pub(crate) fn replicas(&self) -> usize {
+        (self.parity() + 1).min(self.n())
+    }
+
+    /// The live entry of a key; an expired or flushed one is deleted on the members.
+    pub(crate) fn lookup(&self, stripe: usize, key: &[u8]) -> Option<Entry> {
+        let oldest = self.oldest_live_us.load(Ordering::Relaxed);
+        let r = self.with_index(stripe, |ix| {
+            ix.lookup(key, time::now_secs(), time::now_micros(), oldest)
+        });
+        match r {
+            Ok(e) => e,
+            Err((gone, e)) => {
+                match gone {
+                    Gone::Expired => bump(&self.counters.get_expired),
+                    Gone::Flushed => bump(&self.counters.get_flushed),
+                }
+                self.delete_records(stripe, key, e.version + 1);
+                None
+            }
+        }
+    }
+
+    pub(crate) fn member_nodes(&self, stripe: usize, positions: usize) -> Vec<usize> {
+        let mut nodes: Vec<usize> = (0..positions)
+            .map(|p| self.placement.node_of(stripe, p))
+            .collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    pub(crate) fn delete_records(&self, stripe: usize, key: &[u8], version: u64) {
+        let calls = self
+            .member_nodes(stripe, self.n())
+            .into_iter()
+            .filter(|&n| self.is_up(n))
+            .map(|n| {
+                (
+                    n,
+                    Request::Delete {
+                        stripe: stripe as u32,
+                        key: key.to_vec(),
+                        version,
+                    },
+                )
+            })
+            .collect();
+        self.call(calls);
+    }
+
+    pub(crate) fn touch_entry(&self, stripe: usize, key: &[u8], e: &Entry, exptime: i64) {
+        let abs = time::absolute_exptime(exptime, time::now_secs());
+        self.with_index(stripe, |ix| ix.set_exptime(key, abs));
+        let calls = self
+            .member_nodes(stripe, e.positions)
+            .into_iter()
+            .filter(|&n| self.is_up(n))
+            .map(|n| {
+                (
+                    n,
+                    Request::Touch {
+                        stripe: stripe as u32,
+                        key: key.to_vec(),
+                        version: e.version,
+                        exptime: abs,
+                    },
+                )
+            })
+            .collect();
+        self.call(calls);
+    }
+
+    /// Items and value bytes of the stripes this node leads; evictions; footprint
+    /// (value bytes coded, replicated; record bytes coded, replicated).
+    pub fn agent_totals(&self) -> (u64, u64, u64, [u64; 4]) {
+        let (mut items, mut bytes, mut evictions) = (0, 0, 0);
+        let mut fp = [0u64; 4];
+        for s in &self.stripes {
+            if let Some(ix) = lock(s).as_ref() {
+                items += ix.len() as u64;
+                evictions += ix.evictions;
+                let f = ix.footprint();
+                bytes += f[0] + f[1];
+                for i in 0..4 {
+                    fp[i] += f[i];
+                }
+            }
+        }
+        (items, bytes, evictions, fp)
+    }
+}

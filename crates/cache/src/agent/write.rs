@@ -1,0 +1,375 @@
+//! The agent's writes: a value cut into records (coded or replicated), stored on every live
+//! member, memcached's storage rules, deletes and incr/decr.
+
+use std::sync::atomic::Ordering;
+
+use proto::StoreMode;
+
+use crate::agent::index::{self, Entry};
+use crate::carrier::peer::{AgentResult, Request, Response};
+use crate::carrier::plans::WriteMeta;
+use crate::cluster::stripe;
+use crate::record::{self, Kind};
+use crate::semantics::{self, Decision};
+use crate::time;
+
+use crate::node::{bump, Node, TOO_LARGE};
+
+impl Node {
+    /// The records of a value at every position that holds it.
+    pub(crate) fn records_of(
+        &self,
+        key: &[u8],
+        e: &Entry,
+        value: &[u8],
+    ) -> Result<Vec<Vec<u8>>, String> {
+        match e.kind {
+            Kind::Replica => Ok((0..e.positions)
+                .map(|p| record::encode(&self.header(key, e, p), value))
+                .collect()),
+            Kind::Coded => {
+                let chunks = stripe::encode(&self.codec, value)
+                    .map_err(|err| format!("encode failed: {err}"))?;
+                Ok(chunks
+                    .iter()
+                    .enumerate()
+                    .map(|(p, c)| record::encode(&self.header(key, e, p), c))
+                    .collect())
+            }
+        }
+    }
+
+    /// How a value is stored: coded or replicated (by its size), on how many positions, and
+    /// the bytes it charges at each.
+    pub(crate) fn layout_of(&self, key: &[u8], value: &[u8]) -> (Kind, usize, u64) {
+        let kind = if value.len() < self.cfg.replicate_below_bytes {
+            Kind::Replica
+        } else {
+            Kind::Coded
+        };
+        let (positions, charge) = index::charge(
+            kind,
+            key.len(),
+            value.len() as u64,
+            self.k(),
+            self.n(),
+            self.replicas(),
+        );
+        (kind, positions, charge)
+    }
+
+    /// Writes a value as a new version: evicts LRU values if the stripe's share is full, sends
+    /// every live member its record and commits once every live member acked.
+    pub(crate) fn write(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime_abs: i64,
+    ) -> Result<u64, String> {
+        let down = self.down_positions(stripe);
+        if down > self.parity() {
+            bump(&self.counters.server_errors);
+            return Err(match self.unavailable(stripe) {
+                AgentResult::Error(r) => r,
+                _ => unreachable!(),
+            });
+        }
+        let (kind, positions, charge) = self.layout_of(key, value);
+        let now_us = time::now_micros();
+        let reserved = self.with_index(stripe, |ix| {
+            let old = ix.remove(key);
+            match ix.reserve(positions, charge) {
+                Ok(victims) => {
+                    let version = ix.next_version(now_us);
+                    Ok((old, victims, version, ix.watermark()))
+                }
+                Err(e) => {
+                    if let Some(o) = old {
+                        ix.adopt(key, o);
+                    }
+                    Err(e)
+                }
+            }
+        });
+        let (old, victims, version, watermark) = match reserved {
+            Ok(r) => r,
+            Err(err) => return Err(format!("out of memory storing object: {err}")),
+        };
+        for (vkey, v) in &victims {
+            self.delete_records(stripe, vkey, v.version + 1);
+        }
+        let mut entry = Entry::new(
+            version,
+            value.len() as u64,
+            flags,
+            exptime_abs,
+            kind,
+            now_us,
+            positions,
+            charge,
+        );
+        // The write on the engine: the stripe's write template, when this node is its
+        // designated agent and every member is up; otherwise (or if the run fails) the
+        // records go out as peer messages.
+        let mut planned = false;
+        if kind == Kind::Coded {
+            match self.plan_path(stripe, self.n()) {
+                Some(x) => {
+                    let meta = WriteMeta {
+                        value_bytes: value.len() as u64,
+                        flags,
+                        exptime: exptime_abs,
+                        watermark,
+                    };
+                    match x.write(
+                        self.cfg.code,
+                        self.cfg.mode,
+                        &self.placement,
+                        stripe,
+                        key,
+                        version,
+                        value,
+                        meta,
+                        &|n| self.is_up(n),
+                    ) {
+                        Ok(()) => {
+                            x.counters.write_plan_runs.fetch_add(1, Ordering::Relaxed);
+                            planned = true;
+                        }
+                        Err(reason) => {
+                            x.counters
+                                .write_plan_fallbacks
+                                .fetch_add(1, Ordering::Relaxed);
+                            log::warn!(
+                                "node {}: write of stripe {stripe} over peer messages instead \
+                                 of its plan: {reason}",
+                                self.cfg.id
+                            );
+                        }
+                    }
+                }
+                None => {
+                    if let Some(x) = self.plans.get() {
+                        x.counters
+                            .write_plan_fallbacks
+                            .fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+        let recs = if planned {
+            Vec::new()
+        } else {
+            match self.records_of(key, &entry, value) {
+                Ok(r) => r,
+                Err(err) => {
+                    self.with_index(stripe, |ix| {
+                        ix.release(positions, charge);
+                        ix.finish(version);
+                        if let Some(o) = old {
+                            ix.adopt(key, o);
+                        }
+                    });
+                    return Err(err);
+                }
+            }
+        };
+        let (sent, calls): (Vec<usize>, Vec<(usize, Request)>) = recs
+            .into_iter()
+            .enumerate()
+            .filter(|(p, _)| self.is_up(self.placement.node_of(stripe, *p)))
+            .map(|(p, rec)| {
+                (
+                    p,
+                    (
+                        self.placement.node_of(stripe, p),
+                        Request::Put {
+                            stripe: stripe as u32,
+                            watermark,
+                            record: rec,
+                        },
+                    ),
+                )
+            })
+            .unzip();
+        // A planned write was acked by every member; a peer write by those that answered.
+        let mut stored = if planned {
+            index::position_mask(positions)
+        } else {
+            0
+        };
+        let mut nacks = Vec::new();
+        for (p, r) in sent.into_iter().zip(self.call(calls)) {
+            match r {
+                Ok(Response::Ack) => stored |= index::bit(p),
+                Ok(Response::Nack(why)) => nacks.push(why),
+                Ok(other) => nacks.push(format!("unexpected reply {other:?}")),
+                Err(_) => {} // marked down: counted below
+            }
+        }
+        let down = self.down_positions(stripe);
+        if down > self.parity() || !nacks.is_empty() {
+            self.with_index(stripe, |ix| {
+                ix.release(positions, charge);
+                ix.finish(version);
+                if let Some(o) = old {
+                    ix.adopt(key, o);
+                }
+            });
+            bump(&self.counters.server_errors);
+            return Err(if nacks.is_empty() {
+                match self.unavailable(stripe) {
+                    AgentResult::Error(r) => format!("write not stored: {r}"),
+                    _ => unreachable!(),
+                }
+            } else {
+                format!("write not stored: a member refused its chunk: {}", nacks[0])
+            });
+        }
+        entry.holes = index::position_mask(positions) & !stored;
+        if entry.holes != 0 {
+            bump(&self.counters.writes_with_holes);
+        }
+        self.with_index(stripe, |ix| {
+            ix.commit(key, entry);
+            ix.finish(version);
+        });
+        // A value that now uses fewer positions (coded -> replicated) leaves older records at
+        // the others: delete them (records of the new version are kept).
+        if old.as_ref().is_some_and(|o| o.positions > positions) {
+            let calls = (positions..self.n())
+                .map(|p| self.placement.node_of(stripe, p))
+                .filter(|&n| self.is_up(n))
+                .map(|n| {
+                    (
+                        n,
+                        Request::Delete {
+                            stripe: stripe as u32,
+                            key: key.to_vec(),
+                            version,
+                        },
+                    )
+                })
+                .collect();
+            self.call(calls);
+        }
+        bump(&self.counters.total_items);
+        Ok(version)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn op_store(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        mode: StoreMode,
+        flags: u32,
+        exptime: i64,
+        compare_cas: Option<u64>,
+        value: Vec<u8>,
+    ) -> AgentResult {
+        let current = self.lookup(stripe, key);
+        let compare = if mode == StoreMode::Cas {
+            compare_cas.or(Some(0))
+        } else {
+            compare_cas
+        };
+        match semantics::decide(mode, current.as_ref(), compare) {
+            Decision::NotStored => return AgentResult::NotStored,
+            Decision::Exists => return AgentResult::Exists,
+            Decision::NotFound => return AgentResult::NotFound,
+            Decision::Proceed => {}
+        }
+        let (value, flags, exptime_abs) = match (mode, &current) {
+            (StoreMode::Append | StoreMode::Prepend, Some(e)) => {
+                let cur = match self.read_value(stripe, key, e, None) {
+                    Ok(v) => v,
+                    Err(r) => return AgentResult::Error(r),
+                };
+                if cur.len() + value.len() > self.cfg.item_size_max_bytes {
+                    // As a `set` refused for its size: the value the write meant to change
+                    // is not left behind (memcached 1.6.18 keeps it and answers NOT_STORED).
+                    return match self.op_delete(stripe, key, None) {
+                        AgentResult::Deleted | AgentResult::NotFound => {
+                            AgentResult::Error(TOO_LARGE.into())
+                        }
+                        other => other,
+                    };
+                }
+                (semantics::combine(mode, &cur, &value), e.flags, e.exptime)
+            }
+            _ => (
+                value,
+                flags,
+                time::absolute_exptime(exptime, time::now_secs()),
+            ),
+        };
+        if time::is_expired(exptime_abs, time::now_secs()) {
+            // memcached stores it and it is gone at once: the old value is replaced by nothing.
+            if let Some(e) = current {
+                self.with_index(stripe, |ix| ix.remove(key));
+                self.delete_records(stripe, key, e.version + 1);
+            }
+            return AgentResult::Stored { cas: 0 };
+        }
+        match self.write(stripe, key, &value, flags, exptime_abs) {
+            Ok(cas) => AgentResult::Stored { cas },
+            Err(r) => AgentResult::Error(r),
+        }
+    }
+
+    pub(crate) fn op_delete(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        compare_cas: Option<u64>,
+    ) -> AgentResult {
+        let Some(e) = self.lookup(stripe, key) else {
+            return AgentResult::NotFound;
+        };
+        if compare_cas.is_some_and(|c| c != e.version) {
+            return AgentResult::Exists;
+        }
+        let version = self.with_index(stripe, |ix| {
+            ix.remove(key);
+            let v = ix.next_version(time::now_micros());
+            ix.finish(v);
+            v
+        });
+        self.delete_records(stripe, key, version);
+        AgentResult::Deleted
+    }
+
+    pub(crate) fn op_arith(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+    ) -> AgentResult {
+        let Some(e) = self.lookup(stripe, key) else {
+            return AgentResult::NotFound;
+        };
+        let cur = match self.read_value(stripe, key, &e, None) {
+            Ok(v) => v,
+            Err(r) => return AgentResult::Error(r),
+        };
+        let op = if incr {
+            proto::ArithOp::Incr
+        } else {
+            proto::ArithOp::Decr
+        };
+        let Ok(r) = proto::incr_decr(&cur, op, delta) else {
+            return AgentResult::NonNumeric;
+        };
+        match self.write(stripe, key, &r.value, e.flags, e.exptime) {
+            Ok(cas) => AgentResult::Number {
+                number: r.number,
+                cas,
+            },
+            Err(reason) => AgentResult::Error(reason),
+        }
+    }
+}

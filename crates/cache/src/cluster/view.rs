@@ -1,0 +1,300 @@
+//! A node's view of the others and its leadership: heartbeats sent and answered, who is up,
+//! which stripes this node leads, and the lease that makes that safe (`lease`).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::carrier::peer::{PeerError, Request, Response};
+use crate::cluster::lease::{self};
+
+use crate::node::{bump, lock, sight, Node, Peers, RecoveryState};
+
+impl Node {
+    /// Whether this node leads `stripe` now and has without a break since `since`.
+    pub(crate) fn led_throughout(&self, stripe: usize, since: Instant) -> bool {
+        self.leads(stripe) && !self.lease_lapsed_since(stripe, since)
+    }
+
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+
+    pub fn recovery_state(&self) -> RecoveryState {
+        *lock(&self.recovery)
+    }
+
+    pub fn is_up(&self, node: usize) -> bool {
+        node == self.cfg.id || lock(&self.peers)[node].up
+    }
+
+    /// (up, ready) of every node in this node's view.
+    pub fn view(&self) -> Vec<(bool, bool)> {
+        let peers = lock(&self.peers);
+        (0..self.cfg.node_count)
+            .map(|i| {
+                if i == self.cfg.id {
+                    (true, self.is_ready())
+                } else {
+                    (peers[i].up, peers[i].ready)
+                }
+            })
+            .collect()
+    }
+
+    pub(crate) fn mark_down(&self, node: usize) {
+        if node != self.cfg.id {
+            lock(&self.peers)[node].up = false;
+        }
+    }
+
+    /// The agent of a stripe in this node's view.
+    pub fn agent_of(&self, stripe: usize) -> Option<usize> {
+        let view = self.view();
+        self.placement.agent_of(stripe, |n| view[n].0 && view[n].1)
+    }
+
+    /// Whether this node leads `stripe` now: it is the agent in its view and has not handed
+    /// the stripe to a recovered node.
+    pub(crate) fn leads(&self, stripe: usize) -> bool {
+        self.agent_of(stripe) == Some(self.cfg.id)
+            && lock(&self.yielded[stripe]).is_none()
+            && self.lease_holds(stripe)
+    }
+
+    /// The lease rules of `lease.rs` for `stripe` at this node: a majority of the stripe's
+    /// member nodes vote for it.
+    pub(crate) fn lease_holds(&self, stripe: usize) -> bool {
+        let members = &self.lease_members[stripe];
+        let me = self.cfg.id;
+        let ready = self.is_ready();
+        let mut peers = lock(&self.peers);
+        let Peers { list, leases } = &mut *peers;
+        lease::holds(
+            members,
+            me,
+            |i| sight(list, me, ready, i),
+            leases,
+            Instant::now(),
+            self.cfg.down_after,
+            self.started,
+        )
+    }
+
+    /// The votes for this node in `stripe` now, of its member nodes: (votes, members).
+    pub fn lease_votes(&self, stripe: usize) -> (usize, usize) {
+        let members = &self.lease_members[stripe];
+        let me = self.cfg.id;
+        let ready = self.is_ready();
+        let peers = lock(&self.peers);
+        let view = |i| sight(&peers.list, me, ready, i);
+        let now = Instant::now();
+        let term = self.cfg.down_after;
+        let v = lease::votes(members, me, view, &peers.leases, now, term, self.started)
+            .map_or(0, |(others, own)| others + usize::from(own));
+        (v, members.len())
+    }
+
+    /// Drops this node's index of `stripe` if its lease lapsed after the index was built: a
+    /// member voting for it now saw it down since, so the stripe may have been led by another
+    /// node meanwhile.
+    pub(crate) fn drop_stale_index(&self, stripe: usize) {
+        let Some(built) = lock(&self.stripes[stripe]).as_ref().map(|ix| ix.built_at) else {
+            return;
+        };
+        if self.lease_lapsed_since(stripe, built) {
+            let mut ix = lock(&self.stripes[stripe]);
+            if ix.as_ref().is_some_and(|ix| ix.built_at == built) {
+                bump(&self.counters.lease_lapses);
+                *ix = None;
+                log::debug!("stripe {stripe}: index dropped (the lease lapsed since it was built)");
+            }
+        }
+    }
+
+    /// Whether a member voting for this node in `stripe` now saw it down since `since`: the
+    /// stripe may have been led by another node meanwhile (leading needs a majority, which
+    /// shares a member with the one voting for this node now).
+    pub(crate) fn lease_lapsed_since(&self, stripe: usize, since: Instant) -> bool {
+        let now = Instant::now();
+        let peers = lock(&self.peers);
+        self.lease_members[stripe].iter().any(|&m| {
+            let l = &peers.leases[m];
+            m != self.cfg.id
+                && l.grant_holds(now, self.cfg.down_after)
+                && l.may_have_led_since(since)
+        })
+    }
+
+    /// One round of heartbeats; drops the index of stripes this node no longer leads.
+    pub fn heartbeat_round(&self) {
+        let others: Vec<usize> = (0..self.cfg.node_count)
+            .filter(|&i| i != self.cfg.id)
+            .collect();
+        let from = self.cfg.id as u32;
+        let calls = others
+            .iter()
+            .map(|&i| (i, Request::Heartbeat { from }))
+            .collect();
+        let sent = Instant::now();
+        let replies = self.heartbeat_transport.call_many(calls);
+        let now = Instant::now();
+        {
+            let mut peers = lock(&self.peers);
+            let Peers { list, leases } = &mut *peers;
+            for (&i, r) in others.iter().zip(replies) {
+                let p = &mut list[i];
+                match r {
+                    Ok(Response::Heartbeat {
+                        incarnation,
+                        ready,
+                        grant,
+                        up_for_ms,
+                        exempt,
+                    }) => {
+                        // A peer's engine is connected to on its first answer (its engine
+                        // host listens before its peer port answers), and again when it
+                        // restarted or came back.
+                        if !p.up || p.incarnation != incarnation {
+                            if let Some(x) = self.plans.get() {
+                                x.connect(i);
+                            }
+                        }
+                        if !p.up {
+                            p.up_since = now;
+                        }
+                        p.up = true;
+                        p.ready = ready;
+                        p.incarnation = incarnation;
+                        p.last_ok = now;
+                        leases[i].refused = false;
+                        if grant {
+                            let exempt = exempt.into_iter().map(|n| n as usize).collect();
+                            let up_for = Duration::from_millis(up_for_ms);
+                            leases[i].on_grant(sent, now, up_for, exempt);
+                        }
+                    }
+                    Err(PeerError::Io { ref source, .. })
+                        if source.kind() == std::io::ErrorKind::ConnectionRefused =>
+                    {
+                        p.up = false;
+                        leases[i].refused = true;
+                    }
+                    _ => {
+                        if now.duration_since(p.last_ok) >= self.cfg.down_after {
+                            p.up = false;
+                        }
+                    }
+                }
+            }
+        }
+        for s in 0..self.cfg.node_count {
+            let mut y = lock(&self.yielded[s]);
+            if y.is_some_and(|to| !self.is_up(to)) {
+                *y = None;
+            }
+        }
+        for s in 0..self.cfg.node_count {
+            if !self.leads(s) {
+                let mut ix = lock(&self.stripes[s]);
+                if ix.is_some() {
+                    *ix = None;
+                    log::debug!("stripe {s}: index dropped (not leading)");
+                }
+            }
+        }
+    }
+
+    /// Runs heartbeats, expiry sweeps and (with `--recover`) recovery in background threads.
+    pub fn start_background(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("heartbeat".into())
+            .spawn(move || loop {
+                me.heartbeat_round();
+                std::thread::sleep(me.cfg.heartbeat);
+            })
+            .expect("spawn heartbeat thread");
+        let me = Arc::clone(self);
+        std::thread::Builder::new()
+            .name("expiry".into())
+            .spawn(move || loop {
+                std::thread::sleep(Duration::from_secs(1));
+                me.sweep();
+                me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
+            })
+            .expect("spawn expiry thread");
+        if self.cfg.recover {
+            let me = Arc::clone(self);
+            std::thread::Builder::new()
+                .name("recovery".into())
+                .spawn(move || me.recover())
+                .expect("spawn recovery thread");
+        }
+    }
+
+    /// The answer to a heartbeat from `from`; `None` when answering must wait for the key
+    /// locks and `may_wait` is false.
+    pub(crate) fn heartbeat(&self, from: usize, may_wait: bool) -> Option<Response> {
+        let me = self.cfg.id;
+        let term = self.cfg.down_after;
+        let ready = self.is_ready();
+        let resumes = from < self.cfg.node_count && {
+            let peers = lock(&self.peers);
+            let view = |i| sight(&peers.list, me, ready, i);
+            let now = Instant::now();
+            lease::grants(view, &peers.leases, me, from, now, term, self.started)
+                && !peers.leases[from].granting
+        };
+        if resumes {
+            if !may_wait {
+                return None;
+            }
+            // This node may have stood in for `from` while it saw it down: the operations
+            // under way here finish before `from` may lead again (each checks `leads` under
+            // its key lock, and `from` is up in this view now).
+            for l in &self.key_locks {
+                drop(l.lock());
+            }
+        }
+        let now = Instant::now();
+        let mut peers = lock(&self.peers);
+        let Peers { list, leases } = &mut *peers;
+        let (grant, exempt, _) = lease::answer(
+            |i| sight(list, me, ready, i),
+            leases,
+            me,
+            from,
+            now,
+            term,
+            self.started,
+        );
+        let up_for_ms = if grant {
+            now.saturating_duration_since(list[from].up_since)
+                .as_millis() as u64
+        } else {
+            0
+        };
+        Some(Response::Heartbeat {
+            incarnation: self.incarnation,
+            ready,
+            grant,
+            up_for_ms,
+            exempt: exempt.into_iter().map(|n| n as u32).collect(),
+        })
+    }
+
+    /// The state of a stripe in this node's view: `whole`, `recovering` (a member is
+    /// rebuilding), `degraded` (≤ m positions down) or `unavailable`.
+    pub fn stripe_state(&self, stripe: usize) -> &'static str {
+        let view = self.view();
+        let down = (0..self.n())
+            .filter(|&p| !view[self.placement.node_of(stripe, p)].0)
+            .count();
+        let recovering = (0..self.n()).any(|p| {
+            let v = view[self.placement.node_of(stripe, p)];
+            v.0 && !v.1
+        });
+        crate::cluster::placement::stripe_state(down, self.parity(), recovering)
+    }
+}
