@@ -104,13 +104,13 @@ pub fn usage_error(subcommand: &str, message: &str) -> ! {
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
-        // Help, version or a usage error, printed as `Cli::parse` would, but a help whose
-        // reader went away ends as any other output does.
+        // Help, version or a usage error, printed once as `Cli::parse` would, but a help
+        // whose reader went away ends as any other output does.
         Err(e) => match e.print() {
             Err(io) if io.kind() == std::io::ErrorKind::BrokenPipe && !e.use_stderr() => {
                 return ExitCode::from(stdout::EXIT_STATUS);
             }
-            _ => e.exit(),
+            _ => std::process::exit(e.exit_code()),
         },
     };
     harness::logger::init(cli.verbose);

@@ -190,6 +190,39 @@ fn sizes_take_units_everywhere_and_codes_are_one_flag() {
 }
 
 #[test]
+fn a_bad_value_is_named_once_with_its_spelling() {
+    for (args, want) in [
+        (
+            &["encode", "x", "-o", "y", "--code", "rs:0,3"][..],
+            "invalid value 'rs:0,3' for '--code <CODE>': k = 0",
+        ),
+        (
+            &["encode", "x", "-o", "y", "--code", "foo"][..],
+            "(a code is rs:K,M, rs-xor:K,M, rs-vand:K,M or lrc:K,L,R, e.g. rs:6,3 or lrc:6,2,2)",
+        ),
+        (
+            &["encode", "x", "-o", "y", "--chunk-bytes", "2GiB"][..],
+            "chunk size 2GiB out of range 1..=1073741824 bytes",
+        ),
+        (
+            &["encode", "x", "-o", "y", "--chunk-bytes", "12XB"][..],
+            "unknown unit \"XB\" in \"12XB\"",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.status.code(), Some(2), "inec {args:?}: {}", text(&o));
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(err.matches(want).count(), 1, "inec {args:?}: {}", text(&o));
+        assert_eq!(
+            err.matches("error:").count(),
+            1,
+            "inec {args:?}: {}",
+            text(&o)
+        );
+    }
+}
+
+#[test]
 fn missing_required_choices_name_the_alternatives() {
     let o = run(&[
         "plan",
