@@ -54,7 +54,8 @@ fn klauspost_cauchy_parity_equals_ours() {
             assert_eq!(theirs, our_parity(k, m, &d), "rs({k},{m}) len {len}");
         }
     }
-    // The fixed vector of the issue: byte b of data chunk j = 31·j + 7·b + 1.
+    // The fixed vector of `crates/codes/testdata/README.md`: byte b of data chunk j =
+    // 31·j + 7·b + 1.
     let theirs = peer.parity(4, 3, 16, 0, "pattern", None).unwrap();
     let d: Vec<Vec<u8>> = (0..4)
         .map(|j| (0..16).map(|b| (31 * j + 7 * b + 1) as u8).collect())

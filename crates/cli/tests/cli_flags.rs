@@ -1,4 +1,4 @@
-//! Issue 11 through the real binary: one vocabulary of flags (`--code`, sizes with units,
+//! Through the real binary: one vocabulary of flags (`--code`, sizes with units,
 //! lists by repeating a flag, the old spellings still accepted but hidden), the defaults that
 //! surprised (`inec model`'s summary, the record-overhead warning) and progress bars only on a
 //! terminal.
@@ -104,7 +104,7 @@ fn every_help_uses_one_spelling() {
 
 #[test]
 fn sizes_take_units_everywhere_and_codes_are_one_flag() {
-    // The issue's example: `plan --chunk-bytes 4MiB` failed with "invalid digit".
+    // `plan --chunk-bytes 4MiB` once failed with "invalid digit".
     let a = ok(&[
         "plan",
         "--scheme",

@@ -1,4 +1,4 @@
-//! Issue 11 through the real binary: where `inec decode` writes (standard output, a FIFO or
+//! Through the real binary: where `inec decode` writes (standard output, a FIFO or
 //! device in place, never one of its inputs, an existing file only with --force), the exit
 //! status of `inec verify`, and the messages that name what is wrong.
 

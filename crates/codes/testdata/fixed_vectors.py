@@ -69,7 +69,7 @@ def encode(rows, chunks):
     return out
 
 
-# The values the tests pin (issue 2), by (name, parity index).
+# The values the tests pin (README.md here), by (name, parity index).
 EXPECTED = {
     ("cauchy k=4 m=3", 0): "56f4b05fed4e08311bf7d1048c2d4f23",
     ("cauchy k=4 m=3", 2): "d65d1883c53486ee0887b41569bc0cfc",

@@ -1,7 +1,7 @@
 //! `inec bench ycsb --study`: the INEC paper's YCSB study (§IV-B) on the local cache — Figure
 //! 14 (five schemes × workloads A, B, C, 8 KiB values, every read degraded, coherent against
-//! incoherent), the configurations of Figures 9–13, and the goals of issue 9 (degraded p99
-//! against normal p99 for PPR and ECPipe). Each configuration runs coherent then incoherent
+//! incoherent), the configurations of Figures 9–13, and its goals (degraded p99 against normal
+//! p99 for PPR and ECPipe; `docs/ycsb.md`). Each configuration runs coherent then incoherent
 //! with the same driver and settings; the improvement is coherent over incoherent.
 
 use std::fs;
