@@ -638,18 +638,9 @@ fn engine_raw_gbps(
     Ok((ops * RAW_CHUNK_BYTES) as f64 * 8.0 / st.elapsed.as_secs_f64() / 1e9)
 }
 
-fn load_average() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_default()
-}
-
 /// `iperf3` single stream over loopback, Gbit/s received.
 fn iperf3_gbps(seconds: u32) -> Result<f64> {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0")?;
-        l.local_addr()?.port()
-    };
+    let port = harness::process::free_port(&mut Vec::new())?;
     let mut server = std::process::Command::new("iperf3")
         .args([
             "-s",
@@ -735,7 +726,7 @@ pub fn run(args: PrimitivesArgs) -> Result<()> {
     fs::create_dir_all(&args.out)?;
     let mut jsonl = fs::File::create(args.out.join("results.jsonl"))?;
     if args.raw || args.raw_only {
-        let load = load_average();
+        let load = crate::host::load_average();
         let (mut rc, from, to) = raw_cluster(&args)?;
         let template = 950_000;
         let timeout = Duration::from_secs(args.timeout_s);
