@@ -12,16 +12,7 @@ use std::net::{SocketAddr, TcpListener};
 
 use clients::{self, CapableStatus, ClientsError};
 use harness::cache::{InecCache, InecOptions};
-use harness::{Memcached, MemcachedOptions};
-
-#[track_caller]
-fn memcached() -> Option<Memcached> {
-    if !Memcached::available() {
-        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
-        return None;
-    }
-    Some(Memcached::start(&MemcachedOptions::default()).expect("start memcached"))
-}
+use harness::Memcached;
 
 /// A server that answers every line with `ERROR` (and reads data blocks as lines).
 fn erroring_server() -> SocketAddr {
@@ -56,7 +47,9 @@ fn skip_missing<T>(r: Result<T, ClientsError>) -> Option<T> {
 
 #[test]
 fn pymemcache_against_memcached() {
-    let Some(m) = memcached() else { return };
+    let Some(m) = Memcached::for_test() else {
+        return;
+    };
     // One address, then the same server twice (the cross-address path of the script).
     for addrs in [vec![m.addr()], vec![m.addr(), m.addr()]] {
         let Some(r) = skip_missing(clients::pymemcache(&addrs)) else {
@@ -94,7 +87,9 @@ const MEMCACHED_FAILS_ALONE: [&str; 1] = ["ascii quit"];
 
 #[test]
 fn memccapable_against_memcached() {
-    let Some(m) = memcached() else { return };
+    let Some(m) = Memcached::for_test() else {
+        return;
+    };
     let Some(results) = skip_missing(clients::memccapable(m.addr(), 5)) else {
         return;
     };

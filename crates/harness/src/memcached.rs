@@ -98,6 +98,17 @@ impl Memcached {
         Path::new(MEMCACHED).exists()
     }
 
+    /// For a test: a memcached with the default options, or `None` when it is not installed
+    /// and this machine may skip the test ([`crate::skip::skip_or_fail`]; the test returns).
+    #[track_caller]
+    pub fn for_test() -> Option<Memcached> {
+        if !Self::available() {
+            crate::skip::skip_or_fail(MEMCACHED, "Debian package memcached");
+            return None;
+        }
+        Some(Self::start(&MemcachedOptions::default()).expect("start memcached"))
+    }
+
     /// Starts memcached on a free loopback port (TCP only, `-U 0`).
     pub fn start(options: &MemcachedOptions) -> Result<Memcached, Error> {
         for _attempt in 0..5 {

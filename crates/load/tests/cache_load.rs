@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harness::{Memcached, MemcachedOptions};
+use harness::Memcached;
 use load::{
     CheckCounts, KeyNames, LoadAll, OpKind, Phase, PhaseStats, Route, Session, Target, UniformMix,
 };
@@ -235,11 +235,9 @@ fn keys_hashed_over_two_servers_and_open_loop_rate() {
 
 #[test]
 fn memcached_returns_only_right_values() {
-    if !Memcached::available() {
-        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
+    let Some(m) = Memcached::for_test() else {
         return;
-    }
-    let m = Memcached::start(&MemcachedOptions::default()).unwrap();
+    };
     for (route, threads) in [(Route::Hash, 1), (Route::Spread, 2)] {
         let (load, run) = drive(target(vec![m.addr()], route, 16, threads), 2000, 0.5, None);
         assert_eq!(ok(&load, OpKind::Set), 2000);

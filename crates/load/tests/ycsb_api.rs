@@ -5,18 +5,9 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use harness::{Memcached, MemcachedOptions};
+use harness::Memcached;
 use load::ycsb::{self, Workload, Ycsb, YcsbConfig};
 use load::{ycsb_fnvhash64, OpKind, Route};
-
-#[track_caller]
-fn memcached() -> Option<Memcached> {
-    if !Memcached::available() {
-        harness::skip::skip_or_fail("/usr/bin/memcached", "Debian package memcached");
-        return None;
-    }
-    Some(Memcached::start(&MemcachedOptions::default()).expect("memcached starts"))
-}
 
 /// The value of `key` on a memcached (None: a miss).
 fn get(addr: SocketAddr, key: &str) -> Option<Vec<u8>> {
@@ -48,7 +39,9 @@ fn small(addrs: Vec<SocketAddr>, route: Route, w: Workload) -> YcsbConfig {
 
 #[test]
 fn every_workload_on_memcached_checks_clean() {
-    let Some(m) = memcached() else { return };
+    let Some(m) = Memcached::for_test() else {
+        return;
+    };
     for w in Workload::ALL {
         let r = ycsb::run(small(vec![m.addr()], Route::Hash, w)).unwrap();
         assert_eq!(r.load.total_errors(), 0, "{w:?}");
@@ -70,7 +63,9 @@ fn every_workload_on_memcached_checks_clean() {
 
 #[test]
 fn inserts_continue_the_insert_sequence_under_ycsb_names() {
-    let Some(m) = memcached() else { return };
+    let Some(m) = Memcached::for_test() else {
+        return;
+    };
     let mut y = Ycsb::new(small(vec![m.addr()], Route::Hash, Workload::D)).unwrap();
     y.load().unwrap();
     let run = y.run().unwrap();
@@ -92,9 +87,11 @@ fn inserts_continue_the_insert_sequence_under_ycsb_names() {
 
 #[test]
 fn replicated_route_survives_a_killed_replica() {
-    let Some(a) = memcached() else { return };
-    let b = memcached().unwrap();
-    let c = memcached().unwrap();
+    let Some(a) = Memcached::for_test() else {
+        return;
+    };
+    let b = Memcached::for_test().unwrap();
+    let c = Memcached::for_test().unwrap();
     let addrs = vec![a.addr(), b.addr(), c.addr()];
     let mut y = Ycsb::new(small(addrs.clone(), Route::Replicated(3), Workload::A)).unwrap();
     let load = y.load().unwrap();

@@ -5,79 +5,11 @@
 mod common;
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use common::{cases, show};
-
-const MEMCACHED: &str = "/usr/bin/memcached";
-
-/// A memcached on a free loopback port, killed and reaped when dropped.
-struct Memcached {
-    child: Child,
-    port: u16,
-}
-
-impl Drop for Memcached {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn is_root() -> bool {
-    Command::new("id")
-        .arg("-u")
-        .output()
-        .map(|o| o.stdout.trim_ascii() == b"0")
-        .unwrap_or(false)
-}
-
-fn start_memcached() -> Memcached {
-    assert!(
-        std::path::Path::new(MEMCACHED).exists(),
-        "{MEMCACHED} is missing: install the memcached package (scripts/test-all does)"
-    );
-    for _attempt in 0..5 {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut cmd = Command::new(MEMCACHED);
-        cmd.args([
-            "-l",
-            "127.0.0.1",
-            "-p",
-            &port.to_string(),
-            "-U",
-            "0",
-            "-m",
-            "64",
-        ]);
-        if is_root() {
-            cmd.args(["-u", "root"]);
-        }
-        let child = cmd
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut m = Memcached { child, port };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return m;
-            }
-            if m.child.try_wait().unwrap().is_some() {
-                break; // the port was taken meanwhile; try another
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-    panic!("memcached did not start");
-}
+use harness::Memcached;
 
 /// Sent after each request; its reply (a miss that echoes the key and the opaque token) marks
 /// the end of the request's reply.
@@ -137,10 +69,12 @@ fn mask_cas(reply: &[u8]) -> Vec<u8> {
 
 #[test]
 fn every_table_entry_matches_real_memcached() {
-    let m = start_memcached();
+    let Some(m) = Memcached::for_test() else {
+        return;
+    };
     let mut failures = Vec::new();
     for c in cases() {
-        let mut s = TcpStream::connect(("127.0.0.1", m.port)).unwrap();
+        let mut s = TcpStream::connect(m.addr()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
         s.write_all(&[b"flush_all\r\n", &c.setup[..], SENTINEL].concat())
             .unwrap();
