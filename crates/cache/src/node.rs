@@ -222,6 +222,15 @@ pub(crate) type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 #[cfg(test)]
 pub(crate) mod tests;
 
+/// What a node is built over (see [`Node::with_store`]).
+#[derive(Debug)]
+pub struct NodeParts {
+    /// This run of the node (microseconds since the epoch at its start).
+    pub incarnation: u64,
+    pub store: Arc<Mutex<ChunkStore>>,
+    pub plans: Option<Arc<PlanExec>>,
+}
+
 #[derive(Debug)]
 pub struct Node {
     pub cfg: NodeConfig,
@@ -231,7 +240,8 @@ pub struct Node {
     pub(crate) heartbeat_transport: Arc<dyn PeerTransport>,
     pub incarnation: u64,
     pub started: Instant,
-    pub(crate) store: Mutex<ChunkStore>,
+    /// Shared with the engine host's application, which reads and stores records for plans.
+    pub(crate) store: Arc<Mutex<ChunkStore>>,
     pub(crate) stripes: Vec<Mutex<Option<StripeIndex>>>,
     /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
     /// this node does not lead the stripe even if its view says so.
@@ -249,9 +259,9 @@ pub struct Node {
     pub(crate) local_messages: AtomicU64,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
-    /// The engine path of degraded reads (absent: every degraded read is repaired at the
-    /// agent from the peer messages).
-    pub(crate) plans: std::sync::OnceLock<Arc<PlanExec>>,
+    /// The engine path of writes, normal and degraded reads (absent: everything goes over
+    /// peer messages).
+    pub(crate) plans: Option<Arc<PlanExec>>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -259,10 +269,31 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Node {
+    /// A node whose degraded reads, writes and normal reads all go over peer messages.
     pub fn new(
         cfg: NodeConfig,
         transport: Arc<dyn PeerTransport>,
         heartbeat_transport: Arc<dyn PeerTransport>,
+    ) -> Node {
+        Node::with_store(
+            cfg,
+            transport,
+            heartbeat_transport,
+            NodeParts {
+                incarnation: time::now_micros(),
+                store: Arc::new(Mutex::new(ChunkStore::new())),
+                plans: None,
+            },
+        )
+    }
+
+    /// A node over a chunk store and an engine path built before it (the engine host's
+    /// application holds the same store and plan state: nothing refers back to the node).
+    pub fn with_store(
+        cfg: NodeConfig,
+        transport: Arc<dyn PeerTransport>,
+        heartbeat_transport: Arc<dyn PeerTransport>,
+        parts: NodeParts,
     ) -> Node {
         let n = cfg.code.n();
         let placement = Placement::new(cfg.node_count, n);
@@ -291,9 +322,9 @@ impl Node {
             placement,
             transport,
             heartbeat_transport,
-            incarnation: time::now_micros(),
+            incarnation: parts.incarnation,
             started: now,
-            store: Mutex::new(ChunkStore::new()),
+            store: parts.store,
             stripes,
             yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
             key_locks: (0..KEY_LOCKS)
@@ -310,24 +341,20 @@ impl Node {
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
-            plans: std::sync::OnceLock::new(),
+            plans: parts.plans,
             cfg,
         }
     }
 
-    /// Enables degraded reads on engine plans (once, at start-up).
-    pub fn set_plan_exec(&self, x: Arc<PlanExec>) {
-        let _ = self.plans.set(x);
-    }
-
+    /// The engine path of writes, normal and degraded reads, if the node has one.
     pub fn plan_exec(&self) -> Option<&Arc<PlanExec>> {
-        self.plans.get()
+        self.plans.as_ref()
     }
 
     /// The engine path for a write or normal read of a coded value of `stripe`, when this node
     /// is the stripe's designated agent and every node `needed` holds is up.
     pub(crate) fn plan_path(&self, stripe: usize, needed: usize) -> Option<&Arc<PlanExec>> {
-        let x = self.plans.get()?;
+        let x = self.plans.as_ref()?;
         if self.placement.node_of(stripe, 0) != self.cfg.id {
             return None;
         }

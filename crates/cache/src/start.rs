@@ -3,7 +3,7 @@
 //! `inec serve` is this with flags.
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codes::Code;
@@ -12,8 +12,10 @@ use graph::Scheme;
 
 use crate::carrier::peer::TcpTransport;
 use crate::carrier::plans::{CacheApp, PlanExec};
+use crate::cluster::placement::Placement;
 use crate::front::{self, ServerConfig};
-use crate::node::{Node, NodeConfig};
+use crate::member::store::ChunkStore;
+use crate::node::{Node, NodeConfig, NodeParts};
 
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
@@ -94,15 +96,16 @@ impl Server {
         let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
         let transport = Arc::new(TcpTransport::new(config.peers.clone(), front::PEER_TIMEOUT));
         let heartbeats = Arc::new(TcpTransport::new(config.peers.clone(), hb_timeout));
-        let node = Arc::new(Node::new(cfg, transport, heartbeats));
-        // Degraded reads run their repair plans on the engine hosts when every node has one.
+        let incarnation = crate::time::now_micros();
+        let store = Arc::new(Mutex::new(ChunkStore::new()));
+        // Writes, normal and degraded reads run as plans on the engine hosts when every node
+        // has one. The host's application shares the node's store and plan state, built first.
         let mut plans_not_installed = None;
-        let engine_host = match config.engines {
+        let (plans, engine_host) = match config.engines {
             Some(addrs) if addrs.len() == nodes => {
                 let mine = addrs[id];
-                let exec = Arc::new(PlanExec::new(addrs, node.incarnation));
-                node.set_plan_exec(Arc::clone(&exec));
-                let app = CacheApp::new(Arc::downgrade(&node), debug_commands);
+                let exec = Arc::new(PlanExec::new(addrs, incarnation));
+                let app = CacheApp::new(id, Arc::clone(&store), Arc::clone(&exec), debug_commands);
                 let host = LocalNode::tcp_with(id as engine::NodeId, mine, BufferPool::new(), app)
                     .map_err(|source| StartError::Bind {
                         what: "engine",
@@ -113,15 +116,25 @@ impl Server {
                 exec.set_engine(host.engine.clone());
                 // This node's parts of the write and read templates of its stripes, installed
                 // locally before it serves (no message; the others do the same).
-                if let Err(e) =
-                    exec.install_startup(host.launcher(), id, code, scheme, &node.placement)
+                let placement = Placement::new(cfg.node_count, code.n());
+                if let Err(e) = exec.install_startup(host.launcher(), id, code, scheme, &placement)
                 {
                     plans_not_installed = Some(e.to_string());
                 }
-                Some(host)
+                (Some(exec), Some(host))
             }
-            _ => None,
+            _ => (None, None),
         };
+        let node = Arc::new(Node::with_store(
+            cfg,
+            transport,
+            heartbeats,
+            NodeParts {
+                incarnation,
+                store,
+                plans,
+            },
+        ));
         node.start_background();
         Ok(Server {
             node,

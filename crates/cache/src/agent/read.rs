@@ -195,7 +195,7 @@ impl Node {
                             first.retain(|&p| usable(p));
                         }
                     }
-                } else if let (Some(x), None) = (self.plans.get(), degrade) {
+                } else if let (Some(x), None) = (self.plans.as_ref(), degrade) {
                     x.counters
                         .read_plan_fallbacks
                         .fetch_add(1, Ordering::Relaxed);
@@ -309,7 +309,7 @@ impl Node {
         corrupt: &[usize],
         mut have: Vec<Option<Vec<u8>>>,
     ) -> Option<Vec<u8>> {
-        let x = self.plans.get()?;
+        let x = self.plans.as_ref()?;
         let k = self.k();
         let chunk_bytes = (e.value_bytes as usize).div_ceil(k);
         let lost: Vec<usize> = failed.iter().copied().collect();

@@ -151,7 +151,7 @@ impl Node {
                     }
                 }
                 None => {
-                    if let Some(x) = self.plans.get() {
+                    if let Some(x) = self.plans.as_ref() {
                         x.counters
                             .write_plan_fallbacks
                             .fetch_add(1, Ordering::Relaxed);

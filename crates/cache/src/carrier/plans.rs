@@ -27,7 +27,7 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{mpsc, Arc, Mutex, PoisonError, Weak};
+use std::sync::{mpsc, Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use codes::Code;
@@ -38,7 +38,8 @@ use engine::{
 use graph::{PlanSpec, Scheme, Target};
 
 use crate::cluster::placement::Placement;
-use crate::node::{ExecMode, Node};
+use crate::member::store::ChunkStore;
+use crate::node::ExecMode;
 use crate::record::{self, Header, Kind};
 
 /// The smallest chunk size class of a repair template.
@@ -966,20 +967,32 @@ impl PlanExec {
 /// write's inputs are the agent's data chunks and its outputs are stored as records.
 #[derive(Debug)]
 pub struct CacheApp {
-    pub node: Weak<Node>,
+    /// This node's id, for messages.
+    id: usize,
+    /// The node's chunk store (the node holds the same).
+    store: Arc<Mutex<ChunkStore>>,
+    /// The node's engine path: write inputs, delivered outputs, counters.
+    exec: Arc<PlanExec>,
     /// Test-only delay of a repair helper's input (see [`INPUT_DELAY_ENV`]).
     pub repair_input_delay: Duration,
 }
 
 impl CacheApp {
-    pub fn new(node: Weak<Node>, debug_commands: bool) -> CacheApp {
+    pub fn new(
+        id: usize,
+        store: Arc<Mutex<ChunkStore>>,
+        exec: Arc<PlanExec>,
+        debug_commands: bool,
+    ) -> CacheApp {
         let delay = std::env::var(INPUT_DELAY_ENV)
             .ok()
             .filter(|_| debug_commands)
             .and_then(|v| v.parse::<u64>().ok())
             .unwrap_or(0);
         CacheApp {
-            node,
+            id,
+            store,
+            exec,
             repair_input_delay: Duration::from_millis(delay),
         }
     }
@@ -992,47 +1005,45 @@ impl Application for CacheApp {
         run: &RunInfo,
         chunk: ChunkRef,
     ) -> Result<Arc<Vec<u8>>, AppError> {
-        let node = self.node.upgrade().ok_or("node is shutting down")?;
-        let x = node.plan_exec().ok_or("no engine path")?;
+        let (x, id) = (&self.exec, self.id);
         let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         x.counters.plan_inputs.fetch_add(1, Ordering::Relaxed);
         if p.kind == RunKind::Write {
             return x.input_of(p.nonce, chunk.index).ok_or_else(|| {
                 AppError::new(format!(
-                    "node {}: no data chunk {} for this write",
-                    node.cfg.id, chunk.index
+                    "node {id}: no data chunk {} for this write",
+                    chunk.index
                 ))
             });
         }
         if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
             std::thread::sleep(self.repair_input_delay);
         }
-        let rec = node
-            .record(p.stripe, chunk.index as u8, &p.key, p.version)
+        let store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        let rec = store
+            .get(p.stripe, chunk.index as u8, &p.key, p.version)
             .ok_or_else(|| {
                 AppError::new(format!(
-                    "node {}: no record of position {} version {}",
-                    node.cfg.id, chunk.index, p.version
+                    "node {id}: no record of position {} version {}",
+                    chunk.index, p.version
                 ))
             })?;
-        let (h, data) =
-            record::parse(&rec).map_err(|e| AppError::new(format!("node {}: {e}", node.cfg.id)))?;
+        let (h, data) = record::parse(rec).map_err(|e| AppError::new(format!("node {id}: {e}")))?;
         if h.version != p.version || h.key != p.key || u32::from(h.chunk_index) != chunk.index {
             return Err(AppError::new(format!(
-                "node {}: record of another version",
-                node.cfg.id
+                "node {id}: record of another version"
             )));
         }
         let class = p.class_bytes as usize;
         if data.len() > class {
             return Err(AppError::new(format!(
-                "node {}: chunk of {} bytes exceeds the plan's {class}",
-                node.cfg.id,
+                "node {id}: chunk of {} bytes exceeds the plan's {class}",
                 data.len()
             )));
         }
         let mut buf = Vec::with_capacity(class);
         buf.extend_from_slice(data);
+        drop(store);
         buf.resize(class, 0);
         Ok(Arc::new(buf))
     }
@@ -1044,8 +1055,7 @@ impl Application for CacheApp {
         chunk: ChunkRef,
         bytes: Arc<Vec<u8>>,
     ) -> Result<(), AppError> {
-        let node = self.node.upgrade().ok_or("node is shutting down")?;
-        let x = node.plan_exec().ok_or("no engine path")?;
+        let x = &self.exec;
         let p = RunPayload::decode(&run.payload).map_err(AppError::new)?;
         match p.write {
             None => {
@@ -1063,7 +1073,10 @@ impl Application for CacheApp {
                     exptime: w.exptime,
                 };
                 let rec = record::encode(&h, &bytes);
-                node.put_record(p.stripe, rec, w.watermark)
+                self.store
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .put(p.stripe, rec, w.watermark)
                     .map_err(AppError::new)?;
                 x.counters
                     .plan_records_stored
@@ -1076,11 +1089,11 @@ impl Application for CacheApp {
     fn started(&mut self, ctx: &HostCtx, run: &RunInfo) {
         // Counted when the run starts here, so that the count is whole once the agent has
         // its result (a quiet participant's part may finish after the agent's).
-        if run.runner == ctx.node() {
-            return;
-        }
-        if let Some(x) = self.node.upgrade().and_then(|n| n.plan_exec().cloned()) {
-            x.counters.plan_starts.fetch_add(1, Ordering::Relaxed);
+        if run.runner != ctx.node() {
+            self.exec
+                .counters
+                .plan_starts
+                .fetch_add(1, Ordering::Relaxed);
         }
     }
 

@@ -156,7 +156,7 @@ impl Node {
                         // host listens before its peer port answers), and again when it
                         // restarted or came back.
                         if !p.up || p.incarnation != incarnation {
-                            if let Some(x) = self.plans.get() {
+                            if let Some(x) = self.plans.as_ref() {
                                 x.connect(i);
                             }
                         }
