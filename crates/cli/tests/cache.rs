@@ -34,10 +34,6 @@ fn state(dir: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("cache.json")).unwrap()).unwrap()
 }
 
-fn pid_alive(pid: u64) -> bool {
-    harness::pid_alive(pid as u32)
-}
-
 impl Cluster {
     fn up(code: &str, scheme: &str, chunks: usize) -> Cluster {
         Cluster::up_with(code, scheme, chunks, &[])
@@ -98,26 +94,22 @@ impl Cluster {
         self.dir.path().to_path_buf()
     }
 
-    fn pids(&self) -> Vec<u64> {
+    fn pids(&self) -> Vec<u32> {
         state(self.dir.path())["pids"]
             .as_array()
             .unwrap()
             .iter()
-            .map(|p| p.as_u64().unwrap())
+            .map(|p| u32::try_from(p.as_u64().unwrap()).unwrap())
             .collect()
     }
 
     fn kill(&self, node: usize) {
         let pid = self.pids()[node];
-        Command::new("kill")
-            .args(["-KILL", &pid.to_string()])
-            .status()
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pid_alive(pid) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        assert!(!pid_alive(pid), "node {node} (pid {pid}) survived SIGKILL");
+        harness::sigkill(pid);
+        assert!(
+            harness::process::wait_gone(pid, Duration::from_secs(5)),
+            "node {node} (pid {pid}) survived SIGKILL"
+        );
     }
 
     /// Sends a signal (`STOP`, `CONT`) to a node's process: a stall, not a death.
@@ -951,19 +943,13 @@ fn messages_per_operation_lrc() {
     messages_per_operation("lrc:6,2,2", 10, 6);
 }
 
-fn rss_kib(pid: u64) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
-    line.split_whitespace().nth(1).unwrap().parse().unwrap()
-}
-
 #[test]
 fn client_buffers_are_bounded() {
     let c = Cluster::up("rs:6,3", "rs", 9);
     let pid = c.pids()[0];
     let mut cl = c.client(0);
     assert_eq!(cl.set("big", &vec![7u8; 1 << 20]), "STORED\r\n");
-    let before = rss_kib(pid);
+    let before = harness::resident_bytes(pid).unwrap() / 1024;
     // An endless line: refused and the connection closed; the node keeps serving.
     let mut endless = TcpStream::connect(c.clients[0]).unwrap();
     endless
@@ -985,7 +971,7 @@ fn client_buffers_are_bounded() {
         asked += 1;
     }
     std::thread::sleep(Duration::from_millis(500));
-    let grown_kib = rss_kib(pid).saturating_sub(before);
+    let grown_kib = (harness::resident_bytes(pid).unwrap() / 1024).saturating_sub(before);
     assert!(grown_kib < 64 * 1024, "node grew by {grown_kib} KiB");
     assert_eq!(cl.get("big"), Got::Hit(vec![7u8; 1 << 20]));
     drop((endless, greedy));

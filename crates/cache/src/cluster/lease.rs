@@ -446,7 +446,7 @@ mod tests {
         }
     }
 
-    /// The cut of the issue that made two agents: the agent and its successor cannot hear each
+    /// The cut that made two agents before the majority lease: the agent and its successor cannot hear each
     /// other, everyone else hears both. The agent keeps the stripe, the successor never leads.
     #[test]
     fn a_cut_between_the_agent_and_its_successor_makes_no_second_leader() {
