@@ -690,7 +690,7 @@ fn deliver(
     match done {
         Done::Reply(token, out) => {
             if let Some(c) = conns.get_mut(&token) {
-                c.out.extend_from_slice(&out);
+                c.take_reply(out);
                 c.busy = false;
             } else if let Some(pc) = peer_conns.get_mut(&token) {
                 pc.resume(&out);
@@ -909,6 +909,18 @@ impl Drop for PanicReport {
 }
 
 /// A client connection's state when it is accepted.
+impl Conn {
+    /// Queues a reply: most find nothing waiting and become the output without a copy.
+    fn take_reply(&mut self, out: Vec<u8>) {
+        if self.out.is_empty() {
+            self.out = out;
+            self.out_pos = 0;
+        } else {
+            self.out.extend_from_slice(&out);
+        }
+    }
+}
+
 fn new_conn(stream: TcpStream, limits: Limits) -> Conn {
     Conn {
         stream,
@@ -1045,7 +1057,7 @@ impl EventLoop {
                 match m {
                     Mail::Reply { token, out, close } => {
                         if let Some(c) = conns.get_mut(&token) {
-                            c.out.extend_from_slice(&out);
+                            c.take_reply(out);
                             c.busy = false;
                             c.closing |= close;
                             touched.push(token);
