@@ -297,9 +297,11 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
         .iter()
         .filter_map(|&p| harness::resident_bytes(p))
         .sum();
+    // Kept when the run failed or its verdict will (a value wrong or missing, an error
+    // the demo does not document): the nodes' side of what went wrong.
     let logs_kept = match &result {
-        Err(_) => keep_logs(cache.dir(), &a.out),
-        Ok(_) => None,
+        Ok(r) if !r.flawed(records) => None,
+        _ => keep_logs(cache.dir(), &a.out),
     };
     drop(cache);
     let mut report = result?;
@@ -326,6 +328,61 @@ fn keep_logs(dir: &Path, out: &Path) -> Option<PathBuf> {
         }
     }
     Some(to)
+}
+
+/// What the demo's verdict counts.
+struct Tally {
+    all_errors: std::collections::BTreeMap<String, u64>,
+    wrong: u64,
+    missing: u64,
+    undocumented: u64,
+    documented_n: u64,
+}
+
+impl Report {
+    fn tally(&self) -> Tally {
+        let mut all_errors: std::collections::BTreeMap<String, u64> = Default::default();
+        let phases = self.phases.iter().map(|p| &p.stats);
+        for stats in phases.chain([&self.load, &self.verify]) {
+            for (k, v) in &stats.errors {
+                *all_errors.entry(k.clone()).or_default() += v;
+            }
+        }
+        let wrong = self
+            .phases
+            .iter()
+            .map(|p| p.stats.check.wrong())
+            .sum::<u64>()
+            + self.verify.check.wrong();
+        let missing = self
+            .phases
+            .iter()
+            .map(|p| p.stats.check.missing)
+            .sum::<u64>()
+            + self.verify.check.missing
+            + self.verify.check.miss_never_written;
+        let count = |doc: bool| -> u64 {
+            all_errors
+                .iter()
+                .filter(|(k, _)| documented(k) == doc)
+                .map(|(_, v)| v)
+                .sum()
+        };
+        let (undocumented, documented_n) = (count(false), count(true));
+        Tally {
+            all_errors,
+            wrong,
+            missing,
+            undocumented,
+            documented_n,
+        }
+    }
+
+    /// Whether the verdict will fail: the node logs are worth keeping.
+    fn flawed(&self, records: u64) -> bool {
+        let t = self.tally();
+        t.wrong > 0 || t.missing > 0 || t.undocumented > 0 || self.verify.check.ok != records
+    }
 }
 
 /// Everything the summary and the report need.
@@ -833,11 +890,7 @@ fn finish(
         r.load.total_errors().to_string(),
         "–".into(),
     ]);
-    let mut all_errors: std::collections::BTreeMap<String, u64> = Default::default();
     for p in &r.phases {
-        for (k, v) in &p.stats.errors {
-            *all_errors.entry(k.clone()).or_default() += v;
-        }
         table.row([
             p.name.to_string(),
             format!("{:.1}", (p.end - p.start).as_secs_f64()),
@@ -861,27 +914,13 @@ fn finish(
         r.verify.total_errors().to_string(),
         r.verify.check.wrong().to_string(),
     ]);
-    for (k, v) in &r.load.errors {
-        *all_errors.entry(k.clone()).or_default() += v;
-    }
-    for (k, v) in &r.verify.errors {
-        *all_errors.entry(k.clone()).or_default() += v;
-    }
-    let wrong: u64 =
-        r.phases.iter().map(|p| p.stats.check.wrong()).sum::<u64>() + r.verify.check.wrong();
-    let missing: u64 = r.phases.iter().map(|p| p.stats.check.missing).sum::<u64>()
-        + r.verify.check.missing
-        + r.verify.check.miss_never_written;
-    let undocumented: u64 = all_errors
-        .iter()
-        .filter(|(k, _)| !documented(k))
-        .map(|(_, v)| v)
-        .sum();
-    let documented_n: u64 = all_errors
-        .iter()
-        .filter(|(k, _)| documented(k))
-        .map(|(_, v)| v)
-        .sum();
+    let Tally {
+        all_errors,
+        wrong,
+        missing,
+        undocumented,
+        documented_n,
+    } = r.tally();
     let recovery_s = (r.recovered - r.restarted).as_secs_f64();
     let down_s = (r.restarted - r.killed).as_secs_f64();
     let live = records as f64 * value_bytes as f64;

@@ -32,8 +32,13 @@ pub enum Fault {
     AgentAll,
     /// `a` is cut from a majority of the nodes (it keeps a minority, itself included).
     Majority,
-    /// A minority of the nodes, `b` first, is cut from the rest (the agent among the majority).
+    /// As many nodes as the code tolerates losing (its parity count), at most a minority, `b`
+    /// first, are cut from the rest (the agent among the majority): the stripes go on with
+    /// those positions down.
     Minority,
+    /// A minority of the nodes, `b` first, is cut from the rest: with N = n, more than the code
+    /// tolerates, so every stripe must refuse rather than answer from too few members.
+    MinorityOverTolerance,
     /// `a` is cut from the clients only (this machine's side of the bridge).
     Clients,
     /// `a` is stopped (SIGSTOP), then continued.
@@ -58,7 +63,7 @@ pub struct NemesisArgs {
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "agent-successor,agent-one-way,agent-all,majority,minority,clients,pause,kill"
+        default_value = "agent-successor,agent-one-way,agent-all,majority,minority,minority-over-tolerance,clients,pause,kill"
     )]
     pub faults: Vec<Fault>,
     /// How many times the schedule runs.
@@ -192,8 +197,9 @@ pub fn check(checker: &Path, path: &Path) -> Result<Verdict> {
         .map_err(|e| BenchError::library("porcupine checker", format!("unreadable verdict: {e}")))
 }
 
-/// The nodes each fault cuts, as (from, to) one-way pairs among nodes; `a` the agent.
-fn cuts(fault: Fault, a: usize, n: usize) -> Vec<(usize, usize)> {
+/// The nodes each fault cuts, as (from, to) one-way pairs among `n` nodes; `a` the agent,
+/// `tolerated` the positions a stripe may lose (the code's parity count).
+fn cuts(fault: Fault, a: usize, n: usize, tolerated: usize) -> Vec<(usize, usize)> {
     let b = (a + 1) % n;
     let both = |x: usize, y: usize| [(x, y), (y, x)];
     match fault {
@@ -204,8 +210,12 @@ fn cuts(fault: Fault, a: usize, n: usize) -> Vec<(usize, usize)> {
         Fault::Majority => (1..n - n / 2 + 1)
             .flat_map(|d| both(a, (a + d) % n))
             .collect(),
-        Fault::Minority => {
-            let side: Vec<usize> = (0..(n - 1) / 2).map(|d| (b + d) % n).collect();
+        Fault::Minority | Fault::MinorityOverTolerance => {
+            let size = match fault {
+                Fault::Minority => tolerated.min((n - 1) / 2),
+                _ => (n - 1) / 2,
+            };
+            let side: Vec<usize> = (0..size).map(|d| (b + d) % n).collect();
             let rest: Vec<usize> = (0..n).filter(|x| !side.contains(x)).collect();
             side.iter()
                 .flat_map(|&x| rest.iter().flat_map(move |&y| both(x, y)))
@@ -285,7 +295,13 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
 }
 
 /// Applies `fault` (true) or heals it (false).
-fn apply(fault: Fault, agent: usize, n: usize, cache: &mut InecCache, on: bool) -> Result<()> {
+fn apply(
+    fault: Fault,
+    agent: usize,
+    (n, tolerated): (usize, usize),
+    cache: &mut InecCache,
+    on: bool,
+) -> Result<()> {
     let pid = cache.pids()[agent];
     match fault {
         Fault::Clients if on => harness::netns::cut_clients(agent)?,
@@ -295,7 +311,7 @@ fn apply(fault: Fault, agent: usize, n: usize, cache: &mut InecCache, on: bool) 
         Fault::Kill if on => cache.kill(agent)?,
         Fault::Kill => cache.restart(agent)?,
         _ => {
-            for (from, to) in cuts(fault, agent, n) {
+            for (from, to) in cuts(fault, agent, n, tolerated) {
                 if on {
                     harness::netns::cut(from, to)?;
                 } else {
@@ -314,6 +330,7 @@ fn schedule(
     checker: &Path,
 ) -> Result<NemesisResult> {
     let agent = a.stripe;
+    let tolerated = a.code.parity_count();
     let mut registers = keys_of(n, agent, "reg", 3);
     registers.extend(keys_of(n, (agent + n / 2) % n, "other", 1));
     let counters = keys_of(n, agent, "ctr", 2);
@@ -347,10 +364,10 @@ fn schedule(
                 hold.as_secs_f64()
             )?;
             let start_ns = rec.now_ns();
-            let applied = apply(fault, agent, n, cache, true);
+            let applied = apply(fault, agent, (n, tolerated), cache, true);
             std::thread::sleep(hold);
             // Heal even when applying failed half-way (a cut made before the error).
-            let healed = apply(fault, agent, n, cache, false);
+            let healed = apply(fault, agent, (n, tolerated), cache, false);
             applied?;
             healed?;
             let heal_ns = rec.now_ns();
@@ -519,7 +536,7 @@ mod tests {
     #[test]
     fn each_partition_cuts_what_it_names() {
         let n = 9;
-        let set = |f| cuts(f, 0, n).into_iter().collect::<BTreeSet<_>>();
+        let set = |f| cuts(f, 0, n, 3).into_iter().collect::<BTreeSet<_>>();
         assert_eq!(set(Fault::AgentSuccessor), [(0, 1), (1, 0)].into());
         assert_eq!(set(Fault::AgentOneWay), [(0, 1)].into());
         assert_eq!(set(Fault::AgentAll).len(), 2 * (n - 1));
@@ -527,10 +544,18 @@ mod tests {
         let maj = set(Fault::Majority);
         let lost: BTreeSet<usize> = maj.iter().map(|&(x, y)| x.max(y)).collect();
         assert_eq!(lost, (1..=5).collect());
-        // Nodes 1..=4 (a minority) cut from the other 5.
+        // RS(6,3): nodes 1..=3 (as many as it tolerates) cut from the other 6.
         let min = set(Fault::Minority);
-        assert_eq!(min.len(), 2 * 4 * 5);
+        assert_eq!(min.len(), 2 * 3 * 6);
         assert!(min
+            .iter()
+            .all(|&(x, y)| (1..=3).contains(&x) != (1..=3).contains(&y)));
+        // Never more than a minority, whatever the code tolerates.
+        assert_eq!(cuts(Fault::Minority, 0, n, 6).len(), 2 * 4 * 5);
+        // Nodes 1..=4 (a minority, more than RS(6,3) tolerates) cut from the other 5.
+        let over = set(Fault::MinorityOverTolerance);
+        assert_eq!(over.len(), 2 * 4 * 5);
+        assert!(over
             .iter()
             .all(|&(x, y)| (1..=4).contains(&x) != (1..=4).contains(&y)));
         assert!(set(Fault::Pause).is_empty());
@@ -540,7 +565,7 @@ mod tests {
         }
         assert_eq!(Fault::AgentOneWay.name(), "agent-one-way");
         // Aimed at another agent, wrapping around.
-        assert_eq!(cuts(Fault::AgentSuccessor, 8, n), vec![(8, 0), (0, 8)]);
+        assert_eq!(cuts(Fault::AgentSuccessor, 8, n, 3), vec![(8, 0), (0, 8)]);
     }
 
     fn op(key: &str, call: i64, ret: i64, outcome: Outcome) -> Op {
