@@ -9,11 +9,10 @@ use std::time::{Duration, Instant};
 
 use crate::carrier::peer::{AgentOp, AgentResult, PeerError, Request, Response};
 use crate::cluster::stripe;
+use crate::node::{bump, key_lock_index, lock, Node};
 use crate::record::{self, Header};
 use crate::time;
 use index::{Entry, Gone, StripeIndex};
-
-use crate::node::{bump, key_lock_index, lock, Node};
 
 pub mod index;
 mod loop_read;

@@ -9,10 +9,9 @@ use graph::Scheme;
 use crate::agent::index::{self, Entry};
 use crate::carrier::peer::{AgentResult, Request, Response};
 use crate::cluster::stripe;
+use crate::node::{bump, Fetched, Node};
 use crate::record::{self, Header, Kind};
 use crate::time;
-
-use crate::node::{bump, Fetched, Node};
 
 impl Node {
     pub(crate) fn op_get(

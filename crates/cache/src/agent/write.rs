@@ -9,11 +9,10 @@ use crate::agent::index::{self, Entry};
 use crate::carrier::peer::{AgentResult, Request, Response};
 use crate::carrier::plans::WriteMeta;
 use crate::cluster::stripe;
+use crate::node::{bump, Node, TOO_LARGE};
 use crate::record::{self, Kind};
 use crate::semantics::{self, Decision};
 use crate::time;
-
-use crate::node::{bump, Node, TOO_LARGE};
 
 impl Node {
     /// The records of a value at every position that holds it.

@@ -4,12 +4,11 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::agent::index::{self};
+use crate::agent::index;
 use crate::carrier::peer::{AgentOp, AgentResult, Request, Response};
-use crate::record::{self};
-use crate::time;
-
 use crate::node::{bump, lock, Node, RecoveryState};
+use crate::record;
+use crate::time;
 
 impl Node {
     /// Deletes expired and flushed values of the stripes this node leads (periodic expiry).

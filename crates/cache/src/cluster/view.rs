@@ -6,8 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::carrier::peer::{PeerError, Request, Response};
-use crate::cluster::lease::{self};
-
+use crate::cluster::lease;
 use crate::node::{bump, lock, sight, Node, Peers, RecoveryState};
 
 impl Node {

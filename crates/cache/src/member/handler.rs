@@ -4,9 +4,8 @@
 use std::sync::atomic::Ordering;
 
 use crate::carrier::peer::{self, Request, Response};
-use crate::record::{self};
-
 use crate::node::{lock, Node};
+use crate::record;
 
 impl Node {
     /// Handles a message from a peer (or from this node to itself).
