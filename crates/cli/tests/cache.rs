@@ -1183,22 +1183,10 @@ fn degraded_read_on_engine_triec() {
 fn degraded_reads_of_every_stripe_share_the_hosts() {
     let n = 9;
     let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
-    let placement = cache::cluster::placement::Placement::new(n, n);
     let mut rng = SmallRng::seed_from_u64(23);
-    // One key per stripe.
-    let mut keys: Vec<Option<String>> = vec![None; n];
-    for key in (0..).map(|i| format!("every-stripe-{i}")) {
-        let s = placement.stripe_of(key.as_bytes());
-        if keys[s].is_none() {
-            keys[s] = Some(key);
-            if keys.iter().all(Option::is_some) {
-                break;
-            }
-        }
-    }
-    let values: Vec<(String, Vec<u8>)> = keys
+    let values: Vec<(String, Vec<u8>)> = one_key_per_stripe(n, "every-stripe-")
         .into_iter()
-        .map(|k| (k.expect("key"), random_value(&mut rng, 6_000)))
+        .map(|k| (k, random_value(&mut rng, 6_000)))
         .collect();
     let mut cl = c.client(0);
     for (key, v) in &values {
@@ -1230,18 +1218,7 @@ fn degraded_reads_of_every_stripe_share_the_hosts() {
 fn a_restarted_node_is_back_on_the_plans() {
     let n = 9;
     let c = Cluster::up_with("rs:6,3", "rs", n, &[]);
-    let placement = cache::cluster::placement::Placement::new(n, n);
-    let mut keys: Vec<Option<String>> = vec![None; n];
-    for key in (0..).map(|i| format!("restart-{i}")) {
-        let s = placement.stripe_of(key.as_bytes());
-        if keys[s].is_none() {
-            keys[s] = Some(key);
-            if keys.iter().all(Option::is_some) {
-                break;
-            }
-        }
-    }
-    let keys: Vec<String> = keys.into_iter().map(|k| k.expect("key")).collect();
+    let keys = one_key_per_stripe(n, "restart-");
     let mut rng = SmallRng::seed_from_u64(29);
     let mut cl = c.client(0);
     for key in &keys {
@@ -1261,8 +1238,9 @@ fn a_restarted_node_is_back_on_the_plans() {
     let mut reads = 0;
     for (i, key) in keys.iter().enumerate() {
         let v = random_value(&mut rng, 6_000);
-        // Through the agent and through the restarted node (which forwards).
-        let via = [placement.stripe_of(key.as_bytes()), restarted];
+        // Through the agent (node i leads stripe i) and through the restarted node (which
+        // forwards).
+        let via = [i, restarted];
         let mut cl = c.client(via[i % 2]);
         assert_eq!(cl.set(key, &v), "STORED\r\n", "{key}");
         assert!(cl.get(key) == Got::Hit(v.clone()), "{key}");
@@ -1450,6 +1428,23 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
 }
 
 /// Keys of `stripe` (9 nodes), `count` of them, some coded (8 KiB) and some replicated (100 B).
+/// One key of each stripe of an `n`-node cache (`n` chunks per stripe), the key of stripe s
+/// at index s, named `prefix` and a number.
+fn one_key_per_stripe(n: usize, prefix: &str) -> Vec<String> {
+    let placement = cache::cluster::placement::Placement::new(n, n);
+    let mut keys: Vec<Option<String>> = vec![None; n];
+    for key in (0..).map(|i| format!("{prefix}{i}")) {
+        let s = placement.stripe_of(key.as_bytes());
+        if keys[s].is_none() {
+            keys[s] = Some(key);
+            if keys.iter().all(Option::is_some) {
+                break;
+            }
+        }
+    }
+    keys.into_iter().map(|k| k.expect("key")).collect()
+}
+
 fn keys_of_stripe(stripe: usize, count: usize) -> Vec<String> {
     let placement = cache::cluster::placement::Placement::new(9, 9);
     (0..)
