@@ -436,8 +436,18 @@ impl Node {
     }
 
     pub(crate) fn delete_records(&self, stripe: usize, key: &[u8], version: u64) {
-        let calls = self
-            .member_nodes(stripe, self.n())
+        self.delete_records_at(stripe, key, version, self.member_nodes(stripe, self.n()));
+    }
+
+    /// Deletes the key's records older than `version` at those of `nodes` that are up.
+    pub(crate) fn delete_records_at(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        version: u64,
+        nodes: impl IntoIterator<Item = usize>,
+    ) {
+        let calls = nodes
             .into_iter()
             .filter(|&n| self.is_up(n))
             .map(|n| {

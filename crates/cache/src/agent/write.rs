@@ -238,21 +238,8 @@ impl Node {
         // A value that now uses fewer positions (coded -> replicated) leaves older records at
         // the others: delete them (records of the new version are kept).
         if old.as_ref().is_some_and(|o| o.positions > positions) {
-            let calls = (positions..self.n())
-                .map(|p| self.placement.node_of(stripe, p))
-                .filter(|&n| self.is_up(n))
-                .map(|n| {
-                    (
-                        n,
-                        Request::Delete {
-                            stripe: stripe as u32,
-                            key: key.to_vec(),
-                            version,
-                        },
-                    )
-                })
-                .collect();
-            self.call(calls);
+            let nodes = (positions..self.n()).map(|p| self.placement.node_of(stripe, p));
+            self.delete_records_at(stripe, key, version, nodes);
         }
         bump(&self.counters.total_items);
         Ok(version)
