@@ -1,6 +1,6 @@
 //! The node process: `-t` mio event loops, each owning the client and peer connections dealt to
 //! it, which run a get or set at the key's agent to completion themselves (their own peer
-//! connections, `server/links.rs`) and serve the peer port (`server/members.rs`); worker
+//! connections, `carrier/links.rs`) and serve the peer port (`member/conn.rs`); worker
 //! threads shared by the loops that run every other request (which may wait on peers), given
 //! as the command the loop parsed, and peer workers for the peers' requests that may wait.
 //!
