@@ -218,7 +218,19 @@ impl Node {
         let mut g = lock(&self.stripes[w.stripe]);
         // The index was dropped meanwhile (a lease lapse): the worker writes the value again
         // once it is rebuilt, rather than the loop rebuilding it.
-        let ix = g.as_mut()?;
+        let Some(ix) = g.as_mut() else {
+            log::debug!(
+                "stripe {}: {} v{version} not committed on the loop (no index)",
+                w.stripe,
+                String::from_utf8_lossy(&w.key)
+            );
+            return None;
+        };
+        log::debug!(
+            "stripe {}: {} v{version} written on the loop",
+            w.stripe,
+            String::from_utf8_lossy(&w.key)
+        );
         ix.commit(&w.key, w.entry);
         ix.finish(version);
         drop(g);
@@ -233,6 +245,12 @@ impl Node {
     /// the key would fail until it was written again. (A rebuilt index starts with nothing in
     /// flight.)
     pub fn loop_write_doubt(&self, w: LoopWrite) {
+        log::debug!(
+            "stripe {}: {} v{} in doubt on the loop",
+            w.stripe,
+            String::from_utf8_lossy(&w.key),
+            w.entry.version
+        );
         let mut g = lock(&self.stripes[w.stripe]);
         if let Some(ix) = g.as_mut() {
             ix.release(w.entry.positions, w.entry.charge_bytes);
@@ -247,6 +265,12 @@ impl Node {
     pub fn loop_write_abandon(&self, w: LoopWrite) {
         let (positions, charge, version) =
             (w.entry.positions, w.entry.charge_bytes, w.entry.version);
+        log::debug!(
+            "stripe {}: {} v{version} abandoned on the loop ({} sent)",
+            w.stripe,
+            String::from_utf8_lossy(&w.key),
+            self.loop_write_sent(&w)
+        );
         let mut g = lock(&self.stripes[w.stripe]);
         if let Some(ix) = g.as_mut() {
             ix.release(positions, charge);

@@ -187,13 +187,16 @@ impl Node {
         let mut deleted: HashMap<Vec<u8>, u64> = HashMap::new();
         let asked: Vec<usize> = calls.iter().map(|(n, _)| *n).collect();
         let replies = self.call(calls);
-        log::debug!(
-            "stripe {stripe}: index rebuilt from {asked:?}, {} of them answered",
-            replies
-                .iter()
-                .filter(|r| matches!(r, Ok(Response::Headers(..))))
-                .count()
-        );
+        let heard: Vec<usize> = asked
+            .iter()
+            .zip(&replies)
+            .filter(|(_, r)| matches!(r, Ok(Response::Headers(..))))
+            .map(|(&n, _)| n)
+            .collect();
+        let unheard = (0..self.n())
+            .filter(|&p| !heard.contains(&self.placement.node_of(stripe, p)))
+            .count();
+        log::debug!("stripe {stripe}: index rebuilt from {asked:?}, {heard:?} answered");
         for r in replies {
             if let Ok(Response::Headers(hs, tombs)) = r {
                 headers.extend(
@@ -212,7 +215,7 @@ impl Node {
         }
         let now = time::now_secs();
         let replicas = self.replicas();
-        for (key, a) in stripe::adopt(&headers, self.k()) {
+        for (key, a) in stripe::adopt(&headers, self.k(), unheard) {
             // Deleted after this version was written: a member that missed the delete (cut
             // off, stopped) still holds it, and it must not come back.
             if time::is_expired(a.exptime, now) || deleted.get(&key).is_some_and(|&d| d > a.version)
@@ -227,6 +230,10 @@ impl Node {
                 self.n(),
                 replicas,
             );
+            // A replicated value written around members that were down has replicas past
+            // the first `replicas` positions (`Node::replica_span`).
+            let held_span = (u64::BITS - a.held.leading_zeros()) as usize;
+            let positions = positions.max(held_span.min(self.n()));
             let mut entry = Entry::new(
                 a.version,
                 a.value_bytes,
@@ -240,6 +247,12 @@ impl Node {
             // Positions without this version's record (their node is down, missed the write
             // or holds another version) are filled in the background once their node is up.
             entry.holes = index::position_mask(positions) & !a.held;
+            log::debug!(
+                "stripe {stripe}: {} v{} adopted (held {:#b})",
+                String::from_utf8_lossy(&key),
+                a.version,
+                a.held
+            );
             ix.adopt(&key, entry);
         }
         ix

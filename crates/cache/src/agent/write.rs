@@ -57,6 +57,25 @@ impl Node {
         (kind, positions, charge)
     }
 
+    /// The positions a replicated value of `replicas` copies is written to: the first ones of
+    /// the stripe, and past them as many more as the first have members down, so that the
+    /// value has that many copies on members that are up (the down ones are holes). An index
+    /// rebuilt later hears every position but at most m (`Node::index_keepable`), fewer than
+    /// the copies, so it finds the value; were the copies the agent's alone (three of four
+    /// replica positions down), a rebuild by another node while the agent stalls would find
+    /// only the value this write replaced, and serve it.
+    pub(crate) fn replica_span(&self, stripe: usize, replicas: usize) -> usize {
+        let mut up = 0;
+        let mut span = 0;
+        while span < self.n() && up < replicas {
+            if self.is_up(self.placement.node_of(stripe, span)) {
+                up += 1;
+            }
+            span += 1;
+        }
+        span.max(replicas)
+    }
+
     /// Writes a value as a new version: evicts LRU values if the stripe's share is full, sends
     /// every live member its record and commits once every live member acked.
     pub(crate) fn write(
@@ -76,6 +95,10 @@ impl Node {
             });
         }
         let (kind, positions, charge) = self.layout_of(key, value);
+        let positions = match kind {
+            Kind::Replica => self.replica_span(stripe, positions),
+            Kind::Coded => positions,
+        };
         let now_us = time::now_micros();
         let reserved = self.with_index(stripe, |ix| {
             let old = ix.remove(key);
@@ -210,6 +233,11 @@ impl Node {
         }
         let down = self.down_positions(stripe);
         if down > self.parity() || !nacks.is_empty() {
+            log::debug!(
+                "stripe {stripe}: {} v{version} not written ({} down, nacks {nacks:?})",
+                String::from_utf8_lossy(key),
+                down
+            );
             self.with_index(stripe, |ix| {
                 ix.release(positions, charge);
                 ix.finish(version);
@@ -228,6 +256,11 @@ impl Node {
             });
         }
         entry.holes = index::position_mask(positions) & !stored;
+        log::debug!(
+            "stripe {stripe}: {} v{version} written ({kind:?}, holes {:#b})",
+            String::from_utf8_lossy(key),
+            entry.holes
+        );
         if entry.holes != 0 {
             bump(&self.counters.writes_with_holes);
         }
@@ -350,6 +383,12 @@ impl Node {
         let Ok(r) = proto::incr_decr(&cur, op, delta) else {
             return AgentResult::NonNumeric;
         };
+        log::debug!(
+            "stripe {stripe}: {} v{} read for incr/decr: {}",
+            String::from_utf8_lossy(key),
+            e.version,
+            String::from_utf8_lossy(&cur)
+        );
         match self.write(stripe, key, &r.value, e.flags, e.exptime) {
             Ok(cas) => AgentResult::Number {
                 number: r.number,

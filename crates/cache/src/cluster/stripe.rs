@@ -50,11 +50,16 @@ pub struct Adopted {
     pub held: u64,
 }
 
-/// From the headers the live members hold for a stripe, the version of each key to adopt: the
-/// highest version that is readable — a coded version with at least `k` distinct chunks, or a
-/// replicated one with one replica. A version with fewer chunks belongs to a write that never
-/// finished (it was not acknowledged) and is ignored.
-pub fn adopt(headers: &[Header], k: usize) -> HashMap<Vec<u8>, Adopted> {
+/// From the headers the members heard hold for a stripe (`unheard` positions did not answer),
+/// the version of each key to adopt: the highest version that may have been acknowledged — a
+/// replicated one with a replica heard, or a coded one with at least `k` chunks among those
+/// heard and the positions unheard. A write is acknowledged once k chunks or more are stored,
+/// so a coded version with fewer, even counting every position unheard, never was (its write
+/// failed) and is ignored; one with fewer than `k` heard but more counting the unheard may
+/// have been, and is adopted though it cannot be read until enough of its holders answer:
+/// adopting the version before it instead would serve the value that acknowledged write
+/// replaced.
+pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
     let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
     for h in headers {
         let e = seen
@@ -67,7 +72,7 @@ pub fn adopt(headers: &[Header], k: usize) -> HashMap<Vec<u8>, Adopted> {
     let mut out: HashMap<Vec<u8>, Adopted> = HashMap::new();
     for ((key, version), (h, positions)) in seen {
         let readable = match h.kind {
-            Kind::Coded => positions.len() >= k,
+            Kind::Coded => positions.len() + unheard >= k,
             Kind::Replica => !positions.is_empty(),
         };
         if !readable {
@@ -153,10 +158,16 @@ mod tests {
         hs.push(h(b"d", 1, 0, Kind::Coded));
         hs.push(h(b"d", 1, 0, Kind::Coded));
         hs.push(h(b"d", 1, 1, Kind::Coded));
-        let a = adopt(&hs, 3);
+        let a = adopt(&hs, 3, 0);
         assert_eq!(a[&b"a".to_vec()].version, 1);
         assert_eq!(a[&b"b".to_vec()].version, 5);
         assert_eq!(a[&b"c".to_vec()].kind, Kind::Replica);
         assert!(!a.contains_key(b"d".as_slice()));
+        // One position unheard: a's version 2 (2 chunks heard) may have had its third there.
+        let a = adopt(&hs, 3, 1);
+        assert_eq!(a[&b"a".to_vec()].version, 2);
+        assert_eq!(a[&b"a".to_vec()].held, 0b11);
+        assert_eq!(a[&b"d".to_vec()].version, 1);
+        assert_eq!(a[&b"b".to_vec()].version, 5);
     }
 }
