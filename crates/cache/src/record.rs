@@ -6,7 +6,7 @@
 //! | offset | bytes | field |
 //! | --- | --- | --- |
 //! | 0 | 4 | magic `INC1` |
-//! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value |
+//! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value; bit 7 set: the write left out members that were down |
 //! | 5 | 1 | chunk index (the position in the Mem Stripe) |
 //! | 6 | 2 | key length (1..=250) |
 //! | 8 | 8 | version (assigned by the agent; the CAS value) |
@@ -24,6 +24,8 @@ pub const MAGIC: [u8; 4] = *b"INC1";
 /// Bytes of a record besides its key and data.
 pub const OVERHEAD_BYTES: usize = 44;
 const HEADER_BYTES: usize = 40;
+/// The bit of the kind byte that flags [`Header::written_around`].
+const WRITTEN_AROUND: u8 = 0x80;
 
 /// Whether a record holds a coded chunk or a whole replica.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -37,6 +39,10 @@ pub enum Kind {
 pub struct Header {
     pub kind: Kind,
     pub chunk_index: u8,
+    /// The write that stored this version left positions out (their members were down): a
+    /// version with fewer than k chunks among the members heard may then have been
+    /// acknowledged, its other chunks at members not heard (`cluster::stripe::adopt`).
+    pub written_around: bool,
     pub key: Vec<u8>,
     pub version: u64,
     pub value_bytes: u64,
@@ -51,7 +57,7 @@ pub enum RecordError {
     Truncated { have: usize, need: usize },
     #[error("record magic {found:02x?} is not INC1")]
     BadMagic { found: [u8; 4] },
-    #[error("record kind {kind} is unknown (0 = coded, 1 = replica)")]
+    #[error("record kind {kind} is unknown (0 = coded, 1 = replica, bit 7 a flag)")]
     BadKind { kind: u8 },
     #[error("record key of {key_bytes} bytes is outside 1..=250")]
     BadKeyLength { key_bytes: usize },
@@ -65,10 +71,17 @@ pub enum RecordError {
 pub fn encode(header: &Header, data: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(OVERHEAD_BYTES + header.key.len() + data.len());
     out.extend_from_slice(&MAGIC);
-    out.push(match header.kind {
+    let kind = match header.kind {
         Kind::Coded => 0,
         Kind::Replica => 1,
-    });
+    };
+    out.push(
+        kind | if header.written_around {
+            WRITTEN_AROUND
+        } else {
+            0
+        },
+    );
     out.push(header.chunk_index);
     out.extend_from_slice(&(header.key.len() as u16).to_le_bytes());
     out.extend_from_slice(&header.version.to_le_bytes());
@@ -103,10 +116,10 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
     if magic != MAGIC {
         return Err(RecordError::BadMagic { found: magic });
     }
-    let kind = match bytes[4] {
+    let kind = match bytes[4] & !WRITTEN_AROUND {
         0 => Kind::Coded,
         1 => Kind::Replica,
-        kind => return Err(RecordError::BadKind { kind }),
+        _ => return Err(RecordError::BadKind { kind: bytes[4] }),
     };
     let key_bytes = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
     if key_bytes == 0 || key_bytes > proto::KEY_MAX_BYTES {
@@ -131,6 +144,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
     let header = Header {
         kind,
         chunk_index: bytes[5],
+        written_around: bytes[4] & WRITTEN_AROUND != 0,
         key: bytes[key_start..data_start].to_vec(),
         version: u64_at(bytes, 8),
         value_bytes: u64_at(bytes, 16),
@@ -160,6 +174,7 @@ mod tests {
         Header {
             kind: Kind::Coded,
             chunk_index: 3,
+            written_around: false,
             key: b"user:42".to_vec(),
             version: 0x0102_0304_0506_0708,
             value_bytes: 1000,
@@ -177,6 +192,14 @@ mod tests {
         assert_eq!((h, d), (header(), &data[..]));
         let empty = encode(&header(), &[]);
         assert_eq!(parse(&empty).unwrap().1, b"");
+        let around = Header {
+            kind: Kind::Replica,
+            written_around: true,
+            ..header()
+        };
+        let bytes = encode(&around, &data);
+        assert_eq!(bytes[4], 0x81);
+        assert_eq!(parse(&bytes).unwrap().0, around);
     }
 
     #[test]

@@ -15,6 +15,7 @@ fn header(key: &[u8], idx: u8, version: u64) -> Header {
     Header {
         kind: Kind::Coded,
         chunk_index: idx,
+        written_around: false,
         key: key.to_vec(),
         version,
         value_bytes: 30,

@@ -449,6 +449,7 @@ impl Node {
         Header {
             kind: e.kind,
             chunk_index: position as u8,
+            written_around: e.holes != 0,
             key: key.to_vec(),
             version: e.version,
             value_bytes: e.value_bytes,

@@ -132,6 +132,11 @@ impl Node {
             positions,
             charge,
         );
+        // The positions whose members are down now are left out, and its records say so
+        // (`Header::written_around`); the holes are known once the members have answered.
+        entry.holes = (0..positions)
+            .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+            .fold(0, |m, p| m | index::bit(p));
         // The write on the engine: the stripe's write template, when this node is its
         // designated agent and every member is up; otherwise (or if the run fails) the
         // records go out as peer messages.

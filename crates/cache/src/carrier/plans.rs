@@ -1066,6 +1066,8 @@ impl Application for CacheApp {
                 let h = Header {
                     kind: Kind::Coded,
                     chunk_index: chunk.index as u8,
+                    // A write runs on its plan only with every member up.
+                    written_around: false,
                     key: p.key,
                     version: p.version,
                     value_bytes: w.value_bytes,

@@ -52,19 +52,20 @@ pub struct Adopted {
 
 /// From the headers the members heard hold for a stripe (`unheard` positions did not answer),
 /// the version of each key to adopt: the highest version that may have been acknowledged — a
-/// replicated one with a replica heard, or a coded one with at least `k` chunks among those
-/// heard and the positions unheard. A write is acknowledged once k chunks or more are stored,
-/// so a coded version with fewer, even counting every position unheard, never was (its write
-/// failed) and is ignored; one with fewer than `k` heard but more counting the unheard may
-/// have been, and is adopted though it cannot be read until enough of its holders answer:
-/// adopting the version before it instead would serve the value that acknowledged write
-/// replaced.
+/// replicated one with a replica heard, or a coded one with `k` chunks heard. A write is
+/// acknowledged once every member up stored its chunk, k or more, so a coded version with
+/// fewer heard belongs to a write that never finished (it was not acknowledged) and is
+/// ignored, unless that write left out members that were down ([`Header::written_around`]):
+/// then, if its chunks heard and the positions unheard make k, its other chunks may be at the
+/// members not heard, and it is adopted though it cannot be read until they answer. Adopting
+/// the version before it would serve the value an acknowledged write replaced.
 pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
     let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
     for h in headers {
         let e = seen
             .entry((h.key.clone(), h.version))
             .or_insert_with(|| (h.clone(), Vec::new()));
+        e.0.written_around |= h.written_around;
         if !e.1.contains(&h.chunk_index) {
             e.1.push(h.chunk_index);
         }
@@ -72,7 +73,9 @@ pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, A
     let mut out: HashMap<Vec<u8>, Adopted> = HashMap::new();
     for ((key, version), (h, positions)) in seen {
         let readable = match h.kind {
-            Kind::Coded => positions.len() + unheard >= k,
+            Kind::Coded => {
+                positions.len() >= k || (h.written_around && positions.len() + unheard >= k)
+            }
             Kind::Replica => !positions.is_empty(),
         };
         if !readable {
@@ -131,6 +134,7 @@ mod tests {
         Header {
             kind,
             chunk_index: idx,
+            written_around: false,
             key: key.to_vec(),
             version,
             value_bytes: 10,
@@ -163,11 +167,17 @@ mod tests {
         assert_eq!(a[&b"b".to_vec()].version, 5);
         assert_eq!(a[&b"c".to_vec()].kind, Kind::Replica);
         assert!(!a.contains_key(b"d".as_slice()));
-        // One position unheard: a's version 2 (2 chunks heard) may have had its third there.
+        // One position unheard: a's version 2 (2 chunks heard) is still a write cut short,
+        // unless it left out members that were down: its third chunk may be the one unheard.
+        assert_eq!(adopt(&hs, 3, 1)[&b"a".to_vec()].version, 1);
+        for h in hs.iter_mut().filter(|h| h.key == b"a" && h.version == 2) {
+            h.written_around = h.chunk_index == 1;
+        }
+        assert_eq!(adopt(&hs, 3, 0)[&b"a".to_vec()].version, 1);
         let a = adopt(&hs, 3, 1);
         assert_eq!(a[&b"a".to_vec()].version, 2);
         assert_eq!(a[&b"a".to_vec()].held, 0b11);
-        assert_eq!(a[&b"d".to_vec()].version, 1);
         assert_eq!(a[&b"b".to_vec()].version, 5);
+        assert!(!a.contains_key(b"d".as_slice()));
     }
 }

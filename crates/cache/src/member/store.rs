@@ -282,6 +282,7 @@ mod tests {
             &Header {
                 kind: Kind::Coded,
                 chunk_index: pos,
+                written_around: false,
                 key: key.to_vec(),
                 version,
                 value_bytes: data.len() as u64,
