@@ -1667,3 +1667,55 @@ fn a_write_with_holes_is_never_read_back_older_when_its_agent_stalls() {
         }
     }
 }
+
+/// A write that fails after some members stored its records (here four members of the
+/// stripe stall as a `replace` is sent, more than RS(6,3) tolerates) must not cost the value it meant
+/// to replace: the members that stored the new version keep the one it replaced until a later
+/// write of the key supersedes both, so once the four are back the key reads as one of the
+/// two (the failed write may or may not have taken effect), never an error or a miss.
+#[test]
+fn a_failed_write_never_costs_the_value_it_meant_to_replace() {
+    let c = Cluster::up("rs:6,3", "rs", 9);
+    let keys = keys_of_stripe(4, 3);
+    let (key, other) = (&keys[0], &keys[1]);
+    let mut cl = c.client(1);
+    assert_eq!(cl.set(key, &stall_value(key, 1, 0)), "STORED\r\n");
+    // Nodes 5-8 hold positions 1-4 of stripe 4; stopped together, the write sent to them at
+    // once finds them silent and fails.
+    for node in [5, 6, 7, 8] {
+        c.signal(node, "STOP");
+    }
+    // A `replace` (not a plain `set`, which the agent's event loop would run) goes the full way
+    // on a worker.
+    let value = stall_value(key, 2, 0);
+    let mut req = format!("replace {key} 0 0 {}\r\n", value.len()).into_bytes();
+    req.extend_from_slice(&value);
+    req.extend_from_slice(b"\r\n");
+    let reply = cl.send(&req);
+    assert!(reply.starts_with("SERVER_ERROR"), "{reply:?}");
+    for node in [5, 6, 7, 8] {
+        c.signal(node, "CONT");
+    }
+    c.wait_whole();
+    // Later writes of the stripe tell the members that every earlier write has finished.
+    for g in 3..6 {
+        let mut tries = 0;
+        while cl.set(other, &stall_value(other, g, 0)) != "STORED\r\n" {
+            tries += 1;
+            assert!(tries < 50, "{other} never stored");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    for front in 0..9 {
+        let mut cl = c.client(front);
+        let got = cl.get(key);
+        assert!(
+            got == Got::Hit(stall_value(key, 1, 0)) || got == Got::Hit(stall_value(key, 2, 0)),
+            "{key} through node {front}: {}",
+            match got {
+                Got::Hit(v) => format!("{:?}", String::from_utf8_lossy(&v[..24])),
+                other => format!("{other:?}"),
+            }
+        );
+    }
+}

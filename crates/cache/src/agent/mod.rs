@@ -40,9 +40,12 @@ impl Node {
                     Some(Ok(other)) => AgentResult::Error(format!(
                         "node {agent} answered an agent request with {other:?}"
                     )),
-                    // Sent, and no reply: the agent may have applied it. A write is not sent
-                    // again (it could act twice, the second time over later writes).
-                    Some(Err(e @ PeerError::NoReply { .. })) if !op.repeatable() => {
+                    // Sent, and no reply (or one that could not be read): the agent may have
+                    // applied it. A write is not sent again (it could act twice, the second
+                    // time over later writes).
+                    Some(Err(e @ (PeerError::NoReply { .. } | PeerError::Malformed { .. })))
+                        if !op.repeatable() =>
+                    {
                         bump(&self.counters.writes_in_doubt);
                         return AgentResult::Error(format!(
                             "{e}: the request may or may not have been applied"

@@ -30,10 +30,6 @@ impl Node {
                 watermark,
                 record,
             } => match lock(&self.store).put(stripe, record, watermark) {
-                Ok(crate::member::store::PutOutcome::Stale) => {
-                    log::debug!("stripe {stripe}: a stale record acked, not stored");
-                    Response::Ack
-                }
                 Ok(_) => Response::Ack,
                 Err(e) => Response::Nack(e.to_string()),
             },

@@ -97,7 +97,13 @@ impl ChunkStore {
         let version = header.version;
         let tomb = (stripe, header.key);
         match self.tombstones.get(&tomb) {
-            Some(&deleted) if deleted > version => return Ok(PutOutcome::Stale),
+            Some(&deleted) if deleted > version => {
+                log::debug!(
+                    "stripe {stripe}: record {} v{version} older than its delete v{deleted}",
+                    String::from_utf8_lossy(&tomb.1)
+                );
+                return Ok(PutOutcome::Stale);
+            }
             Some(_) => {
                 self.tombstones.remove(&tomb);
             }
@@ -106,7 +112,15 @@ impl ChunkStore {
         let key: SlotKey = (stripe, header.chunk_index, tomb.1);
         let held = self.slots.entry((stripe, key.1)).or_default();
         let outcome = match held.get_mut(&key.2) {
-            Some(slot) if slot.cur_version > version => PutOutcome::Stale,
+            Some(slot) if slot.cur_version > version => {
+                log::debug!(
+                    "stripe {stripe}: record {} v{version} at position {} older than v{}",
+                    String::from_utf8_lossy(&key.2),
+                    key.1,
+                    slot.cur_version
+                );
+                PutOutcome::Stale
+            }
             Some(slot) if slot.cur_version == version => {
                 self.bytes = self.bytes + bytes.len() as u64 - slot.cur.len() as u64;
                 slot.cur = bytes;
