@@ -123,6 +123,9 @@ pub struct StripeIndex {
     /// Versions handed out whose writes have not finished; the smallest bounds what members
     /// may forget (see [`StripeIndex::watermark`]).
     inflight: BTreeSet<u64>,
+    /// Versions of failed writes kept in flight, per key, until the key is written again or
+    /// deleted ([`StripeIndex::hold_open`]).
+    held_open: HashMap<Vec<u8>, Vec<u64>>,
     pub evictions: u64,
     /// When this index was made (before any record was listed for it): an agent lease that
     /// lapsed after it makes it stale (`lease.rs`).
@@ -139,6 +142,7 @@ impl StripeIndex {
             share_bytes,
             last_version: 0,
             inflight: BTreeSet::new(),
+            held_open: HashMap::new(),
             evictions: 0,
             built_at: std::time::Instant::now(),
         }
@@ -173,6 +177,27 @@ impl StripeIndex {
     /// Marks a write's version done (committed or abandoned).
     pub fn finish(&mut self, version: u64) {
         self.inflight.remove(&version);
+    }
+
+    /// Keeps the version of a write of `key` that failed after some members may have stored
+    /// its records in flight, until the key is committed with a later version or deleted
+    /// ([`StripeIndex::release_held`]). Those members keep the record it replaced only while
+    /// the watermark is at or below it: finished at once, the failed write would cost the key
+    /// its previous value wherever it had been stored.
+    pub fn hold_open(&mut self, key: &[u8], version: u64) {
+        if self.inflight.contains(&version) {
+            self.held_open
+                .entry(key.to_vec())
+                .or_default()
+                .push(version);
+        }
+    }
+
+    /// Finishes the versions held open for `key` (written again, or deleted).
+    pub fn release_held(&mut self, key: &[u8]) {
+        for v in self.held_open.remove(key).unwrap_or_default() {
+            self.inflight.remove(&v);
+        }
     }
 
     /// Every version below this is committed or abandoned: members may drop older records
@@ -318,6 +343,19 @@ impl StripeIndex {
     /// entry of the key. Returns the replaced entry.
     pub fn commit(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
         let old = self.remove(key);
+        // A later version of the key supersedes what its failed writes left at the members.
+        if let Some(held) = self.held_open.get_mut(key) {
+            held.retain(|&v| {
+                let done = v < entry.version;
+                if done {
+                    self.inflight.remove(&v);
+                }
+                !done
+            });
+            if held.is_empty() {
+                self.held_open.remove(key);
+            }
+        }
         self.observe_version(entry.version);
         self.tick += 1;
         let mut entry = entry;
@@ -528,6 +566,31 @@ mod tests {
         let swept = ix.sweep(20, 400, 200);
         assert_eq!(swept.len(), 1);
         assert_eq!(swept[0].0, b"w");
+    }
+
+    #[test]
+    fn a_failed_write_held_open_bounds_the_watermark_until_its_key_is_written_again() {
+        let mut ix = StripeIndex::new(9, 1 << 20);
+        let failed = ix.next_version(100);
+        ix.hold_open(b"k", failed);
+        let other = ix.next_version(200);
+        ix.finish(other);
+        assert_eq!(ix.watermark(), failed);
+        // Re-adopting the previous entry (older) does not release it.
+        ix.adopt(b"k", Entry::new(50, 1, 0, 0, Kind::Replica, 50, 4, 10));
+        assert_eq!(ix.watermark(), failed);
+        let again = ix.next_version(300);
+        ix.commit(
+            b"k",
+            Entry::new(again, 1, 0, 0, Kind::Replica, again, 4, 10),
+        );
+        ix.finish(again);
+        assert_eq!(ix.watermark(), again + 1);
+        // A delete releases what is held too.
+        let v = ix.next_version(400);
+        ix.hold_open(b"j", v);
+        ix.release_held(b"j");
+        assert_eq!(ix.watermark(), v + 1);
     }
 
     #[test]

@@ -239,11 +239,11 @@ impl Node {
     }
 
     /// Undoes a write in doubt ([`Node::loop_write_sent`], then no ack): its bytes released and
-    /// the key's previous entry back, but its version stays in flight. The members that stored
-    /// its record then keep the one it replaced (the watermark stays below it), so the previous
-    /// entry stays readable; finished, the version would let them drop it, and every read of
-    /// the key would fail until it was written again. (A rebuilt index starts with nothing in
-    /// flight.)
+    /// the key's previous entry back, its version held open until the key is written again
+    /// (`StripeIndex::hold_open`). The members that stored its record then keep the one it
+    /// replaced (the watermark stays below it), so the previous entry stays readable;
+    /// finished, the version would let them drop it, and every read of the key would fail
+    /// until it was written again. (A rebuilt index starts with nothing in flight.)
     pub fn loop_write_doubt(&self, w: LoopWrite) {
         log::debug!(
             "stripe {}: {} v{} in doubt on the loop",
@@ -254,6 +254,7 @@ impl Node {
         let mut g = lock(&self.stripes[w.stripe]);
         if let Some(ix) = g.as_mut() {
             ix.release(w.entry.positions, w.entry.charge_bytes);
+            ix.hold_open(&w.key, w.entry.version);
             if let Some(o) = w.old {
                 ix.adopt(&w.key, o);
             }
@@ -261,7 +262,8 @@ impl Node {
     }
 
     /// Undoes a write that will not finish on the loop, as a failed write is undone: its bytes
-    /// released, its version finished, the key's previous entry back.
+    /// released, the key's previous entry back, its version finished, or held open if its
+    /// records left (a worker writes it again under a later version, which releases it).
     pub fn loop_write_abandon(&self, w: LoopWrite) {
         let (positions, charge, version) =
             (w.entry.positions, w.entry.charge_bytes, w.entry.version);
@@ -271,10 +273,15 @@ impl Node {
             String::from_utf8_lossy(&w.key),
             self.loop_write_sent(&w)
         );
+        let sent = self.loop_write_sent(&w);
         let mut g = lock(&self.stripes[w.stripe]);
         if let Some(ix) = g.as_mut() {
             ix.release(positions, charge);
-            ix.finish(version);
+            if sent {
+                ix.hold_open(&w.key, version);
+            } else {
+                ix.finish(version);
+            }
             if let Some(o) = w.old {
                 ix.adopt(&w.key, o);
             }

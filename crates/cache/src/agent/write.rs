@@ -104,6 +104,9 @@ impl Node {
             let old = ix.remove(key);
             match ix.reserve(positions, charge) {
                 Ok(victims) => {
+                    for (vkey, _) in &victims {
+                        ix.release_held(vkey);
+                    }
                     let version = ix.next_version(now_us);
                     Ok((old, victims, version, ix.watermark()))
                 }
@@ -243,9 +246,12 @@ impl Node {
                 String::from_utf8_lossy(key),
                 down
             );
+            // Some members may have stored the version (on the plan or from a `Put`): it stays
+            // in flight until the key is written again, so that they keep the record it
+            // replaced, which the index serves again.
             self.with_index(stripe, |ix| {
                 ix.release(positions, charge);
-                ix.finish(version);
+                ix.hold_open(key, version);
                 if let Some(o) = old {
                     ix.adopt(key, o);
                 }
@@ -358,6 +364,7 @@ impl Node {
         }
         let version = self.with_index(stripe, |ix| {
             ix.remove(key);
+            ix.release_held(key);
             let v = ix.next_version(time::now_micros());
             ix.finish(v);
             v
