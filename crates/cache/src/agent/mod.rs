@@ -38,7 +38,12 @@ impl Node {
                 match self.call(vec![(agent, Request::Agent(op.clone()))]).pop() {
                     Some(Ok(Response::Agent(r))) => r,
                     Some(Ok(other)) => AgentResult::Error(format!(
-                        "node {agent} answered an agent request with {other:?}"
+                        "node {agent} answered an agent request with {other:?}{}",
+                        if op.repeatable() {
+                            ""
+                        } else {
+                            ": the request may or may not have been applied"
+                        }
                     )),
                     // Sent, and no reply (or one that could not be read): the agent may have
                     // applied it. A write is not sent again (it could act twice, the second

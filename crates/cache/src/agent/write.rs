@@ -259,11 +259,17 @@ impl Node {
             bump(&self.counters.server_errors);
             return Err(if nacks.is_empty() {
                 match self.unavailable(stripe) {
-                    AgentResult::Error(r) => format!("write not stored: {r}"),
+                    AgentResult::Error(r) => format!(
+                        "the write failed once its records were sent ({r}): it may or may not \
+                         have been applied"
+                    ),
                     _ => unreachable!(),
                 }
             } else {
-                format!("write not stored: a member refused its chunk: {}", nacks[0])
+                format!(
+                    "a member refused its chunk ({}): the write may or may not have been applied",
+                    nacks[0]
+                )
             });
         }
         entry.holes = index::position_mask(positions) & !stored;
