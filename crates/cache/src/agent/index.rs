@@ -127,6 +127,9 @@ pub struct StripeIndex {
     /// deleted ([`StripeIndex::hold_open`]).
     held_open: HashMap<Vec<u8>, Vec<u64>>,
     pub evictions: u64,
+    /// Positions of the stripe whose members the rebuild that made this index did not hear
+    /// (0 for an index made empty).
+    pub unheard: usize,
     /// When this index was made (before any record was listed for it): an agent lease that
     /// lapsed after it makes it stale (`lease.rs`).
     pub built_at: std::time::Instant,
@@ -144,6 +147,7 @@ impl StripeIndex {
             inflight: BTreeSet::new(),
             held_open: HashMap::new(),
             evictions: 0,
+            unheard: 0,
             built_at: std::time::Instant::now(),
         }
     }

@@ -137,19 +137,29 @@ impl Node {
         }
         let leading = self.leads(stripe);
         let mut built = self.rebuild_index(stripe);
-        if !(leading && self.index_keepable(stripe)) {
-            log::debug!("stripe {stripe}: rebuilt index not kept (leading before: {leading})");
+        if !(leading && self.index_keepable(stripe, &built)) {
+            log::debug!(
+                "stripe {stripe}: rebuilt index not kept (leading before: {leading}, {} \
+                 positions unheard)",
+                built.unheard
+            );
             return f(&mut built);
         }
         f(lock(&self.stripes[stripe]).get_or_insert(built))
     }
 
-    /// Whether an index of `stripe` just rebuilt may be kept: this node leads the stripe, and
-    /// at most m of its positions are down (a member that did not answer the rebuild's `List`
-    /// is down now). With more, values with fewer than k chunks among the members heard would
-    /// be missing from it, and the index would answer misses for them.
-    pub(crate) fn index_keepable(&self, stripe: usize) -> bool {
-        self.leads(stripe) && self.down_positions(stripe) <= self.parity()
+    /// Whether `built`, an index of `stripe` just rebuilt, may be kept: this node leads the
+    /// stripe, and at most m of its positions are down now and at most m went unheard by the
+    /// rebuild (their members were down when it asked, or did not answer). With more, values
+    /// with fewer than k chunks among the members heard would be missing from it, and the
+    /// index would answer misses for them. (Counting only the positions down once the members
+    /// have answered is not enough: `inec nemesis` found an index rebuilt from the five nodes
+    /// on the agent's side of a cut of four kept because one of the four came back up while
+    /// the others answered, and a value acknowledged before the cut answered as a miss.)
+    pub(crate) fn index_keepable(&self, stripe: usize, built: &StripeIndex) -> bool {
+        self.leads(stripe)
+            && built.unheard <= self.parity()
+            && self.down_positions(stripe) <= self.parity()
     }
 
     /// Makes sure the index of `stripe` exists before an operation starts on it: `None` when it
@@ -205,6 +215,7 @@ impl Node {
             .filter(|&p| !heard.contains(&self.placement.node_of(stripe, p)))
             .count();
         log::debug!("stripe {stripe}: index rebuilt from {asked:?}, {heard:?} answered");
+        ix.unheard = unheard;
         for r in replies {
             if let Ok(Response::Headers(hs, tombs)) = r {
                 headers.extend(
