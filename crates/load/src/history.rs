@@ -9,9 +9,8 @@
 //! value that is not exactly that is recorded as `corrupt`, which no order explains.
 //!
 //! Outcomes: `ok` (the reply is recorded), `fail` (the operation certainly had no effect: a read
-//! that failed, or a write refused with a `SERVER_ERROR` that does not say it may have been
-//! applied), `unknown` (a write whose reply never came, or whose `SERVER_ERROR` says it may or
-//! may not have been applied: it may have taken effect, at any time after its invocation).
+//! that failed), `unknown` (a write whose reply never came or was a `SERVER_ERROR`: it may have
+//! taken effect, at any time after its invocation).
 
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -23,10 +22,6 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
-
-/// What the cache's `SERVER_ERROR` to a write says when the write may have been applied (its
-/// fate is unknown); any other `SERVER_ERROR` is a refusal before anything was applied.
-pub const MAY_HAVE_APPLIED: &str = "may or may not have been applied";
 
 /// What the clients do.
 #[derive(Clone, Debug)]
@@ -274,16 +269,6 @@ struct Conn {
     writer: TcpStream,
 }
 
-/// The outcome of an operation answered `line`, a `SERVER_ERROR`: a write whose error says it
-/// may have been applied is unknown; any other error was a refusal before anything acted.
-fn server_error_outcome(line: &str, is_write: bool) -> Outcome {
-    if is_write && line.contains(MAY_HAVE_APPLIED) {
-        Outcome::Unknown
-    } else {
-        Outcome::Fail
-    }
-}
-
 fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
     let s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
@@ -458,9 +443,8 @@ impl HistClient {
         self.ops.len() - 1
     }
 
-    /// Ends the op at `at` with what the exchange returned: a write's lost reply, or a
-    /// `SERVER_ERROR` saying it may have been applied, is unknown; any other `SERVER_ERROR`,
-    /// and a read's failure, is a failure (no effect).
+    /// Ends the op at `at` with what the exchange returned: a write's `SERVER_ERROR` or lost
+    /// reply is unknown, a read's is a failure.
     fn end(&mut self, at: usize, reply: std::io::Result<Reply>) -> Option<(Vec<u8>, u64)> {
         let ret = self.now();
         let op = &mut self.ops[at];
@@ -478,9 +462,7 @@ impl HistClient {
                 (Outcome::Ok, out)
             }
             Ok(Reply::Line(l)) if l == "END" && !op.is_write() => (Outcome::Ok, "miss".into()),
-            Ok(Reply::Line(l)) if l.starts_with("SERVER_ERROR") => {
-                (server_error_outcome(&l, op.is_write()), l)
-            }
+            Ok(Reply::Line(l)) if l.starts_with("SERVER_ERROR") => (failed, l),
             Ok(Reply::Line(l)) => (Outcome::Ok, l),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
                 (failed, "timed out".into())
@@ -549,16 +531,6 @@ mod tests {
             outcome: Outcome::Ok,
             out: out.into(),
         }
-    }
-
-    #[test]
-    fn a_write_refused_is_a_failure_and_one_that_may_have_acted_is_unknown() {
-        let doubt = "SERVER_ERROR node 0 (the key's agent) sent no reply: the write may or may \
-                     not have been applied";
-        let refused = "SERVER_ERROR stripe 0 unavailable: 4 of 9 chunk positions down";
-        assert_eq!(server_error_outcome(doubt, true), Outcome::Unknown);
-        assert_eq!(server_error_outcome(refused, true), Outcome::Fail);
-        assert_eq!(server_error_outcome(doubt, false), Outcome::Fail);
     }
 
     #[test]
