@@ -1478,6 +1478,21 @@ fn set_all(cl: &mut Client, keys: &[String], generation: u64) {
     }
 }
 
+/// Reads every key through every node: each must be generation `generation` (`when` says when,
+/// for the failure message).
+fn read_all_through_every_node(c: &Cluster, keys: &[String], generation: u64, when: &str) {
+    for front in 0..9 {
+        let mut cl = c.client(front);
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(
+                cl.get(k),
+                Got::Hit(stall_value(k, generation, i)),
+                "key {k} through node {front} {when}"
+            );
+        }
+    }
+}
+
 fn stall_value(key: &str, generation: u64, i: usize) -> Vec<u8> {
     let len = if i.is_multiple_of(2) { 8192 } else { 100 };
     format!("{key}:{generation}:")
@@ -1504,26 +1519,12 @@ fn stalled_agent_is_replaced_and_resumes_without_stale_or_lost_values() {
     let stand_in = c.client(5).stats("inec");
     c.signal(4, "CONT");
     c.wait_whole();
-    for front in 0..9 {
-        let mut cl = c.client(front);
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(
-                cl.get(k),
-                Got::Hit(stall_value(k, 2, i)),
-                "key {k} through node {front} after the agent resumed"
-            );
-        }
-    }
+    read_all_through_every_node(&c, &keys, 2, "after the agent resumed");
     // The agent leads again (its stripe's state names it) and holds no stale index: a write
     // through it and a read through every node agree.
     let mut cl = c.client(4);
     set_all(&mut cl, &keys, 3);
-    for front in 0..9 {
-        let mut cl = c.client(front);
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(cl.get(k), Got::Hit(stall_value(k, 3, i)), "key {k}");
-        }
-    }
+    read_all_through_every_node(&c, &keys, 3, "written through the agent");
     let agent = c.client(4).stats("inec");
     assert!(
         agent["stripe_4"].contains("agent=4"),
@@ -1656,16 +1657,12 @@ fn a_write_with_holes_is_never_read_back_older_when_its_agent_stalls() {
     }
     c.signal(4, "CONT");
     c.wait_whole();
-    for front in 0..9 {
-        let mut cl = c.client(front);
-        for (i, k) in keys.iter().enumerate() {
-            assert_eq!(
-                cl.get(k),
-                Got::Hit(stall_value(k, 2, i)),
-                "key {k} through node {front} once the agent is back ({errors} errors before)"
-            );
-        }
-    }
+    read_all_through_every_node(
+        &c,
+        &keys,
+        2,
+        &format!("once the agent is back ({errors} errors before)"),
+    );
 }
 
 /// A write that fails after some members stored its records (here four members of the

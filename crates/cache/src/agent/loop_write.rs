@@ -267,13 +267,12 @@ impl Node {
     pub fn loop_write_abandon(&self, w: LoopWrite) {
         let (positions, charge, version) =
             (w.entry.positions, w.entry.charge_bytes, w.entry.version);
-        log::debug!(
-            "stripe {}: {} v{version} abandoned on the loop ({} sent)",
-            w.stripe,
-            String::from_utf8_lossy(&w.key),
-            self.loop_write_sent(&w)
-        );
         let sent = self.loop_write_sent(&w);
+        log::debug!(
+            "stripe {}: {} v{version} abandoned on the loop ({sent} sent)",
+            w.stripe,
+            String::from_utf8_lossy(&w.key)
+        );
         let mut g = lock(&self.stripes[w.stripe]);
         if let Some(ix) = g.as_mut() {
             ix.release(positions, charge);
