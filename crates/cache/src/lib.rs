@@ -17,7 +17,8 @@
 //! assert_eq!(p.members(s)[0], s); // the agent holds position 0
 //!
 //! let h = Header { kind: Kind::Coded, chunk_index: 2, written_around: false,
-//!                  key: b"user:42".to_vec(), version: 7, value_bytes: 12, flags: 0, exptime: 0 };
+//!                  key: b"user:42".to_vec(), version: 7, value_bytes: 12, flags: 0, exptime: 0,
+//!                  trail: [31, 30, 0] };
 //! let bytes = record::encode(&h, b"ab");
 //! assert_eq!(record::parse(&bytes).unwrap(), (h, &b"ab"[..]));
 //! ```

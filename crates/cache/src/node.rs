@@ -191,6 +191,21 @@ pub struct Counters {
     /// the agent's lease ran out — answered `SERVER_ERROR` (it may or may not have been
     /// applied), never run again: run twice, a write could act over later writes.
     pub writes_in_doubt: AtomicU64,
+    /// Writes tried again (after a try whose fate is unknown) that the key's records showed
+    /// applied, answered from them instead of applied twice (`agent::once`).
+    pub retries_answered: AtomicU64,
+    /// Writes tried again that no record of the key showed: refused as in doubt.
+    pub retries_in_doubt: AtomicU64,
+}
+
+/// Where a node's request ids start: a 64-bit mix of its id and incarnation (its start time in
+/// µs), so that two nodes, or two runs of one node, count from far-apart points (two of nine
+/// nodes each giving 10⁹ ids overlap with a probability near 10⁻⁹).
+fn first_request_id(node: usize, incarnation: u64) -> u64 {
+    let mut z = incarnation ^ (node as u64).rotate_left(40) ^ 0x9e37_79b9_7f4a_7c15;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 pub(crate) fn bump(c: &AtomicU64) {
@@ -259,6 +274,8 @@ pub struct Node {
     pub(crate) local_messages: AtomicU64,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
+    /// The next request id this node gives a client's write (`agent::once`).
+    request_ids: AtomicU64,
     /// The engine path of writes, normal and degraded reads (absent: everything goes over
     /// peer messages).
     pub(crate) plans: Option<Arc<PlanExec>>,
@@ -341,8 +358,19 @@ impl Node {
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
+            request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,
             cfg,
+        }
+    }
+
+    /// A new request id for a client's write (never 0).
+    pub fn next_request_id(&self) -> u64 {
+        loop {
+            let id = self.request_ids.fetch_add(1, Ordering::Relaxed);
+            if id != 0 {
+                return id;
+            }
         }
     }
 

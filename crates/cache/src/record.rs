@@ -14,7 +14,8 @@
 //! | 24 | 4 | client flags |
 //! | 28 | 8 | exptime: absolute Unix seconds, 0 = never (signed) |
 //! | 36 | 4 | data length |
-//! | 40 | key length | key |
+//! | 40 | 24 | the request ids of the key's last three writes, newest (this version's) first; 0 = none |
+//! | 64 | key length | key |
 //! | .. | data length | the chunk (or the whole value for a replica) |
 //! | .. | 4 | CRC32C of every byte before it |
 
@@ -22,8 +23,23 @@ use thiserror::Error;
 
 pub const MAGIC: [u8; 4] = *b"INC1";
 /// Bytes of a record besides its key and data.
-pub const OVERHEAD_BYTES: usize = 44;
-const HEADER_BYTES: usize = 40;
+pub const OVERHEAD_BYTES: usize = 68;
+const HEADER_BYTES: usize = 64;
+/// How many request ids a record carries ([`Header::trail`]).
+pub const TRAIL: usize = 3;
+
+/// The request ids of a key's last [`TRAIL`] writes, newest first (0: none). A new agent reads
+/// them from the records and answers a retried request whose id is among them from what it
+/// did, instead of applying it a second time (`agent::once`).
+pub type Trail = [u64; TRAIL];
+
+/// `trail` with `id` in front (the write that replaces the version it describes).
+pub fn trail_after(trail: &Trail, id: u64) -> Trail {
+    let mut out = [0; TRAIL];
+    out[0] = id;
+    out[1..].copy_from_slice(&trail[..TRAIL - 1]);
+    out
+}
 /// The bit of the kind byte that flags [`Header::written_around`].
 const WRITTEN_AROUND: u8 = 0x80;
 
@@ -48,6 +64,8 @@ pub struct Header {
     pub value_bytes: u64,
     pub flags: u32,
     pub exptime: i64,
+    /// The request ids of the key's last writes, this version's first ([`Trail`]).
+    pub trail: Trail,
 }
 
 /// Why bytes are not a valid record.
@@ -89,6 +107,9 @@ pub fn encode(header: &Header, data: &[u8]) -> Vec<u8> {
     out.extend_from_slice(&header.flags.to_le_bytes());
     out.extend_from_slice(&header.exptime.to_le_bytes());
     out.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    for id in header.trail {
+        out.extend_from_slice(&id.to_le_bytes());
+    }
     out.extend_from_slice(&header.key);
     out.extend_from_slice(data);
     let crc = crc32c::crc32c(&out);
@@ -150,6 +171,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
         value_bytes: u64_at(bytes, 16),
         flags: u32_at(bytes, 24),
         exptime: u64_at(bytes, 28) as i64,
+        trail: std::array::from_fn(|i| u64_at(bytes, 40 + 8 * i)),
     };
     Ok((header, data_start..data_start + data_bytes))
 }
@@ -180,6 +202,7 @@ mod tests {
             value_bytes: 1000,
             flags: 0xdead_beef,
             exptime: -5,
+            trail: [9, 0x0a0b_0c0d_0e0f_1011, 0],
         }
     }
 
@@ -211,8 +234,18 @@ mod tests {
         assert_eq!(&bytes[6..8], &7u16.to_le_bytes());
         assert_eq!(&bytes[8..16], &0x0102_0304_0506_0708u64.to_le_bytes());
         assert_eq!(&bytes[36..40], &2u32.to_le_bytes());
-        assert_eq!(&bytes[40..47], b"user:42");
-        assert_eq!(&bytes[47..49], b"xy");
+        assert_eq!(&bytes[40..48], &9u64.to_le_bytes());
+        assert_eq!(&bytes[48..56], &0x0a0b_0c0d_0e0f_1011u64.to_le_bytes());
+        assert_eq!(&bytes[56..64], &[0; 8]);
+        assert_eq!(&bytes[64..71], b"user:42");
+        assert_eq!(&bytes[71..73], b"xy");
+        assert_eq!(bytes.len(), OVERHEAD_BYTES + 7 + 2);
+    }
+
+    #[test]
+    fn a_trail_keeps_the_newest_ids() {
+        assert_eq!(trail_after(&[0; TRAIL], 5), [5, 0, 0]);
+        assert_eq!(trail_after(&[5, 4, 3], 6), [6, 5, 4]);
     }
 
     #[test]

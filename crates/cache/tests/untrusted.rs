@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use cache::carrier::peer::{self, AgentOp, Request};
+use cache::carrier::peer::{self, AgentOp, Attempt, Once, Request};
 use cache::member::store::{ChunkStore, PutOutcome};
 use cache::record::{self, Header, Kind};
 use proto::StoreMode;
@@ -21,6 +21,7 @@ fn header(key: &[u8], idx: u8, version: u64) -> Header {
         value_bytes: 30,
         flags: 1,
         exptime: 0,
+        trail: [version + 1, version, 0],
     }
 }
 
@@ -41,6 +42,7 @@ fn parsers_survive_random_and_mutated_bytes() {
             exptime: 0,
             compare_cas: Some(9),
             value: vec![1; 40],
+            once: Once::first(77),
         })),
         peer::encode_response(&peer::Response::Headers(
             vec![record::encode(&header(b"x", 0, 1), &[])],
@@ -164,6 +166,10 @@ fn peer_decoders_round_trip_what_they_accept() {
             exptime: -1,
             compare_cas: Some(9),
             value: b"v".to_vec(),
+            once: Once {
+                id: 78,
+                attempt: Attempt::Retry,
+            },
         })),
         peer::encode_request(&Request::Agent(AgentOp::Get {
             key: b"key".to_vec(),
@@ -214,6 +220,7 @@ fn store_modes_past_cas_are_refused() {
             exptime: 0,
             compare_cas: None,
             value: Vec::new(),
+            once: Once::first(3),
         }))
     };
     // The mode's byte: where a set and an add differ.
@@ -235,6 +242,7 @@ fn store_modes_past_cas_are_refused() {
             exptime: 0,
             compare_cas: None,
             value: Vec::new(),
+            once: Once::first(3),
         })
     );
 }

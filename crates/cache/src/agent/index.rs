@@ -29,6 +29,8 @@ pub struct Entry {
     /// down (or stalled) during the write, or that answered a read with another version. The
     /// agent fills them in the background once their node is up ([`StripeIndex::holes`]).
     pub holes: u64,
+    /// The request ids of the key's last writes, this version's first (`record::Trail`).
+    pub trail: record::Trail,
     lru_tick: u64,
 }
 
@@ -54,6 +56,7 @@ impl Entry {
             positions,
             charge_bytes,
             holes: 0,
+            trail: [0; record::TRAIL],
             lru_tick: 0,
         }
     }
@@ -133,7 +136,13 @@ pub struct StripeIndex {
     /// When this index was made (before any record was listed for it): an agent lease that
     /// lapsed after it makes it stale (`lease.rs`).
     pub built_at: std::time::Instant,
+    /// Unique to this index in the process: a write given up on the event loop and written
+    /// again by a worker may be written anew only in the index it was given up in (`once`).
+    pub epoch: u64,
 }
+
+/// The source of [`StripeIndex::epoch`].
+static EPOCHS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl StripeIndex {
     pub fn new(chunk_count: usize, share_bytes: u64) -> StripeIndex {
@@ -149,6 +158,7 @@ impl StripeIndex {
             evictions: 0,
             unheard: 0,
             built_at: std::time::Instant::now(),
+            epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 

@@ -19,8 +19,9 @@
 use parking_lot::{ArcMutexGuard, RawMutex};
 
 use crate::agent::index::Entry;
-use crate::carrier::peer::{Request, Response};
+use crate::carrier::peer::{Attempt, Once, Request, Response};
 use crate::node::{bump, lock, Node};
+use crate::record;
 use crate::time;
 use graph::Scheme;
 
@@ -50,6 +51,10 @@ pub struct LoopWrite {
     pub remote: Vec<(usize, usize)>,
     /// When the write began: led without a break since then, the node may write it again.
     started: std::time::Instant,
+    /// The write's request id (`agent::once`).
+    id: u64,
+    /// The index the write reserved its version in (`StripeIndex::epoch`).
+    epoch: u64,
     _key_guard: ArcMutexGuard<RawMutex, ()>,
 }
 
@@ -64,6 +69,25 @@ impl std::fmt::Debug for LoopWrite {
 }
 
 impl LoopWrite {
+    /// The version the write stores (its CAS value).
+    pub fn version(&self) -> u64 {
+        self.entry.version
+    }
+
+    /// How a worker runs the write again once the loop gives it up: as a first try if no record
+    /// left, otherwise as a rerun, written anew only in the index it was given up in.
+    pub fn rerun_once(&self) -> Once {
+        let sent = self.records.iter().any(Option::is_none);
+        Once {
+            id: self.id,
+            attempt: if sent {
+                Attempt::Rerun { epoch: self.epoch }
+            } else {
+                Attempt::First
+            },
+        }
+    }
+
     /// The `Put` of the record at `position` (one of [`LoopWrite::remote`], asked once).
     pub fn request(&mut self, position: usize) -> Request {
         Request::Put {
@@ -75,13 +99,14 @@ impl LoopWrite {
 }
 
 impl Node {
-    /// Starts `set key flags exptime value` on the client loop.
+    /// Starts `set key flags exptime value` on the client loop, a first try of the request `id`.
     pub fn loop_write_start(
         &self,
         key: &[u8],
         flags: u32,
         exptime: i64,
         value: &[u8],
+        id: u64,
     ) -> LoopWriteStart {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
@@ -126,13 +151,13 @@ impl Node {
                 let victims = ix.reserve(positions, charge);
                 debug_assert!(victims.as_ref().is_ok_and(|v| v.is_empty()));
                 let version = ix.next_version(now_us);
-                Some((old, version, ix.watermark()))
+                Some((old, version, ix.watermark(), ix.epoch))
             }
         };
-        let Some((old, version, watermark)) = reserved else {
+        let Some((old, version, watermark, epoch)) = reserved else {
             return LoopWriteStart::Worker;
         };
-        let entry = Entry::new(
+        let mut entry = Entry::new(
             version,
             value.len() as u64,
             flags,
@@ -142,6 +167,8 @@ impl Node {
             positions,
             charge,
         );
+        entry.trail =
+            record::trail_after(&old.as_ref().map_or([0; record::TRAIL], |o| o.trail), id);
         let mut w = LoopWrite {
             stripe,
             key: key.to_vec(),
@@ -151,6 +178,8 @@ impl Node {
             records: Vec::new(),
             remote: Vec::new(),
             started: std::time::Instant::now(),
+            id,
+            epoch,
             _key_guard: guard,
         };
         match self.records_of(key, &w.entry, value) {

@@ -17,6 +17,7 @@ use index::{Entry, Gone, StripeIndex};
 pub mod index;
 mod loop_read;
 mod loop_write;
+pub(crate) mod once;
 pub mod read;
 pub mod write;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
@@ -24,47 +25,82 @@ pub use loop_write::{LoopWrite, LoopWriteStart};
 
 impl Node {
     /// Runs an operation at the agent of the key's stripe, wherever it is: locally, or
-    /// forwarded over the peer connection. Retries while the cluster's views settle.
-    pub fn route(&self, stripe: usize, op: AgentOp) -> AgentResult {
-        let deadline = Instant::now() + self.cfg.down_after * 2 + Duration::from_millis(500);
+    /// forwarded over the peer connection. Retries while the cluster's views settle. A write
+    /// sent to an agent that sent no reply is tried again as a retry if it has a request id
+    /// (answered from the key's records or refused, never applied twice: `once`), and is in
+    /// doubt otherwise.
+    pub fn route(&self, stripe: usize, mut op: AgentOp) -> AgentResult {
+        let settle = self.cfg.down_after * 2 + Duration::from_millis(500);
+        let mut deadline = Instant::now() + settle;
+        // Some try of the write went unanswered: a final refusal must say it may have applied.
+        let mut tried_unanswered = false;
         loop {
             let Some(agent) = self.agent_of(stripe) else {
-                return self.unavailable(stripe);
-            };
-            let res = if agent == self.cfg.id {
-                self.agent(op.clone())
-            } else {
-                bump(&self.counters.forwarded);
-                match self.call(vec![(agent, Request::Agent(op.clone()))]).pop() {
-                    Some(Ok(Response::Agent(r))) => r,
-                    Some(Ok(other)) => AgentResult::Error(format!(
-                        "node {agent} answered an agent request with {other:?}{}",
-                        if op.repeatable() {
-                            ""
-                        } else {
-                            ": the request may or may not have been applied"
-                        }
-                    )),
-                    // Sent, and no reply (or one that could not be read): the agent may have
-                    // applied it. A write is not sent again (it could act twice, the second
-                    // time over later writes).
-                    Some(Err(e @ (PeerError::NoReply { .. } | PeerError::Malformed { .. })))
-                        if !op.repeatable() =>
-                    {
+                return match self.unavailable(stripe) {
+                    AgentResult::Error(e) if tried_unanswered => {
                         bump(&self.counters.writes_in_doubt);
-                        return AgentResult::Error(format!(
-                            "{e}: the request may or may not have been applied"
-                        ));
+                        AgentResult::Error(format!(
+                            "{e}; a try went unanswered: the request may or may not have been \
+                             applied"
+                        ))
                     }
-                    Some(Err(_)) | None => AgentResult::NotAgent,
-                }
+                    other => other,
+                };
             };
+            let res =
+                if agent == self.cfg.id {
+                    self.agent(op.clone())
+                } else {
+                    bump(&self.counters.forwarded);
+                    match self.call(vec![(agent, Request::Agent(op.clone()))]).pop() {
+                        Some(Ok(Response::Agent(r))) => r,
+                        Some(Ok(other)) => AgentResult::Error(format!(
+                            "node {agent} answered an agent request with {other:?}{}",
+                            if op.repeatable() {
+                                ""
+                            } else {
+                                ": the request may or may not have been applied"
+                            }
+                        )),
+                        // Sent, and no reply (or one that could not be read): the agent may have
+                        // applied it. A write is not sent again blind (it could act twice, the
+                        // second time over later writes); one with a request id is tried again
+                        // as a retry, once the views settle.
+                        Some(Err(
+                            e @ (PeerError::NoReply { .. } | PeerError::Malformed { .. }),
+                        )) if !op.repeatable() => match op.retried() {
+                            Some(retry) => {
+                                log::debug!("{e}: the write is tried again as a retry");
+                                op = retry;
+                                tried_unanswered = true;
+                                deadline = deadline.max(Instant::now() + settle);
+                                AgentResult::NotAgent
+                            }
+                            None => {
+                                bump(&self.counters.writes_in_doubt);
+                                return AgentResult::Error(format!(
+                                    "{e}: the request may or may not have been applied"
+                                ));
+                            }
+                        },
+                        Some(Err(_)) | None => AgentResult::NotAgent,
+                    }
+                };
             if res != AgentResult::NotAgent {
                 return res;
             }
             if Instant::now() >= deadline {
+                if tried_unanswered {
+                    bump(&self.counters.writes_in_doubt);
+                }
                 return AgentResult::Error(format!(
-                    "no agent of stripe {stripe} answers (views of the cluster disagree)"
+                    "no agent of stripe {stripe} answers (views of the cluster disagree){}",
+                    if tried_unanswered {
+                        ": a try went unanswered, and the request may or may not have been \
+                         applied"
+                    } else {
+                        ""
+                    }
                 ));
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -266,6 +302,7 @@ impl Node {
             // Positions without this version's record (their node is down, missed the write
             // or holds another version) are filled in the background once their node is up.
             entry.holes = index::position_mask(positions) & !a.held;
+            entry.trail = a.trail;
             log::debug!(
                 "stripe {stripe}: {} v{} adopted (held {:#b})",
                 String::from_utf8_lossy(&key),
@@ -365,7 +402,8 @@ impl Node {
                 exptime,
                 compare_cas,
                 value,
-            } => self.op_store(stripe, &key, mode, flags, exptime, compare_cas, value),
+                once,
+            } => self.op_store(stripe, &key, mode, flags, exptime, compare_cas, value, once),
             AgentOp::Delete { key, compare_cas } => self.op_delete(stripe, &key, compare_cas),
             AgentOp::Touch { key, exptime } => {
                 let Some(e) = self.lookup(stripe, &key) else {
@@ -374,7 +412,12 @@ impl Node {
                 self.touch_entry(stripe, &key, &e, exptime);
                 AgentResult::Touched
             }
-            AgentOp::Arith { incr, key, delta } => self.op_arith(stripe, &key, incr, delta),
+            AgentOp::Arith {
+                incr,
+                key,
+                delta,
+                once,
+            } => self.op_arith(stripe, &key, incr, delta, once),
             AgentOp::Flip { key, position, bit } => {
                 let Some(e) = self.lookup(stripe, &key) else {
                     return AgentResult::NotFound;

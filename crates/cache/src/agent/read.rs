@@ -455,6 +455,7 @@ impl Node {
             value_bytes: e.value_bytes,
             flags: e.flags,
             exptime: e.exptime,
+            trail: e.trail,
         }
     }
 

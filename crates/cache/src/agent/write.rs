@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use proto::StoreMode;
 
 use crate::agent::index::{self, Entry};
-use crate::carrier::peer::{AgentResult, Request, Response};
+use crate::carrier::peer::{AgentResult, Once, Request, Response};
 use crate::carrier::plans::WriteMeta;
 use crate::cluster::stripe;
 use crate::node::{bump, Node, TOO_LARGE};
@@ -77,7 +77,8 @@ impl Node {
     }
 
     /// Writes a value as a new version: evicts LRU values if the stripe's share is full, sends
-    /// every live member its record and commits once every live member acked.
+    /// every live member its record and commits once every live member acked. `id`: the
+    /// request id of the write (`agent::once`), which the records carry.
     pub(crate) fn write(
         &self,
         stripe: usize,
@@ -85,6 +86,7 @@ impl Node {
         value: &[u8],
         flags: u32,
         exptime_abs: i64,
+        id: u64,
     ) -> Result<u64, String> {
         let down = self.down_positions(stripe);
         if down > self.parity() {
@@ -135,6 +137,8 @@ impl Node {
             positions,
             charge,
         );
+        entry.trail =
+            record::trail_after(&old.as_ref().map_or([0; record::TRAIL], |o| o.trail), id);
         // The positions whose members are down now are left out, and its records say so
         // (`Header::written_around`); the holes are known once the members have answered.
         entry.holes = (0..positions)
@@ -152,6 +156,7 @@ impl Node {
                         flags,
                         exptime: exptime_abs,
                         watermark,
+                        trail: entry.trail,
                     };
                     match x.write(
                         self.cfg.code,
@@ -305,8 +310,12 @@ impl Node {
         exptime: i64,
         compare_cas: Option<u64>,
         value: Vec<u8>,
+        once: Once,
     ) -> AgentResult {
         let current = self.lookup(stripe, key);
+        if let Some(answer) = self.once_answer(stripe, key, once, current.as_ref(), false) {
+            return answer;
+        }
         let compare = if mode == StoreMode::Cas {
             compare_cas.or(Some(0))
         } else {
@@ -350,7 +359,7 @@ impl Node {
             }
             return AgentResult::Stored { cas: 0 };
         }
-        match self.write(stripe, key, &value, flags, exptime_abs) {
+        match self.write(stripe, key, &value, flags, exptime_abs, once.id) {
             Ok(cas) => AgentResult::Stored { cas },
             Err(r) => AgentResult::Error(r),
         }
@@ -385,8 +394,13 @@ impl Node {
         key: &[u8],
         incr: bool,
         delta: u64,
+        once: Once,
     ) -> AgentResult {
-        let Some(e) = self.lookup(stripe, key) else {
+        let current = self.lookup(stripe, key);
+        if let Some(answer) = self.once_answer(stripe, key, once, current.as_ref(), true) {
+            return answer;
+        }
+        let Some(e) = current else {
             return AgentResult::NotFound;
         };
         let cur = match self.read_value(stripe, key, &e, None) {
@@ -407,7 +421,7 @@ impl Node {
             e.version,
             String::from_utf8_lossy(&cur)
         );
-        match self.write(stripe, key, &r.value, e.flags, e.exptime) {
+        match self.write(stripe, key, &r.value, e.flags, e.exptime, once.id) {
             Ok(cas) => AgentResult::Number {
                 number: r.number,
                 cas,

@@ -37,6 +37,7 @@ pub enum AgentOp {
         exptime: i64,
         compare_cas: Option<u64>,
         value: Vec<u8>,
+        once: Once,
     },
     Delete {
         key: Vec<u8>,
@@ -50,6 +51,7 @@ pub enum AgentOp {
         incr: bool,
         key: Vec<u8>,
         delta: u64,
+        once: Once,
     },
     /// Test-only: flip one bit of the data of chunk `position`'s record.
     Flip {
@@ -75,7 +77,66 @@ pub enum AgentOp {
     },
 }
 
+/// A write's request id, given by the node the client sent it to, and which try of it this is:
+/// the agent stores the id in the records of the version the write makes (`record::Trail`), so
+/// that a try after one whose fate is unknown is answered from what the first did instead of
+/// being applied twice (`agent::once`). Id 0: none (the write is never tried again).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Once {
+    pub id: u64,
+    pub attempt: Attempt,
+}
+
+/// Which try of a write a message carries.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Attempt {
+    /// The first: applied as memcached would.
+    #[default]
+    First,
+    /// After a try whose fate is unknown: answered from the key's records if they show the id,
+    /// otherwise refused as in doubt (the first try may have been applied and replaced since).
+    Retry,
+    /// A write given up on this node's event loop after its records left, run again by a worker:
+    /// written anew if the stripe's index is still the one of `epoch` (nobody else can have
+    /// led the stripe and adopted its records), otherwise as a [`Attempt::Retry`]. Sent to
+    /// another node, it is a retry.
+    Rerun { epoch: u64 },
+}
+
+impl Once {
+    /// A first try of the write with this id.
+    pub fn first(id: u64) -> Once {
+        Once {
+            id,
+            attempt: Attempt::First,
+        }
+    }
+}
+
 impl AgentOp {
+    /// The write's request id and try, for the writes that carry one.
+    pub fn once(&self) -> Option<Once> {
+        match self {
+            AgentOp::Store { once, .. } | AgentOp::Arith { once, .. } if once.id != 0 => {
+                Some(*once)
+            }
+            _ => None,
+        }
+    }
+
+    /// The same write as a later try, if it carries an id: it can then be sent again after a try
+    /// whose fate is unknown.
+    pub fn retried(&self) -> Option<AgentOp> {
+        let mut op = self.clone();
+        match &mut op {
+            AgentOp::Store { once, .. } | AgentOp::Arith { once, .. } if once.id != 0 => {
+                once.attempt = Attempt::Retry;
+            }
+            _ => return None,
+        }
+        Some(op)
+    }
+
     /// Safe to send again after a try whose fate is unknown: it reads, or sets what it sets
     /// to the same thing whenever it runs. A store, delete or arithmetic sent twice could act
     /// twice, the second time after other writes.
@@ -314,6 +375,7 @@ fn encode_op(w: &mut W, op: &AgentOp) {
             exptime,
             compare_cas,
             value,
+            once,
         } => {
             w.u8(2)
                 .u8(store_mode_byte(*mode))
@@ -321,6 +383,7 @@ fn encode_op(w: &mut W, op: &AgentOp) {
                 .u32(*flags)
                 .i64(*exptime);
             w.opt_u64(*compare_cas).bytes(value);
+            encode_once(w, once);
         }
         AgentOp::Delete { key, compare_cas } => {
             w.u8(3).bytes(key).opt_u64(*compare_cas);
@@ -328,8 +391,14 @@ fn encode_op(w: &mut W, op: &AgentOp) {
         AgentOp::Touch { key, exptime } => {
             w.u8(4).bytes(key).i64(*exptime);
         }
-        AgentOp::Arith { incr, key, delta } => {
+        AgentOp::Arith {
+            incr,
+            key,
+            delta,
+            once,
+        } => {
             w.u8(5).u8(u8::from(*incr)).bytes(key).u64(*delta);
+            encode_once(w, once);
         }
         AgentOp::Flip { key, position, bit } => {
             w.u8(6).bytes(key).u8(*position).u64(*bit);
@@ -348,6 +417,25 @@ fn encode_op(w: &mut W, op: &AgentOp) {
             w.u8(8).bytes(key).u64(*version).u8(*position);
         }
     }
+}
+
+/// A [`Once`] on the wire: the id, then 0 for a first try or 1 for any later one (a rerun is a
+/// retry to any node it is sent to).
+fn encode_once(w: &mut W, once: &Once) {
+    w.u64(once.id).u8(match once.attempt {
+        Attempt::First => 0,
+        Attempt::Retry | Attempt::Rerun { .. } => 1,
+    });
+}
+
+fn decode_once(r: &mut R) -> Result<Once, Short> {
+    let id = r.u64()?;
+    let attempt = match r.u8()? {
+        0 => Attempt::First,
+        1 => Attempt::Retry,
+        _ => return Err(Short),
+    };
+    Ok(Once { id, attempt })
 }
 
 /// The byte of a store mode in an [`AgentOp::Store`] message.
@@ -394,6 +482,7 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             exptime: r.i64()?,
             compare_cas: r.opt_u64()?,
             value: r.bytes()?,
+            once: decode_once(r)?,
         },
         3 => AgentOp::Delete {
             key: r.bytes()?,
@@ -407,6 +496,7 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             incr: r.u8()? != 0,
             key: r.bytes()?,
             delta: r.u64()?,
+            once: decode_once(r)?,
         },
         6 => AgentOp::Flip {
             key: r.bytes()?,
@@ -933,6 +1023,43 @@ impl PeerTransport for TcpTransport {
 mod tests {
     use super::*;
 
+    /// A rerun leaves a node as a retry (the index it may be written anew in is the sender's),
+    /// and an attempt byte other than 0 or 1 is refused.
+    #[test]
+    fn a_rerun_is_a_retry_on_the_wire_and_unknown_attempts_are_refused() {
+        let op = |attempt| {
+            Request::Agent(AgentOp::Arith {
+                incr: false,
+                key: b"n".to_vec(),
+                delta: 1,
+                once: Once { id: 9, attempt },
+            })
+        };
+        let bytes = encode_request(&op(Attempt::Rerun { epoch: 4 }));
+        assert_eq!(decode_request(&bytes), Some(op(Attempt::Retry)));
+        let mut bad = bytes.clone();
+        *bad.last_mut().unwrap() = 2;
+        assert_eq!(decode_request(&bad), None);
+        let AgentOp::Arith { once, .. } = AgentOp::Arith {
+            incr: true,
+            key: b"n".to_vec(),
+            delta: 1,
+            once: Once::first(3),
+        }
+        .retried()
+        .unwrap() else {
+            unreachable!()
+        };
+        assert_eq!(once.attempt, Attempt::Retry);
+        let unnamed = AgentOp::Arith {
+            incr: true,
+            key: b"n".to_vec(),
+            delta: 1,
+            once: Once::first(0),
+        };
+        assert_eq!((unnamed.retried(), unnamed.once()), (None, None));
+    }
+
     /// The six store modes have the bytes 0–5 and no other byte decodes to one.
     #[test]
     fn store_mode_bytes_are_the_six_and_only_them() {
@@ -996,6 +1123,10 @@ mod tests {
                 exptime: 100,
                 compare_cas: Some(12),
                 value: vec![0; 10],
+                once: Once {
+                    id: 0x1234_5678_9abc_def0,
+                    attempt: Attempt::Retry,
+                },
             }),
             Request::Agent(AgentOp::Delete {
                 key: b"k".to_vec(),
@@ -1009,6 +1140,7 @@ mod tests {
                 incr: true,
                 key: b"n".to_vec(),
                 delta: u64::MAX,
+                once: Once::first(7),
             }),
             Request::Agent(AgentOp::Flip {
                 key: b"k".to_vec(),

@@ -73,6 +73,8 @@ pub struct WriteMeta {
     pub exptime: i64,
     /// The stripe's watermark (see `member.rs`).
     pub watermark: u64,
+    /// The request ids of the key's last writes, this one's first (`record::Trail`).
+    pub trail: record::Trail,
 }
 
 /// What every participant's `start` of a run carries.
@@ -129,7 +131,7 @@ pub enum ExecError {
 }
 
 const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2;
-const WRITE_META: usize = 8 + 4 + 8 + 8;
+const WRITE_META: usize = 8 + 4 + 8 + 8 + 8 * record::TRAIL;
 
 impl RunPayload {
     pub fn encode(&self) -> Vec<u8> {
@@ -146,6 +148,9 @@ impl RunPayload {
             b.extend_from_slice(&w.flags.to_le_bytes());
             b.extend_from_slice(&w.exptime.to_le_bytes());
             b.extend_from_slice(&w.watermark.to_le_bytes());
+            for id in w.trail {
+                b.extend_from_slice(&id.to_le_bytes());
+            }
         }
         b
     }
@@ -174,6 +179,7 @@ impl RunPayload {
                 flags: u32_at(rest + 8),
                 exptime: u64_at(rest + 12) as i64,
                 watermark: u64_at(rest + 20),
+                trail: std::array::from_fn(|i| u64_at(rest + 28 + 8 * i)),
             }),
             _ => return Err(bad()),
         };
@@ -1073,6 +1079,7 @@ impl Application for CacheApp {
                     value_bytes: w.value_bytes,
                     flags: w.flags,
                     exptime: w.exptime,
+                    trail: w.trail,
                 };
                 let rec = record::encode(&h, &bytes);
                 self.store
@@ -1156,6 +1163,7 @@ mod tests {
             flags: 5,
             exptime: -1,
             watermark: 12,
+            trail: [3, 2, 1],
         });
         let b = p.encode();
         assert_eq!(RunPayload::decode(&b).unwrap(), p);

@@ -48,6 +48,8 @@ pub struct Adopted {
     pub exptime: i64,
     /// The positions (bit p) that hold a record of this version.
     pub held: u64,
+    /// The request ids of the key's last writes, this version's first.
+    pub trail: crate::record::Trail,
 }
 
 /// From the headers the members heard hold for a stripe (`unheard` positions did not answer),
@@ -92,6 +94,7 @@ pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, A
                 value_bytes: h.value_bytes,
                 flags: h.flags,
                 exptime: h.exptime,
+                trail: h.trail,
                 held: positions
                     .iter()
                     .filter(|&&p| p < 64)
@@ -140,6 +143,7 @@ mod tests {
             value_bytes: 10,
             flags: 0,
             exptime: 0,
+            trail: [version + 100, version + 99, 0],
         }
     }
 
@@ -164,6 +168,8 @@ mod tests {
         hs.push(h(b"d", 1, 1, Kind::Coded));
         let a = adopt(&hs, 3, 0);
         assert_eq!(a[&b"a".to_vec()].version, 1);
+        // The adopted version's request ids come with it.
+        assert_eq!(a[&b"a".to_vec()].trail, [101, 100, 0]);
         assert_eq!(a[&b"b".to_vec()].version, 5);
         assert_eq!(a[&b"c".to_vec()].kind, Kind::Replica);
         assert!(!a.contains_key(b"d".as_slice()));

@@ -23,7 +23,7 @@ use proto::{
 };
 
 use crate::agent::{LoopPending, LoopRead, LoopWrite, LoopWriteStart};
-use crate::carrier::peer::{self, AgentOp, AgentResult};
+use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
 use crate::time;
 
@@ -142,8 +142,9 @@ impl Handoff {
 }
 
 enum Work {
-    /// A request as the loop parsed it, run by [`execute`] (not parsed again).
-    Command(OwnedCommand),
+    /// A request as the loop parsed it, run by [`execute`] (not parsed again), with its write's
+    /// request id and try (id 0: the worker gives it one).
+    Command(OwnedCommand, Once),
     /// The test-only `inec_flip` line (with `--debug-commands`), run by [`flip`].
     Flip(Vec<u8>),
     /// A write refused as too large that must not leave the value it meant to overwrite (see
@@ -177,8 +178,26 @@ struct PendingOp {
 /// A request the loop gives to a worker: a client's parsed command (a client worker runs it), or
 /// a peer's request (a peer worker answers it).
 enum Retry {
-    Client(OwnedCommand),
+    Client(OwnedCommand, Once),
     Peer(peer::Request),
+}
+
+impl Retry {
+    /// The request run as the try `once` of its write.
+    fn with_once(self, once: Once) -> Retry {
+        match self {
+            Retry::Client(command, _) => Retry::Client(command, once),
+            Retry::Peer(mut request) => {
+                if let peer::Request::Agent(
+                    AgentOp::Store { once: o, .. } | AgentOp::Arith { once: o, .. },
+                ) = &mut request
+                {
+                    *o = once;
+                }
+                Retry::Peer(request)
+            }
+        }
+    }
 }
 
 /// Who reads the reply of a loop op.
@@ -207,6 +226,8 @@ enum LoopOp {
         write: bool,
         /// The agent answered that it does not lead the key's stripe (it applied nothing).
         refused: bool,
+        /// The write's request id (`agent::once`; 0 for a read).
+        once: Once,
         key: Vec<u8>,
         to: ReplyTo,
         result: Option<AgentResult>,
@@ -218,6 +239,7 @@ impl LoopOp {
         LoopOp::Forward {
             remote: [(agent, 0)],
             write: !op.repeatable(),
+            once: op.once().unwrap_or_default(),
             op: Some(op),
             refused: false,
             key: key.to_vec(),
@@ -374,6 +396,10 @@ impl LoopOp {
     /// So is a write run here whose records have left for the members
     /// (`Node::loop_write_sent`) unless this node led the stripe throughout
     /// (`Node::loop_write_may_rerun`): another leader may have adopted them.
+    ///
+    /// A forwarded write with a request id is not: a worker tries it again as a retry
+    /// ([`LoopOp::rerun`]), which the agent answers from the key's records or refuses, never
+    /// applying it twice (`agent::once`).
     fn in_doubt(&self, node: &Node) -> bool {
         match self {
             LoopOp::Forward {
@@ -381,8 +407,9 @@ impl LoopOp {
                 op: None,
                 refused: false,
                 result: None,
+                once,
                 ..
-            } => true,
+            } => once.id == 0,
             LoopOp::Write { write, .. } => {
                 node.loop_write_sent(write) && !node.loop_write_may_rerun(write)
             }
@@ -419,6 +446,31 @@ impl LoopOp {
             _ => {}
         }
         out
+    }
+
+    /// How a worker tries a write given up on the loop again (`None`: as it was): a write run
+    /// here as a first try if none of its records left, otherwise as a rerun
+    /// (`LoopWrite::rerun_once`); a forwarded one as a first try if it was not sent or the
+    /// agent refused it, otherwise as a retry.
+    fn rerun(&self) -> Option<Once> {
+        match self {
+            LoopOp::Write { write, .. } => Some(write.rerun_once()),
+            LoopOp::Forward {
+                write: true,
+                once,
+                op,
+                refused,
+                ..
+            } if once.id != 0 => Some(if op.is_some() || *refused {
+                Once::first(once.id)
+            } else {
+                Once {
+                    id: once.id,
+                    attempt: Attempt::Retry,
+                }
+            }),
+            _ => None,
+        }
     }
 
     /// Gives the op up (a worker runs the request again).
@@ -492,8 +544,13 @@ impl LoopOps {
             return Some(Done::Reply(pr.conn, pr.op.doubt(node)));
         }
         if pr.failed {
+            let rerun = pr.op.rerun();
             pr.op.abandon(node);
-            return Some(Done::Worker(pr.conn, pr.retry));
+            let retry = match rerun {
+                Some(once) => pr.retry.with_once(once),
+                None => pr.retry,
+            };
+            return Some(Done::Worker(pr.conn, retry));
         }
         match pr.op.finish(node) {
             Some(out) => Some(Done::Reply(pr.conn, out)),
@@ -591,12 +648,13 @@ fn start_client_op(
     registry: &Registry,
     op: LoopOp,
     request: OwnedCommand,
+    once: Once,
 ) {
     c.busy = true;
-    match start_loop_op(ops, node, registry, token, op, Retry::Client(request)) {
+    match start_loop_op(ops, node, registry, token, op, Retry::Client(request, once)) {
         None => {}
-        Some(Done::Worker(_, Retry::Client(request))) => {
-            hand.client(token, Work::Command(request));
+        Some(Done::Worker(_, Retry::Client(request, once))) => {
+            hand.client(token, Work::Command(request, once));
         }
         Some(Done::Worker(_, Retry::Peer(_))) => unreachable!("a client's op"),
         Some(Done::Reply(_, out)) => {
@@ -647,8 +705,9 @@ fn start_peer_request(
             exptime,
             compare_cas: None,
             value,
-        }) if *mode == StoreMode::Set => {
-            match node.loop_write_start(key, *flags, *exptime, value) {
+            once,
+        }) if *mode == StoreMode::Set && once.attempt == Attempt::First => {
+            match node.loop_write_start(key, *flags, *exptime, value, once.id) {
                 LoopWriteStart::Stored(cas) => {
                     bump(&c.loop_writes);
                     let res = peer::Response::Agent(AgentResult::Stored { cas });
@@ -699,9 +758,9 @@ fn deliver(
             }
             Some(token)
         }
-        Done::Worker(token, Retry::Client(request)) => {
+        Done::Worker(token, Retry::Client(request, once)) => {
             if conns.contains_key(&token) {
-                hand.client(token, Work::Command(request));
+                hand.client(token, Work::Command(request, once));
             }
             None
         }
@@ -801,9 +860,14 @@ pub fn serve(
                 let Ok(job) = job else { return };
                 let mut out = Vec::new();
                 let close = match job.work {
-                    Work::Command(command) => {
-                        execute(&node, &counts, &limits, command.as_command(), &mut out)
-                    }
+                    Work::Command(command, once) => execute(
+                        &node,
+                        &counts,
+                        &limits,
+                        command.as_command(),
+                        once,
+                        &mut out,
+                    ),
                     Work::Flip(line) => {
                         flip(&node, &line, &mut out);
                         false
@@ -1243,7 +1307,9 @@ fn service(
                             };
                             let key = g.keys[0];
                             match node.loop_read_start(key) {
-                                LoopRead::Worker => Some(command.to_owned_command()),
+                                LoopRead::Worker => {
+                                    Some((command.to_owned_command(), Once::default()))
+                                }
                                 LoopRead::Miss => {
                                     bump(&node.counters.cmd_get);
                                     bump(&node.counters.get_misses);
@@ -1262,8 +1328,9 @@ fn service(
                                 LoopRead::Fetch(read) => {
                                     let op = LoopOp::Read { read, to };
                                     let request = command.to_owned_command();
+                                    let once = Once::default();
                                     start_client_op(
-                                        c, token, node, hand, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request, once,
                                     );
                                     None
                                 }
@@ -1275,8 +1342,9 @@ fn service(
                                     };
                                     let op = LoopOp::forward(agent, key, get, to);
                                     let request = command.to_owned_command();
+                                    let once = Once::default();
                                     start_client_op(
-                                        c, token, node, hand, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request, once,
                                     );
                                     None
                                 }
@@ -1289,8 +1357,10 @@ fn service(
                                 with_cas: false,
                                 noreply: st.noreply,
                             };
-                            match node.loop_write_start(st.key, st.flags, st.exptime, st.data) {
-                                LoopWriteStart::Worker => Some(command.to_owned_command()),
+                            let id = node.next_request_id();
+                            let once = Once::first(id);
+                            match node.loop_write_start(st.key, st.flags, st.exptime, st.data, id) {
+                                LoopWriteStart::Worker => Some((command.to_owned_command(), once)),
                                 LoopWriteStart::Stored(_) => {
                                     bump(&node.counters.cmd_set);
                                     bump(&node.counters.loop_writes);
@@ -1303,7 +1373,7 @@ fn service(
                                     let op = LoopOp::Write { write, to };
                                     let request = command.to_owned_command();
                                     start_client_op(
-                                        c, token, node, hand, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request, once,
                                     );
                                     None
                                 }
@@ -1315,22 +1385,23 @@ fn service(
                                         exptime: st.exptime,
                                         compare_cas: None,
                                         value: st.data.to_vec(),
+                                        once,
                                     };
                                     let op = LoopOp::forward(agent, st.key, set, to);
                                     let request = command.to_owned_command();
                                     start_client_op(
-                                        c, token, node, hand, ops, registry, op, request,
+                                        c, token, node, hand, ops, registry, op, request, once,
                                     );
                                     None
                                 }
                             }
                         }
-                        _ => Some(command.to_owned_command()),
+                        _ => Some((command.to_owned_command(), Once::default())),
                     };
                     // Anything else goes to a worker, parsed (not to be parsed again).
-                    if let Some(request) = handoff {
+                    if let Some((request, once)) = handoff {
                         c.busy = true;
-                        hand.client(token, Work::Command(request));
+                        hand.client(token, Work::Command(request, once));
                     }
                     c.inbuf.drain(..consumed);
                 }
@@ -1456,9 +1527,16 @@ fn execute(
     counts: &ConnCounts,
     limits: &Limits,
     command: Command<'_>,
+    once: Once,
     out: &mut Vec<u8>,
 ) -> bool {
     let c = &node.counters;
+    // A write's request id: the loop's, if it tried the write first, or a new one.
+    let once = if once.id == 0 {
+        Once::first(node.next_request_id())
+    } else {
+        once
+    };
     let inc = |a: &AtomicU64| {
         a.fetch_add(1, Ordering::Relaxed);
     };
@@ -1472,6 +1550,7 @@ fn execute(
                 exptime: s.exptime,
                 compare_cas: (s.mode == StoreMode::Cas).then_some(s.cas_unique),
                 value: s.data.to_vec(),
+                once,
             };
             let r = node.route_key(op, s.key);
             if s.mode == StoreMode::Cas {
@@ -1613,6 +1692,7 @@ fn execute(
                     incr,
                     key: key.to_vec(),
                     delta,
+                    once,
                 },
                 key,
             ) {
@@ -1702,6 +1782,7 @@ fn execute(
                 exptime: f.ttl.unwrap_or(0),
                 compare_cas: f.compare_cas,
                 value: ms.data.to_vec(),
+                once,
             };
             let (status, cas) = match node.route_key(op, &key) {
                 AgentResult::Stored { cas } => (MetaStatus::Hd, Some(cas)),
@@ -1930,6 +2011,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
     compose::stat(out, "writes_in_doubt", g(&c.writes_in_doubt));
+    compose::stat(out, "retries_answered", g(&c.retries_answered));
+    compose::stat(out, "retries_in_doubt", g(&c.retries_in_doubt));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());
@@ -1984,7 +2067,8 @@ mod tests {
         let settle = |lapsed: bool, to: ReplyTo| {
             // An index built after any lapse before (a read rebuilds it).
             assert_eq!(get(&node, key), AgentResult::Miss);
-            let LoopWriteStart::Send(write) = node.loop_write_start(key, 0, 0, &[7; 100]) else {
+            let LoopWriteStart::Send(write) = node.loop_write_start(key, 0, 0, &[7; 100], 41)
+            else {
                 panic!("a coded set of a leading node with every member up runs on the loop");
             };
             assert!(node.loop_write_sent(&write), "its own record is stored");
@@ -2002,7 +2086,7 @@ mod tests {
                 PendingOp {
                     conn: Token(1),
                     op: LoopOp::Write { write, to },
-                    retry: Retry::Client(proto::OwnedCommand::Version),
+                    retry: Retry::Client(proto::OwnedCommand::Version, Once::first(41)),
                     outstanding: 2,
                     next: 2,
                     // A member's reply did not come in time (or its connection broke).
@@ -2017,7 +2101,18 @@ mod tests {
             noreply: false,
         };
         match settle(false, client) {
-            Some(Done::Worker(Token(1), Retry::Client(_))) => {}
+            // Its records left: the worker writes it anew only in the index it was given up
+            // in (`agent::once`).
+            Some(Done::Worker(Token(1), Retry::Client(_, once))) => {
+                let epoch = node.stripes[0].lock().unwrap().as_ref().unwrap().epoch;
+                assert_eq!(
+                    once,
+                    Once {
+                        id: 41,
+                        attempt: Attempt::Rerun { epoch }
+                    }
+                );
+            }
             _ => panic!("a write of a node that led throughout goes to a worker"),
         }
         assert_eq!(node.counters.writes_in_doubt.load(Ordering::Relaxed), 0);

@@ -302,6 +302,7 @@ mod tests {
                 value_bytes: data.len() as u64,
                 flags: 0,
                 exptime: 0,
+                trail: [0; record::TRAIL],
             },
             data,
         )

@@ -1,19 +1,27 @@
 //! Nodes in one process, with peers played by a transport that answers from a script.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{ExecMode, Node, NodeConfig};
-use crate::carrier::peer::{AgentOp, AgentResult, PeerError, PeerTransport, Request, Response};
+use crate::agent::LoopWriteStart;
+use crate::carrier::peer::{
+    AgentOp, AgentResult, Attempt, Once, PeerError, PeerTransport, Request, Response,
+};
+use crate::member::store::ChunkStore;
+use crate::record;
 
-/// Peers that grant every heartbeat, hold no records and ack every record; those in `silent`
-/// send no reply to a `List` (cut off since their heartbeats were answered), those in `unheard`
-/// answer it with something else (left out of the rebuild, though nothing marks them down).
+/// Peers that grant every heartbeat and store the records they are sent (a chunk store each,
+/// answering `Put`, `Get`, `Delete` and `List` as a member does); those in `silent` send no
+/// reply to a `List` (cut off since their heartbeats were answered), those in `unheard` answer
+/// it with something else (left out of the rebuild, though nothing marks them down).
 #[derive(Debug)]
 pub(crate) struct Granting {
     pub silent: Vec<usize>,
     pub unheard: Vec<usize>,
+    pub stores: Mutex<HashMap<usize, ChunkStore>>,
 }
 
 impl PeerTransport for Granting {
@@ -33,8 +41,47 @@ impl PeerTransport for Granting {
                     source: std::io::ErrorKind::TimedOut.into(),
                 }),
                 Request::List { .. } if self.unheard.contains(&node) => Ok(Response::Ack),
-                Request::List { .. } => Ok(Response::Headers(Vec::new(), Vec::new())),
-                _ => Ok(Response::Ack),
+                r => {
+                    let mut stores = self.stores.lock().unwrap();
+                    let store = stores.entry(node).or_default();
+                    Ok(match r {
+                        Request::Put {
+                            stripe,
+                            watermark,
+                            record,
+                        } => match store.put(stripe, record, watermark) {
+                            Ok(_) => Response::Ack,
+                            Err(e) => Response::Nack(e.to_string()),
+                        },
+                        Request::Get {
+                            stripe,
+                            position,
+                            key,
+                            version,
+                        } => Response::Record(
+                            store
+                                .get(stripe, position, &key, version)
+                                .map(<[u8]>::to_vec),
+                        ),
+                        Request::Delete {
+                            stripe,
+                            key,
+                            version,
+                        } => {
+                            store.delete(stripe, &key, version);
+                            Response::Ack
+                        }
+                        Request::List { stripe } => Response::Headers(
+                            store
+                                .list(stripe)
+                                .iter()
+                                .map(|h| record::encode(h, &[]))
+                                .collect(),
+                            store.tombstones(stripe),
+                        ),
+                        _ => Response::Ack,
+                    })
+                }
             })
             .collect()
     }
@@ -71,6 +118,7 @@ pub(crate) fn leading_node_with(silent: &[usize], unheard: &[usize]) -> Node {
     let peers = Arc::new(Granting {
         silent: silent.to_vec(),
         unheard: unheard.to_vec(),
+        stores: Mutex::new(HashMap::new()),
     });
     let mut node = Node::new(cfg, peers.clone(), peers);
     node.started = Instant::now()
@@ -144,4 +192,169 @@ fn an_index_rebuilt_without_enough_members_heard_is_not_kept_even_if_they_are_up
     let node = leading_node_with(&[], &[2]);
     assert_eq!(get(&node, &key), AgentResult::Miss);
     assert!(node.stripes[0].lock().unwrap().is_some());
+}
+
+fn set(node: &Node, key: &[u8], value: &[u8], once: Once) -> AgentResult {
+    node.agent(AgentOp::Store {
+        mode: proto::StoreMode::Set,
+        key: key.to_vec(),
+        flags: 0,
+        exptime: 0,
+        compare_cas: None,
+        value: value.to_vec(),
+        once,
+    })
+}
+
+fn incr(node: &Node, key: &[u8], delta: u64, once: Once) -> AgentResult {
+    node.agent(AgentOp::Arith {
+        incr: true,
+        key: key.to_vec(),
+        delta,
+        once,
+    })
+}
+
+fn retry(id: u64) -> Once {
+    Once {
+        id,
+        attempt: Attempt::Retry,
+    }
+}
+
+fn value_of(node: &Node, key: &[u8]) -> (Vec<u8>, u64) {
+    match get(node, key) {
+        AgentResult::Value { value, cas, .. } => (value, cas),
+        other => panic!("read {other:?}"),
+    }
+}
+
+/// A write tried again after a try whose fate is unknown (`agent::once`): answered from what
+/// the first try did while the key's trail shows its id, refused while it does not, never
+/// applied a second time.
+#[test]
+fn a_retried_write_is_answered_from_what_it_did_and_never_applied_twice() {
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    assert!(matches!(
+        set(&node, &key, b"10", Once::first(1)),
+        AgentResult::Stored { .. }
+    ));
+    let AgentResult::Number { number: 15, cas } = incr(&node, &key, 5, Once::first(100)) else {
+        panic!("incr of 10 by 5");
+    };
+    // The retry answers the number the first try left, with its version: counted once.
+    assert_eq!(
+        incr(&node, &key, 5, retry(100)),
+        AgentResult::Number { number: 15, cas }
+    );
+    assert_eq!(value_of(&node, &key), (b"15".to_vec(), cas));
+    // A retry of a write the records do not show is refused as in doubt, and changes nothing.
+    match set(&node, &key, b"x", retry(200)) {
+        AgentResult::Error(e) => assert!(e.contains("may or may not have been applied"), "{e}"),
+        other => panic!("an unknown retry answered {other:?}"),
+    }
+    assert_eq!(value_of(&node, &key), (b"15".to_vec(), cas));
+    // Replaced by later writes: a store's retry is answered stored, an incr's result is gone.
+    assert!(matches!(
+        set(&node, &key, b"a", Once::first(101)),
+        AgentResult::Stored { .. }
+    ));
+    assert!(matches!(
+        set(&node, &key, b"b", Once::first(102)),
+        AgentResult::Stored { .. }
+    ));
+    assert_eq!(
+        set(&node, &key, b"a", retry(101)),
+        AgentResult::Stored { cas: 0 }
+    );
+    match incr(&node, &key, 5, retry(100)) {
+        AgentResult::Error(e) => assert!(e.contains("no longer known"), "{e}"),
+        other => panic!("a replaced incr's retry answered {other:?}"),
+    }
+    assert_eq!(value_of(&node, &key).0, b"b");
+    let c = &node.counters;
+    assert_eq!(c.retries_answered.load(Ordering::Relaxed), 3);
+    assert_eq!(c.retries_in_doubt.load(Ordering::Relaxed), 1);
+    // A rerun is written anew in the index it was given up in, and refused in any other.
+    let epoch = node.stripes[0].lock().unwrap().as_ref().unwrap().epoch;
+    let rerun = |id, epoch| Once {
+        id,
+        attempt: Attempt::Rerun { epoch },
+    };
+    assert!(matches!(
+        set(&node, &key, b"c", rerun(103, epoch + 1000)),
+        AgentResult::Error(_)
+    ));
+    assert_eq!(value_of(&node, &key).0, b"b");
+    assert!(matches!(
+        set(&node, &key, b"c", rerun(103, epoch)),
+        AgentResult::Stored { .. }
+    ));
+    assert_eq!(value_of(&node, &key).0, b"c");
+}
+
+/// The ids travel in the records: an index rebuilt from them (here after a lease lapse, as a
+/// new agent would after a takeover) answers a retry from what the first try did.
+#[test]
+fn an_index_rebuilt_from_the_records_answers_a_retry_from_them() {
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    assert!(matches!(
+        set(&node, &key, b"41", Once::first(1)),
+        AgentResult::Stored { .. }
+    ));
+    let AgentResult::Number { number: 42, cas } = incr(&node, &key, 1, Once::first(7)) else {
+        panic!("incr of 41");
+    };
+    let rebuilds = node.counters.index_rebuilds.load(Ordering::Relaxed);
+    lapse_lease(&node, 1);
+    assert_eq!(
+        incr(&node, &key, 1, retry(7)),
+        AgentResult::Number { number: 42, cas }
+    );
+    assert_eq!(
+        node.counters.index_rebuilds.load(Ordering::Relaxed),
+        rebuilds + 1,
+        "the retry ran on a rebuilt index"
+    );
+    assert_eq!(value_of(&node, &key), (b"42".to_vec(), cas));
+}
+
+/// The `set` that `inec nemesis` found applied as two versions: run on the event loop, its
+/// records reached the members, the loop gave it up (a member's ack late) and handed it to a
+/// worker to write again (the agent had led throughout); before the worker ran, the lease
+/// lapsed and the rebuilt index adopted the given-up version. The worker's rerun must answer
+/// from that version, not write a second one.
+#[test]
+fn a_loop_write_given_up_and_adopted_by_a_rebuild_is_not_written_again() {
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    assert_eq!(get(&node, &key), AgentResult::Miss);
+    let value = vec![9u8; 100];
+    let LoopWriteStart::Send(mut write) = node.loop_write_start(&key, 0, 0, &value, 500) else {
+        panic!("a coded set of a leading node with every member up runs on the loop");
+    };
+    let version = write.version();
+    let remote = write.remote.clone();
+    let puts = remote
+        .iter()
+        .map(|&(member, p)| (member, write.request(p)))
+        .collect();
+    assert!(node
+        .call(puts)
+        .iter()
+        .all(|r| matches!(r, Ok(Response::Ack))));
+    // No ack reached the loop in time: given up, to be run again by a worker.
+    assert!(node.loop_write_may_rerun(&write));
+    let once = write.rerun_once();
+    assert!(matches!(once.attempt, Attempt::Rerun { .. }));
+    node.loop_write_abandon(*write);
+    lapse_lease(&node, 1);
+    assert_eq!(
+        set(&node, &key, &value, once),
+        AgentResult::Stored { cas: version }
+    );
+    assert_eq!(value_of(&node, &key), (value, version), "one version");
+    assert_eq!(node.counters.retries_answered.load(Ordering::Relaxed), 1);
 }
