@@ -69,6 +69,11 @@ impl std::fmt::Debug for LoopWrite {
 }
 
 impl LoopWrite {
+    /// The write's request id (0: none).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// The version the write stores (its CAS value).
     pub fn version(&self) -> u64 {
         self.entry.version

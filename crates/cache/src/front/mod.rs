@@ -320,9 +320,16 @@ impl LoopOp {
                 }
             }
             LoopOp::Write { write, to } => {
+                let id = write.id();
                 let Some(cas) = node.loop_write_finish(*write) else {
-                    // Stored on every member, then the lease ran out: in doubt (see
-                    // `loop_write_finish`), answered as such rather than written again.
+                    // Stored on every member, then the lease ran out: tried again as a retry
+                    // (answered from the records a rebuilt index adopts, never applied twice),
+                    // or, without a request id, in doubt (see `loop_write_finish`), answered as
+                    // such rather than written again.
+                    if id != 0 {
+                        bump(&c.loop_write_fallbacks);
+                        return None;
+                    }
                     bump(&c.writes_in_doubt);
                     match to {
                         ReplyTo::Client { noreply: true, .. } => {}
@@ -397,7 +404,7 @@ impl LoopOp {
     /// (`Node::loop_write_sent`) unless this node led the stripe throughout
     /// (`Node::loop_write_may_rerun`): another leader may have adopted them.
     ///
-    /// A forwarded write with a request id is not: a worker tries it again as a retry
+    /// Neither is, if it has a request id: a worker tries it again as a retry
     /// ([`LoopOp::rerun`]), which the agent answers from the key's records or refuses, never
     /// applying it twice (`agent::once`).
     fn in_doubt(&self, node: &Node) -> bool {
@@ -411,7 +418,7 @@ impl LoopOp {
                 ..
             } => once.id == 0,
             LoopOp::Write { write, .. } => {
-                node.loop_write_sent(write) && !node.loop_write_may_rerun(write)
+                write.id() == 0 && node.loop_write_sent(write) && !node.loop_write_may_rerun(write)
             }
             _ => false,
         }
@@ -449,11 +456,21 @@ impl LoopOp {
     }
 
     /// How a worker tries a write given up on the loop again (`None`: as it was): a write run
-    /// here as a first try if none of its records left, otherwise as a rerun
-    /// (`LoopWrite::rerun_once`); a forwarded one as a first try if it was not sent or the
-    /// agent refused it, otherwise as a retry.
-    fn rerun(&self) -> Option<Once> {
+    /// here as a first try if none of its records left, as a rerun if they did and this node
+    /// led the stripe throughout (`LoopWrite::rerun_once`), otherwise as a retry; a forwarded
+    /// one as a first try if it was not sent or the agent refused it, otherwise as a retry.
+    fn rerun(&self, node: &Node) -> Option<Once> {
         match self {
+            LoopOp::Write { write, .. }
+                if write.id() != 0
+                    && node.loop_write_sent(write)
+                    && !node.loop_write_may_rerun(write) =>
+            {
+                Some(Once {
+                    id: write.id(),
+                    attempt: Attempt::Retry,
+                })
+            }
             LoopOp::Write { write, .. } => Some(write.rerun_once()),
             LoopOp::Forward {
                 write: true,
@@ -544,7 +561,7 @@ impl LoopOps {
             return Some(Done::Reply(pr.conn, pr.op.doubt(node)));
         }
         if pr.failed {
-            let rerun = pr.op.rerun();
+            let rerun = pr.op.rerun(node);
             pr.op.abandon(node);
             let retry = match rerun {
                 Some(once) => pr.retry.with_once(once),
@@ -552,10 +569,24 @@ impl LoopOps {
             };
             return Some(Done::Worker(pr.conn, retry));
         }
+        // A write stored everywhere that could not be committed is tried again as a retry.
+        let unfinished = match &pr.op {
+            LoopOp::Write { write, .. } if write.id() != 0 => Some(Once {
+                id: write.id(),
+                attempt: Attempt::Retry,
+            }),
+            _ => None,
+        };
         match pr.op.finish(node) {
             Some(out) => Some(Done::Reply(pr.conn, out)),
             // `finish` undid what it had to and counted the fallback.
-            None => Some(Done::Worker(pr.conn, pr.retry)),
+            None => Some(Done::Worker(
+                pr.conn,
+                match unfinished {
+                    Some(once) => pr.retry.with_once(once),
+                    None => pr.retry,
+                },
+            )),
         }
     }
 
@@ -2055,19 +2086,21 @@ mod tests {
     /// node may have led the stripe meanwhile and adopted its records: run again, by a worker
     /// or by the front at the next agent, the `set` would take effect twice, the second time
     /// over the writes made in between (`inec nemesis` found a value written during a
-    /// partition come back after the heal). It is answered as in doubt, its reservation
-    /// undone, and never handed to a worker. Led without a break, the node's worker writes it
-    /// again under a new version (a member that stalls does not fail the write).
+    /// partition come back after the heal). Its reservation is undone and it goes to a worker
+    /// as a retry, which the agent answers from the records or refuses (`agent::once`); without
+    /// a request id, it is answered as in doubt and never handed to a worker. Led without a
+    /// break, the node's worker writes it again under a new version (a member that stalls does
+    /// not fail the write), in the same index only.
     #[test]
     fn a_loop_write_whose_records_left_is_run_again_only_if_led_throughout() {
         let node = leading_node(&[]);
         let key = key_of_stripe_0(&node);
         let key = key.as_slice();
         assert_eq!(get(&node, key), AgentResult::Miss, "node 0 leads stripe 0");
-        let settle = |lapsed: bool, to: ReplyTo| {
+        let settle = |lapsed: bool, to: ReplyTo, id: u64| {
             // An index built after any lapse before (a read rebuilds it).
             assert_eq!(get(&node, key), AgentResult::Miss);
-            let LoopWriteStart::Send(write) = node.loop_write_start(key, 0, 0, &[7; 100], 41)
+            let LoopWriteStart::Send(write) = node.loop_write_start(key, 0, 0, &[7; 100], id)
             else {
                 panic!("a coded set of a leading node with every member up runs on the loop");
             };
@@ -2086,7 +2119,7 @@ mod tests {
                 PendingOp {
                     conn: Token(1),
                     op: LoopOp::Write { write, to },
-                    retry: Retry::Client(proto::OwnedCommand::Version, Once::first(41)),
+                    retry: Retry::Client(proto::OwnedCommand::Version, Once::first(id)),
                     outstanding: 2,
                     next: 2,
                     // A member's reply did not come in time (or its connection broke).
@@ -2100,7 +2133,7 @@ mod tests {
             with_cas: false,
             noreply: false,
         };
-        match settle(false, client) {
+        match settle(false, client, 41) {
             // Its records left: the worker writes it anew only in the index it was given up
             // in (`agent::once`).
             Some(Done::Worker(Token(1), Retry::Client(_, once))) => {
@@ -2117,7 +2150,17 @@ mod tests {
         }
         assert_eq!(node.counters.writes_in_doubt.load(Ordering::Relaxed), 0);
         for to in [client, ReplyTo::Peer] {
-            match settle(true, to) {
+            match settle(true, to, 42) {
+                Some(Done::Worker(Token(1), Retry::Client(_, once))) => assert_eq!(
+                    once,
+                    Once {
+                        id: 42,
+                        attempt: Attempt::Retry
+                    }
+                ),
+                _ => panic!("a write with a request id whose records left goes to a retry"),
+            }
+            match settle(true, to, 0) {
                 Some(Done::Reply(Token(1), out)) => {
                     let out = String::from_utf8_lossy(&out).into_owned();
                     assert!(out.contains("may or may not have been applied"), "{out}");
