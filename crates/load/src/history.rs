@@ -269,6 +269,17 @@ struct Conn {
     writer: TcpStream,
 }
 
+/// Whether a reply is the cache's refusal of an operation because its stripe has more
+/// positions down than the code tolerates, given before anything of it was stored (the agent
+/// checks first). Such a refusal of a write is a failure, not an unknown, which spares the
+/// checker a branch per refused write; a refusal that says the request may or may not have
+/// been applied (a later try of a write whose first try went unanswered) stays unknown.
+fn refused_unavailable(line: &str) -> bool {
+    line.starts_with("SERVER_ERROR stripe ")
+        && line.contains(" unavailable: ")
+        && !line.contains("may or may not have been applied")
+}
+
 fn connect(addr: SocketAddr, timeout: Duration) -> std::io::Result<Conn> {
     let s = TcpStream::connect_timeout(&addr, timeout)?;
     s.set_read_timeout(Some(timeout))?;
@@ -443,8 +454,9 @@ impl HistClient {
         self.ops.len() - 1
     }
 
-    /// Ends the op at `at` with what the exchange returned: a write's `SERVER_ERROR` or lost
-    /// reply is unknown, a read's is a failure.
+    /// Ends the op at `at` with what the exchange returned: a write's lost reply or
+    /// `SERVER_ERROR` is unknown (but a refusal for want of members, [`refused_unavailable`]),
+    /// a read's is a failure.
     fn end(&mut self, at: usize, reply: std::io::Result<Reply>) -> Option<(Vec<u8>, u64)> {
         let ret = self.now();
         let op = &mut self.ops[at];
@@ -462,6 +474,7 @@ impl HistClient {
                 (Outcome::Ok, out)
             }
             Ok(Reply::Line(l)) if l == "END" && !op.is_write() => (Outcome::Ok, "miss".into()),
+            Ok(Reply::Line(l)) if refused_unavailable(&l) => (Outcome::Fail, l),
             Ok(Reply::Line(l)) if l.starts_with("SERVER_ERROR") => (failed, l),
             Ok(Reply::Line(l)) => (Outcome::Ok, l),
             Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
@@ -530,6 +543,30 @@ mod tests {
             ret,
             outcome: Outcome::Ok,
             out: out.into(),
+        }
+    }
+
+    /// Only the refusal for want of members, said as the cache says it, is a failure; the same
+    /// refusal of a later try (which says it may have been applied) and any other error stay
+    /// unknown.
+    #[test]
+    fn a_write_refused_for_want_of_members_failed_and_other_errors_are_unknown() {
+        let refused = "SERVER_ERROR stripe 3 unavailable: 4 of 9 chunk positions down (nodes \
+                       [1, 2, 3, 4]), rs:6,3 tolerates 3";
+        assert!(refused_unavailable(refused));
+        let retried = format!(
+            "{refused}; an earlier try of this request may have been applied: it may or may \
+             not have been applied"
+        );
+        assert!(!refused_unavailable(&retried));
+        for other in [
+            "SERVER_ERROR the lease of stripe 0 ran out during the write: it may or may not have \
+             been applied",
+            "SERVER_ERROR no agent of stripe 0 answers (views of the cluster disagree)",
+            "SERVER_ERROR object too large for cache",
+            "STORED",
+        ] {
+            assert!(!refused_unavailable(other), "{other}");
         }
     }
 

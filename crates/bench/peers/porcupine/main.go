@@ -219,7 +219,7 @@ func shortest(key string, ops []Op, timeout time.Duration) *counterexample {
 }
 
 func main() {
-	timeout := 60 * time.Second
+	timeout := 120 * time.Second
 	var r io.Reader = os.Stdin
 	if len(os.Args) > 1 {
 		f, err := os.Open(os.Args[1])

@@ -7,12 +7,17 @@ use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::carrier::peer::{AgentOp, AgentResult, PeerError, Request, Response};
+use crate::carrier::peer::{AgentOp, AgentResult, Attempt, PeerError, Request, Response};
 use crate::cluster::stripe;
 use crate::node::{bump, key_lock_index, lock, Node};
 use crate::record::{self, Header};
 use crate::time;
 use index::{Entry, Gone, StripeIndex};
+
+/// What an error answered to a write says when the write may have been applied (its fate is
+/// unknown to the node answering); every answer to a later try of a write that refuses it
+/// says so too.
+pub const MAY_HAVE_APPLIED: &str = "may or may not have been applied";
 
 pub mod index;
 mod loop_read;
@@ -32,8 +37,9 @@ impl Node {
     pub fn route(&self, stripe: usize, mut op: AgentOp) -> AgentResult {
         let settle = self.cfg.down_after * 2 + Duration::from_millis(500);
         let mut deadline = Instant::now() + settle;
-        // Some try of the write went unanswered: a final refusal must say it may have applied.
-        let mut tried_unanswered = false;
+        // Some try of the write went unanswered (or this is a later try): a final refusal must
+        // say it may have applied.
+        let mut tried_unanswered = op.once().is_some_and(|o| o.attempt != Attempt::First);
         loop {
             let Some(agent) = self.agent_of(stripe) else {
                 return match self.unavailable(stripe) {
@@ -316,6 +322,21 @@ impl Node {
 
     /// Runs an operation as the agent of its key's stripe.
     pub fn agent(&self, op: AgentOp) -> AgentResult {
+        // A later try of a write may follow one that was applied (or left records a rebuild
+        // may still adopt): whatever refuses it must not say that nothing was applied.
+        let retry = op.once().is_some_and(|o| o.attempt != Attempt::First);
+        match self.agent_try(op) {
+            AgentResult::Error(e) if retry && !e.contains(MAY_HAVE_APPLIED) => {
+                AgentResult::Error(format!(
+                    "{e}; an earlier try of this request may have been applied: it {MAY_HAVE_APPLIED}"
+                ))
+            }
+            res => res,
+        }
+    }
+
+    /// [`Node::agent`] for one try.
+    fn agent_try(&self, op: AgentOp) -> AgentResult {
         let key = match &op {
             AgentOp::Get { key, .. }
             | AgentOp::Store { key, .. }
