@@ -233,6 +233,8 @@ pub fn key_lock_index(key: &[u8]) -> usize {
 /// whether the failure was a bad CRC.
 pub(crate) type Fetched = (Vec<(usize, Vec<u8>)>, Vec<(usize, bool)>);
 
+#[cfg(test)]
+mod cluster_tests;
 /// A cache node.
 #[cfg(test)]
 pub(crate) mod tests;

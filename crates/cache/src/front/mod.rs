@@ -135,8 +135,12 @@ impl Handoff {
     }
 
     /// A peer's request that may wait, for a peer worker.
-    fn peer(&self, token: Token, request: peer::Request) {
-        let job = PeerJob { token, request };
+    fn peer(&self, token: Token, request: peer::Request, tried_here: bool) {
+        let job = PeerJob {
+            token,
+            request,
+            tried_here,
+        };
         let _ = self.peer_jobs.send((job, Arc::clone(&self.home)));
     }
 }
@@ -754,7 +758,7 @@ fn start_peer_request(
         _ => None,
     };
     let Some(op) = op else {
-        hand.peer(token, request);
+        hand.peer(token, request, false);
         return None;
     };
     match start_loop_op(ops, node, registry, token, op, Retry::Peer(request)) {
@@ -762,7 +766,7 @@ fn start_peer_request(
         Some(Done::Reply(_, out)) => Some(out),
         Some(Done::Worker(_, retry)) => {
             if let Retry::Peer(request) = retry {
-                hand.peer(token, request);
+                hand.peer(token, request, true);
             }
             None
         }
@@ -797,7 +801,7 @@ fn deliver(
         }
         Done::Worker(token, Retry::Peer(request)) => {
             if peer_conns.contains_key(&token) {
-                hand.peer(token, request);
+                hand.peer(token, request, true);
             }
             None
         }
@@ -924,8 +928,8 @@ pub fn serve(
                     rx.recv()
                 };
                 let Ok((job, home)) = job else { return };
-                let out = crate::member::conn::run_job(&node, job.request);
                 let token = job.token;
+                let out = crate::member::conn::run_job(&node, job);
                 home.post(Mail::Reply {
                     token,
                     out,

@@ -13,7 +13,8 @@ use std::sync::atomic::Ordering;
 use mio::net::TcpStream;
 use mio::Token;
 
-use crate::carrier::peer::{self, Request, Response, MESSAGE_MAX_BYTES};
+use crate::agent::MAY_HAVE_APPLIED;
+use crate::carrier::peer::{self, AgentResult, Attempt, Request, Response, MESSAGE_MAX_BYTES};
 use crate::node::Node;
 
 /// A connection from another node to this one's peer port.
@@ -31,6 +32,11 @@ pub struct PeerConn {
 pub struct PeerJob {
     pub token: Token,
     pub request: Request,
+    /// This node's event loop tried the request first and gave it up: a later try it made of
+    /// a write ([`Attempt::Retry`] or [`Attempt::Rerun`]) must not be answered "not agent",
+    /// which tells the front nothing was applied (it would send the write to the next agent as
+    /// a first try, and the records of the try here may have been adopted there).
+    pub tried_here: bool,
 }
 
 impl PeerConn {
@@ -136,8 +142,21 @@ impl PeerConn {
 }
 
 /// Runs a request a peer connection handed over (on a peer worker) and frames its reply.
-pub fn run_job(node: &Node, request: Request) -> Vec<u8> {
-    frame_reply(node, &node.handle_peer(request))
+pub fn run_job(node: &Node, job: PeerJob) -> Vec<u8> {
+    let later_try = match &job.request {
+        Request::Agent(op) => op.once().is_some_and(|o| o.attempt != Attempt::First),
+        _ => false,
+    };
+    let res = match node.handle_peer(job.request) {
+        Response::Agent(AgentResult::NotAgent) if job.tried_here && later_try => {
+            Response::Agent(AgentResult::Error(format!(
+                "the key's agent lost the stripe while it wrote this request: it \
+                 {MAY_HAVE_APPLIED}"
+            )))
+        }
+        res => res,
+    };
+    frame_reply(node, &res)
 }
 
 /// A reply framed for its connection ([`push_reply`]).

@@ -358,3 +358,64 @@ fn a_loop_write_given_up_and_adopted_by_a_rebuild_is_not_written_again() {
     assert_eq!(value_of(&node, &key), (value, version), "one version");
     assert_eq!(node.counters.retries_answered.load(Ordering::Relaxed), 1);
 }
+
+/// `inec nemesis` found a `set` applied twice: the agent's event loop ran a forwarded `set`,
+/// its records were stored, the agent stalled; the stand-in adopted the records; when the
+/// agent resumed, it had lost the stripe and its peer worker answered the later try of the
+/// write "not agent", which tells the front that nothing was applied, and the front sent the
+/// `set` to the stand-in as a first try, which applied it again over later writes. A later
+/// try of a write that this node's loop tried first is answered as in doubt instead.
+#[test]
+fn a_write_tried_on_the_loop_is_never_answered_not_agent_by_its_later_try() {
+    let node = leading_node(&[]);
+    // A key of a stripe node 0 does not lead (node 1 is up: it leads stripe 1).
+    let key = (0..)
+        .map(|i| format!("k{i}").into_bytes())
+        .find(|k| node.placement.stripe_of(k) == 1)
+        .expect("a key of stripe 1");
+    let request = |attempt| {
+        Request::Agent(AgentOp::Store {
+            mode: proto::StoreMode::Set,
+            key: key.clone(),
+            flags: 0,
+            exptime: 0,
+            compare_cas: None,
+            value: b"v".to_vec(),
+            once: Once { id: 5, attempt },
+        })
+    };
+    let answer = |attempt, tried_here| {
+        let out = crate::member::conn::run_job(
+            &node,
+            crate::member::conn::PeerJob {
+                token: mio::Token(0),
+                request: request(attempt),
+                tried_here,
+            },
+        );
+        crate::carrier::peer::decode_response(&out[4..]).expect("a framed reply")
+    };
+    let rerun = Attempt::Rerun { epoch: 1 };
+    match answer(rerun, true) {
+        Response::Agent(AgentResult::Error(e)) => {
+            assert!(e.contains("may or may not have been applied"), "{e}")
+        }
+        other => panic!("a later try after one on the loop answered {other:?}"),
+    }
+    match answer(Attempt::Retry, true) {
+        Response::Agent(AgentResult::Error(e)) => {
+            assert!(e.contains("may or may not have been applied"), "{e}")
+        }
+        other => panic!("a later try after one on the loop answered {other:?}"),
+    }
+    // Not tried here, or a first try: "not agent" is true (nothing was applied here), and the
+    // front may try the next agent.
+    assert_eq!(
+        answer(Attempt::Retry, false),
+        Response::Agent(AgentResult::NotAgent)
+    );
+    assert_eq!(
+        answer(Attempt::First, true),
+        Response::Agent(AgentResult::NotAgent)
+    );
+}

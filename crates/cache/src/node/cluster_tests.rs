@@ -1,0 +1,207 @@
+//! Three nodes in one process over `carrier::mem`: takeovers at the step a test chooses.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{ExecMode, Node, NodeConfig};
+use crate::carrier::mem::MemHub;
+use crate::carrier::peer::{AgentOp, AgentResult, Attempt, Once};
+
+/// Nodes 0..3 of an rs:2,1 cache (one position per node; values under 16 bytes replicated on
+/// two positions), started long enough ago to vote, each having heard the others once.
+fn cluster() -> (Arc<MemHub>, Vec<Arc<Node>>) {
+    let term = Duration::from_secs(10);
+    let hub = MemHub::new(3);
+    let nodes: Vec<Arc<Node>> = (0..3)
+        .map(|id| {
+            let cfg = NodeConfig {
+                id,
+                node_count: 3,
+                code: "rs:2,1".parse().expect("code"),
+                scheme: graph::Scheme::Rs,
+                mode: ExecMode::Coherent,
+                memory_bytes: 64 << 20,
+                replicate_below_bytes: 16,
+                heartbeat: Duration::from_millis(100),
+                down_after: term,
+                recover: false,
+                recovery_bytes_per_s: 1 << 20,
+                debug_commands: false,
+                item_size_max_bytes: 1 << 20,
+            };
+            let link = hub.link(id);
+            let mut node = Node::new(cfg, link.clone(), link);
+            node.started = Instant::now()
+                .checked_sub(2 * term)
+                .expect("the clock has run for 20 s");
+            Arc::new(node)
+        })
+        .collect();
+    for n in &nodes {
+        hub.attach(Arc::clone(n));
+    }
+    rounds(&nodes);
+    (hub, nodes)
+}
+
+/// A heartbeat round at every node, twice (grants are counted from the round after).
+fn rounds(nodes: &[Arc<Node>]) {
+    for _ in 0..2 {
+        for n in nodes {
+            n.heartbeat_round();
+        }
+    }
+}
+
+/// A key of stripe 0 (agent node 0, then node 1) whose value is `value`-sized.
+fn key(node: &Node, prefix: &str) -> Vec<u8> {
+    (0..)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .find(|k| node.placement.stripe_of(k) == 0)
+        .expect("a key of stripe 0")
+}
+
+fn set(key: &[u8], value: &[u8], once: Once) -> AgentOp {
+    AgentOp::Store {
+        mode: proto::StoreMode::Set,
+        key: key.to_vec(),
+        flags: 0,
+        exptime: 0,
+        compare_cas: None,
+        value: value.to_vec(),
+        once,
+    }
+}
+
+fn incr(key: &[u8], once: Once) -> AgentOp {
+    AgentOp::Arith {
+        incr: true,
+        key: key.to_vec(),
+        delta: 1,
+        once,
+    }
+}
+
+fn retry(id: u64) -> Once {
+    Once {
+        id,
+        attempt: Attempt::Retry,
+    }
+}
+
+fn read(node: &Node, key: &[u8]) -> AgentResult {
+    node.route(
+        0,
+        AgentOp::Get {
+            key: key.to_vec(),
+            touch: None,
+            degrade: None,
+        },
+    )
+}
+
+/// The agent applies an `incr` and a coded `set`, then dies before its replies leave (the
+/// fronts' tries went unanswered); the successor takes the stripe over and rebuilds its index
+/// from the records of the two members left. The fronts' retries are answered from what the
+/// first tries did (the records carry their ids): the counter is counted once, the `set` is
+/// not written a second time. A retry whose first try never reached the agent is refused as
+/// in doubt, and applies nothing.
+#[test]
+fn a_write_applied_by_an_agent_that_dies_is_answered_by_its_successor_not_applied_again() {
+    let (hub, nodes) = cluster();
+    let (ctr, reg) = (key(&nodes[0], "ctr"), key(&nodes[0], "reg"));
+    let big = vec![5u8; 100];
+    assert!(matches!(
+        nodes[0].route(0, set(&ctr, b"41", Once::first(1))),
+        AgentResult::Stored { .. }
+    ));
+    let AgentResult::Number { number: 42, cas } = nodes[0].route(0, incr(&ctr, Once::first(7)))
+    else {
+        panic!("incr of 41");
+    };
+    let AgentResult::Stored { cas: reg_cas } = nodes[0].route(0, set(&reg, &big, Once::first(8)))
+    else {
+        panic!("set of a coded value");
+    };
+    hub.kill(0);
+    rounds(&nodes[1..]);
+    assert_eq!(nodes[1].agent_of(0), Some(1), "node 1 took stripe 0 over");
+    assert_eq!(
+        nodes[1].route(0, incr(&ctr, retry(7))),
+        AgentResult::Number { number: 42, cas },
+        "the retried incr is answered from its record, not counted twice"
+    );
+    assert_eq!(
+        nodes[1].route(0, set(&reg, &big, retry(8))),
+        AgentResult::Stored { cas: reg_cas }
+    );
+    match nodes[1].route(0, incr(&ctr, retry(9))) {
+        AgentResult::Error(e) => assert!(e.contains("may or may not have been applied"), "{e}"),
+        other => panic!("a retry no record shows answered {other:?}"),
+    }
+    // Nothing was applied twice: the counter moves on from 42, the set's version stands.
+    assert!(matches!(
+        nodes[1].route(0, incr(&ctr, Once::first(10))),
+        AgentResult::Number { number: 43, .. }
+    ));
+    match read(&nodes[2], &reg) {
+        AgentResult::Value { value, cas, .. } => assert_eq!((value, cas), (big, reg_cas)),
+        other => panic!("read {other:?}"),
+    }
+    let c = &nodes[1].counters;
+    assert_eq!(c.retries_answered.load(Ordering::Relaxed), 2);
+    hub.clear();
+}
+
+/// Heartbeat rounds at every node every 50 ms, as each node's heartbeat thread runs them, until
+/// the returned flag is set.
+fn beating(nodes: &[Arc<Node>]) -> (Arc<AtomicBool>, std::thread::JoinHandle<()>) {
+    let stop = Arc::new(AtomicBool::new(false));
+    let (nodes, flag) = (nodes.to_vec(), Arc::clone(&stop));
+    let beats = std::thread::spawn(move || {
+        while !flag.load(Ordering::Relaxed) {
+            for n in &nodes {
+                n.heartbeat_round();
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    });
+    (stop, beats)
+}
+
+/// A front forwards an `incr` and a `set` to the key's agent, which applies them; their replies
+/// are lost on the way back (the front marks the agent down, and the next heartbeat brings it
+/// back). The front tries each again as a retry (`Node::route`), which the agent answers from
+/// the key's records: the front's client sees the number the one increment left, and the
+/// counter moved once.
+#[test]
+fn a_front_whose_reply_was_lost_retries_and_is_answered_without_a_second_apply() {
+    let (hub, nodes) = cluster();
+    let (stop, beats) = beating(&nodes);
+    let ctr = key(&nodes[0], "ctr");
+    assert!(matches!(
+        nodes[2].route(0, set(&ctr, b"7", Once::first(1))),
+        AgentResult::Stored { .. }
+    ));
+    hub.lose_replies(2, 0, 1);
+    let AgentResult::Number { number: 8, cas } = nodes[2].route(0, incr(&ctr, Once::first(2)))
+    else {
+        panic!("the retried incr of 7 answers 8");
+    };
+    hub.lose_replies(2, 0, 1);
+    assert!(matches!(
+        nodes[2].route(0, set(&ctr, b"100", Once::first(3))),
+        AgentResult::Stored { .. }
+    ));
+    assert!(matches!(
+        nodes[2].route(0, incr(&ctr, Once::first(4))),
+        AgentResult::Number { number: 101, .. }
+    ));
+    assert!(cas > 0);
+    let c = &nodes[0].counters;
+    assert_eq!(c.retries_answered.load(Ordering::Relaxed), 2);
+    stop.store(true, Ordering::Relaxed);
+    beats.join().unwrap();
+    hub.clear();
+}
