@@ -261,9 +261,10 @@ impl Node {
             return None;
         };
         log::debug!(
-            "stripe {}: {} v{version} written on the loop",
+            "stripe {}: {} v{version} written on the loop (request {:x})",
             w.stripe,
-            String::from_utf8_lossy(&w.key)
+            String::from_utf8_lossy(&w.key),
+            w.id
         );
         ix.commit(&w.key, w.entry);
         ix.finish(version);

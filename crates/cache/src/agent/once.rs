@@ -59,6 +59,14 @@ impl Node {
             return None;
         }
         let c = &self.counters;
+        log::debug!(
+            "stripe {stripe}: {} request {:x} tried again ({:?}): {:?} in the trail {:x?}",
+            String::from_utf8_lossy(key),
+            once.id,
+            once.attempt,
+            find(current, once.id),
+            current.map(|e| e.trail)
+        );
         match (find(current, once.id), current) {
             (Some(Found::Current), Some(e)) => {
                 bump(&c.retries_answered);

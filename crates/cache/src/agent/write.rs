@@ -279,9 +279,10 @@ impl Node {
         }
         entry.holes = index::position_mask(positions) & !stored;
         log::debug!(
-            "stripe {stripe}: {} v{version} written ({kind:?}, holes {:#b})",
+            "stripe {stripe}: {} v{version} written ({kind:?}, holes {:#b}, request {:x})",
             String::from_utf8_lossy(key),
-            entry.holes
+            entry.holes,
+            id
         );
         if entry.holes != 0 {
             bump(&self.counters.writes_with_holes);

@@ -566,6 +566,9 @@ impl LoopOps {
         }
         if pr.failed {
             let rerun = pr.op.rerun(node);
+            if let Some(once) = rerun {
+                log::debug!("a write given up on the loop goes to a worker as {once:x?}");
+            }
             pr.op.abandon(node);
             let retry = match rerun {
                 Some(once) => pr.retry.with_once(once),
@@ -587,7 +590,12 @@ impl LoopOps {
             None => Some(Done::Worker(
                 pr.conn,
                 match unfinished {
-                    Some(once) => pr.retry.with_once(once),
+                    Some(once) => {
+                        log::debug!(
+                            "a write not committed on the loop goes to a worker as {once:x?}"
+                        );
+                        pr.retry.with_once(once)
+                    }
                     None => pr.retry,
                 },
             )),
