@@ -171,6 +171,8 @@ const NODE_STATS: &[&str] = &[
     "lease_lapses",
     "lease_lost_ops",
     "writes_in_doubt",
+    "retries_answered",
+    "retries_in_doubt",
     "holes_filled",
     "degraded_plan_runs",
 ];

@@ -1264,7 +1264,8 @@ impl<'a> Worker<'a> {
                         ServerReply::Line(b"STORED") if !reading => done = Some(Ok(())),
                         ServerReply::Line(l) => {
                             self.line.clear();
-                            self.line.extend_from_slice(&l[..l.len().min(80)]);
+                            // Long enough to keep what an error says of a write's fate.
+                            self.line.extend_from_slice(&l[..l.len().min(160)]);
                             done = Some(Err(String::from_utf8_lossy(&self.line).into_owned()));
                         }
                         ServerReply::Value { .. } | ServerReply::MetaValue { .. } => {

@@ -554,11 +554,16 @@ mod tests {
         let refused = "SERVER_ERROR stripe 3 unavailable: 4 of 9 chunk positions down (nodes \
                        [1, 2, 3, 4]), rs:6,3 tolerates 3";
         assert!(refused_unavailable(refused));
-        let retried = format!(
-            "{refused}; an earlier try of this request may have been applied: it may or may \
-             not have been applied"
-        );
-        assert!(!refused_unavailable(&retried));
+        let reason = refused.trim_start_matches("SERVER_ERROR ");
+        for later in [
+            format!(
+                "SERVER_ERROR the request may or may not have been applied (an earlier try of it \
+                 may have been): {reason}"
+            ),
+            format!("{refused}: the request may or may not have been applied"),
+        ] {
+            assert!(!refused_unavailable(&later), "{later}");
+        }
         for other in [
             "SERVER_ERROR the lease of stripe 0 ran out during the write: it may or may not have \
              been applied",

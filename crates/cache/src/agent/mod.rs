@@ -40,14 +40,15 @@ impl Node {
         // Some try of the write went unanswered (or this is a later try): a final refusal must
         // say it may have applied.
         let mut tried_unanswered = op.once().is_some_and(|o| o.attempt != Attempt::First);
+        // Tries that went unanswered: each waits out the peer timeout, so a few are enough.
+        let mut unanswered = 0;
         loop {
             let Some(agent) = self.agent_of(stripe) else {
                 return match self.unavailable(stripe) {
                     AgentResult::Error(e) if tried_unanswered => {
                         bump(&self.counters.writes_in_doubt);
                         AgentResult::Error(format!(
-                            "{e}; a try went unanswered: the request may or may not have been \
-                             applied"
+                            "the request {MAY_HAVE_APPLIED} (a try went unanswered): {e}"
                         ))
                     }
                     other => other,
@@ -75,14 +76,15 @@ impl Node {
                         Some(Err(
                             e @ (PeerError::NoReply { .. } | PeerError::Malformed { .. }),
                         )) if !op.repeatable() => match op.retried() {
-                            Some(retry) => {
+                            Some(retry) if unanswered < 3 => {
+                                unanswered += 1;
                                 log::debug!("{e}: the write is tried again as a retry");
                                 op = retry;
                                 tried_unanswered = true;
                                 deadline = deadline.max(Instant::now() + settle);
                                 AgentResult::NotAgent
                             }
-                            None => {
+                            _ => {
                                 bump(&self.counters.writes_in_doubt);
                                 return AgentResult::Error(format!(
                                     "{e}: the request may or may not have been applied"
@@ -100,10 +102,9 @@ impl Node {
                     bump(&self.counters.writes_in_doubt);
                 }
                 return AgentResult::Error(format!(
-                    "no agent of stripe {stripe} answers (views of the cluster disagree){}",
+                    "{}no agent of stripe {stripe} answers (views of the cluster disagree)",
                     if tried_unanswered {
-                        ": a try went unanswered, and the request may or may not have been \
-                         applied"
+                        "the request may or may not have been applied (a try went unanswered): "
                     } else {
                         ""
                     }
@@ -326,11 +327,9 @@ impl Node {
         // may still adopt): whatever refuses it must not say that nothing was applied.
         let retry = op.once().is_some_and(|o| o.attempt != Attempt::First);
         match self.agent_try(op) {
-            AgentResult::Error(e) if retry && !e.contains(MAY_HAVE_APPLIED) => {
-                AgentResult::Error(format!(
-                    "{e}; an earlier try of this request may have been applied: it {MAY_HAVE_APPLIED}"
-                ))
-            }
+            AgentResult::Error(e) if retry && !e.contains(MAY_HAVE_APPLIED) => AgentResult::Error(
+                format!("the request {MAY_HAVE_APPLIED} (an earlier try of it may have been): {e}"),
+            ),
             res => res,
         }
     }

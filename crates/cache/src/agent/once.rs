@@ -40,8 +40,8 @@ pub(crate) fn find(entry: Option<&Entry>, id: u64) -> Option<Found> {
 }
 
 /// The reply to a retry that cannot tell whether its first try was applied.
-const UNKNOWN: &str = "an earlier try of this request may have been applied and no record \
-     of the key shows it: it may or may not have been applied";
+const UNKNOWN: &str = "the request may or may not have been applied: an earlier try of it may \
+     have been, and no record of the key shows it";
 
 impl Node {
     /// What to do with a write carrying `once` before it is applied, under the key's lock
@@ -79,9 +79,11 @@ impl Node {
                             number,
                             cas: e.version,
                         },
-                        None => AgentResult::Error(format!(
-                            "the request was applied, but its value is not a number now: {UNKNOWN}"
-                        )),
+                        None => AgentResult::Error(
+                            "the request was applied and its number is no longer known (the \
+                             key's value is not a number now)"
+                                .into(),
+                        ),
                     },
                     Err(r) => AgentResult::Error(r),
                 })

@@ -265,14 +265,14 @@ impl Node {
             return Err(if nacks.is_empty() {
                 match self.unavailable(stripe) {
                     AgentResult::Error(r) => format!(
-                        "the write failed once its records were sent ({r}): it may or may not \
-                         have been applied"
+                        "the write may or may not have been applied: it failed once its records \
+                         were sent ({r})"
                     ),
                     _ => unreachable!(),
                 }
             } else {
                 format!(
-                    "a member refused its chunk ({}): the write may or may not have been applied",
+                    "the write may or may not have been applied: a member refused its chunk ({})",
                     nacks[0]
                 )
             });

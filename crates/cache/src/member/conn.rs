@@ -150,8 +150,7 @@ pub fn run_job(node: &Node, job: PeerJob) -> Vec<u8> {
     let res = match node.handle_peer(job.request) {
         Response::Agent(AgentResult::NotAgent) if job.tried_here && later_try => {
             Response::Agent(AgentResult::Error(format!(
-                "the key's agent lost the stripe while it wrote this request: it \
-                 {MAY_HAVE_APPLIED}"
+                "the request {MAY_HAVE_APPLIED}: the key's agent lost the stripe while it wrote it"
             )))
         }
         res => res,
