@@ -4,32 +4,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::{ExecMode, Node, NodeConfig};
+use super::Node;
 use crate::carrier::mem::MemHub;
 use crate::carrier::peer::{AgentOp, AgentResult, Attempt, Once};
 
 /// Nodes 0..3 of an rs:2,1 cache (one position per node; values under 16 bytes replicated on
 /// two positions), started long enough ago to vote, each having heard the others once.
 fn cluster() -> (Arc<MemHub>, Vec<Arc<Node>>) {
-    let term = Duration::from_secs(10);
+    let term = super::tests::TERM;
     let hub = MemHub::new(3);
     let nodes: Vec<Arc<Node>> = (0..3)
         .map(|id| {
-            let cfg = NodeConfig {
-                id,
-                node_count: 3,
-                code: "rs:2,1".parse().expect("code"),
-                scheme: graph::Scheme::Rs,
-                mode: ExecMode::Coherent,
-                memory_bytes: 64 << 20,
-                replicate_below_bytes: 16,
-                heartbeat: Duration::from_millis(100),
-                down_after: term,
-                recover: false,
-                recovery_bytes_per_s: 1 << 20,
-                debug_commands: false,
-                item_size_max_bytes: 1 << 20,
-            };
+            let cfg = super::tests::config(id);
             let link = hub.link(id);
             let mut node = Node::new(cfg, link.clone(), link);
             node.started = Instant::now()

@@ -99,22 +99,8 @@ pub(crate) fn leading_node(silent: &[usize]) -> Node {
 
 /// [`leading_node`] whose members `unheard` answer a `List` with something else.
 pub(crate) fn leading_node_with(silent: &[usize], unheard: &[usize]) -> Node {
-    let term = Duration::from_secs(10);
-    let cfg = NodeConfig {
-        id: 0,
-        node_count: 3,
-        code: "rs:2,1".parse().expect("code"),
-        scheme: graph::Scheme::Rs,
-        mode: ExecMode::Coherent,
-        memory_bytes: 64 << 20,
-        replicate_below_bytes: 16,
-        heartbeat: Duration::from_millis(100),
-        down_after: term,
-        recover: false,
-        recovery_bytes_per_s: 1 << 20,
-        debug_commands: false,
-        item_size_max_bytes: 1 << 20,
-    };
+    let term = TERM;
+    let cfg = config(0);
     let peers = Arc::new(Granting {
         silent: silent.to_vec(),
         unheard: unheard.to_vec(),
@@ -132,6 +118,29 @@ pub(crate) fn leading_node_with(silent: &[usize], unheard: &[usize]) -> Node {
 /// may have voted for another leader meanwhile.
 pub(crate) fn lapse_lease(node: &Node, m: usize) {
     super::lock(&node.peers).leases[m].sees_us_up_since = Some(Instant::now());
+}
+
+/// The lease term (down-after time) of the test nodes.
+pub(crate) const TERM: Duration = Duration::from_secs(10);
+
+/// Node `id` of three, rs:2,1 (one position per node; values under 16 bytes replicated on two
+/// positions), with a lease term of [`TERM`].
+pub(crate) fn config(id: usize) -> NodeConfig {
+    NodeConfig {
+        id,
+        node_count: 3,
+        code: "rs:2,1".parse().expect("code"),
+        scheme: graph::Scheme::Rs,
+        mode: ExecMode::Coherent,
+        memory_bytes: 64 << 20,
+        replicate_below_bytes: 16,
+        heartbeat: Duration::from_millis(100),
+        down_after: TERM,
+        recover: false,
+        recovery_bytes_per_s: 1 << 20,
+        debug_commands: false,
+        item_size_max_bytes: 1 << 20,
+    }
 }
 
 /// A key of stripe 0.
