@@ -4,8 +4,72 @@
 use std::sync::atomic::Ordering;
 
 use crate::carrier::peer::{self, Request, Response};
+use crate::member::store::ChunkStore;
 use crate::node::{lock, Node};
 use crate::record;
+
+/// A member's answer to a chunk request (`Put`, `Get`, `Delete`, `Touch`, `List`, `Flip`) from
+/// its store; any other request is a `Nack`.
+pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
+    match req {
+        Request::Put {
+            stripe,
+            watermark,
+            record,
+        } => match store.put(stripe, record, watermark) {
+            Ok(_) => Response::Ack,
+            Err(e) => Response::Nack(e.to_string()),
+        },
+        Request::Get {
+            stripe,
+            position,
+            key,
+            version,
+        } => Response::Record(
+            store
+                .get(stripe, position, &key, version)
+                .map(<[u8]>::to_vec),
+        ),
+        Request::Delete {
+            stripe,
+            key,
+            version,
+        } => {
+            store.delete(stripe, &key, version);
+            Response::Ack
+        }
+        Request::Touch {
+            stripe,
+            key,
+            version,
+            exptime,
+        } => {
+            store.touch(stripe, &key, version, exptime);
+            Response::Ack
+        }
+        Request::List { stripe } => Response::Headers(
+            store
+                .list(stripe)
+                .iter()
+                .map(|h| record::encode(h, &[]))
+                .collect(),
+            store.tombstones(stripe),
+        ),
+        Request::Flip {
+            stripe,
+            position,
+            key,
+            bit,
+        } => {
+            if store.flip_bit(stripe, position, &key, bit) {
+                Response::Ack
+            } else {
+                Response::Nack("no such record or bit".into())
+            }
+        }
+        other => Response::Nack(format!("not a chunk request: {other:?}")),
+    }
+}
 
 impl Node {
     /// Handles a message from a peer (or from this node to itself).
@@ -25,69 +89,12 @@ impl Node {
             Request::Heartbeat { from } => self
                 .heartbeat(from as usize, true)
                 .expect("a heartbeat that may wait is answered"),
-            Request::Put {
-                stripe,
-                watermark,
-                record,
-            } => match lock(&self.store).put(stripe, record, watermark) {
-                Ok(_) => Response::Ack,
-                Err(e) => Response::Nack(e.to_string()),
-            },
-            Request::Get {
-                stripe,
-                position,
-                key,
-                version,
-            } => Response::Record(
-                lock(&self.store)
-                    .get(stripe, position, &key, version)
-                    .map(|r| r.to_vec()),
-            ),
-            Request::Delete {
-                stripe,
-                key,
-                version,
-            } => {
-                lock(&self.store).delete(stripe, &key, version);
-                Response::Ack
-            }
-            Request::Touch {
-                stripe,
-                key,
-                version,
-                exptime,
-            } => {
-                lock(&self.store).touch(stripe, &key, version, exptime);
-                Response::Ack
-            }
-            Request::List { stripe } => {
-                let store = lock(&self.store);
-                Response::Headers(
-                    store
-                        .list(stripe)
-                        .iter()
-                        .map(|h| record::encode(h, &[]))
-                        .collect(),
-                    store.tombstones(stripe),
-                )
-            }
-            Request::Flip {
-                stripe,
-                position,
-                key,
-                bit,
-            } => {
-                if lock(&self.store).flip_bit(stripe, position, &key, bit) {
-                    Response::Ack
-                } else {
-                    Response::Nack("no such record or bit".into())
-                }
-            }
             Request::Flush { oldest_live_us } => {
                 self.oldest_live_us.store(oldest_live_us, Ordering::Relaxed);
                 Response::Ack
             }
             Request::Agent(op) => Response::Agent(self.agent(op)),
+            req => answer_chunk(&mut lock(&self.store), req),
         }
     }
 

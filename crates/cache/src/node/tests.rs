@@ -11,7 +11,6 @@ use crate::carrier::peer::{
     AgentOp, AgentResult, Attempt, Once, PeerError, PeerTransport, Request, Response,
 };
 use crate::member::store::ChunkStore;
-use crate::record;
 
 /// Peers that grant every heartbeat and store the records they are sent (a chunk store each,
 /// answering `Put`, `Get`, `Delete` and `List` as a member does); those in `silent` send no
@@ -43,44 +42,10 @@ impl PeerTransport for Granting {
                 Request::List { .. } if self.unheard.contains(&node) => Ok(Response::Ack),
                 r => {
                     let mut stores = self.stores.lock().unwrap();
-                    let store = stores.entry(node).or_default();
-                    Ok(match r {
-                        Request::Put {
-                            stripe,
-                            watermark,
-                            record,
-                        } => match store.put(stripe, record, watermark) {
-                            Ok(_) => Response::Ack,
-                            Err(e) => Response::Nack(e.to_string()),
-                        },
-                        Request::Get {
-                            stripe,
-                            position,
-                            key,
-                            version,
-                        } => Response::Record(
-                            store
-                                .get(stripe, position, &key, version)
-                                .map(<[u8]>::to_vec),
-                        ),
-                        Request::Delete {
-                            stripe,
-                            key,
-                            version,
-                        } => {
-                            store.delete(stripe, &key, version);
-                            Response::Ack
-                        }
-                        Request::List { stripe } => Response::Headers(
-                            store
-                                .list(stripe)
-                                .iter()
-                                .map(|h| record::encode(h, &[]))
-                                .collect(),
-                            store.tombstones(stripe),
-                        ),
-                        _ => Response::Ack,
-                    })
+                    Ok(crate::member::handler::answer_chunk(
+                        stores.entry(node).or_default(),
+                        r,
+                    ))
                 }
             })
             .collect()
