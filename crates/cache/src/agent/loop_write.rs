@@ -69,6 +69,11 @@ impl std::fmt::Debug for LoopWrite {
 }
 
 impl LoopWrite {
+    /// Whether a record has left (each is taken when its request is built, its own included).
+    fn sent(&self) -> bool {
+        self.records.iter().any(Option::is_none)
+    }
+
     /// The write's request id (0: none).
     pub fn id(&self) -> u64 {
         self.id
@@ -82,7 +87,7 @@ impl LoopWrite {
     /// How a worker runs the write again once the loop gives it up: as a first try if no record
     /// left, otherwise as a rerun, written anew only in the index it was given up in.
     pub fn rerun_once(&self) -> Once {
-        let sent = self.records.iter().any(Option::is_none);
+        let sent = self.sent();
         Once {
             id: self.id,
             attempt: if sent {
@@ -223,7 +228,7 @@ impl Node {
     /// from then on another leader may adopt it, so a write that does not finish is in doubt
     /// and must not be run again.
     pub fn loop_write_sent(&self, w: &LoopWrite) -> bool {
-        w.records.iter().any(Option::is_none)
+        w.sent()
     }
 
     /// Whether a write that did not finish may be written again, by a worker of this node
