@@ -129,7 +129,7 @@ pub enum SystemKind {
     /// Servers already running at these addresses.
     External(Vec<SocketAddr>),
     /// An inec local cache started by the benchmark for every round.
-    Inec(InecOptions),
+    Inec(Box<InecOptions>),
 }
 
 /// Parses `LABEL=ADDR[,ADDR...]`.
@@ -615,7 +615,7 @@ pub fn run(a: CacheArgs) -> Result<()> {
             }
             systems.push(SystemSpec {
                 label: format!("inec-{mode}"),
-                kind: SystemKind::Inec(o),
+                kind: SystemKind::Inec(Box::new(o)),
             });
         }
     }

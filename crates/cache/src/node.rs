@@ -16,6 +16,7 @@ use graph::Scheme;
 use crate::agent::index::StripeIndex;
 use crate::carrier::peer::{PeerError, PeerTransport, Request, Response};
 use crate::carrier::plans::PlanExec;
+use crate::cluster::coord::{Coordinator, Leadership};
 use crate::cluster::lease::{self, PeerLease};
 use crate::cluster::placement::{fnv1a_64, Placement};
 use crate::member::store::ChunkStore;
@@ -246,6 +247,9 @@ pub struct NodeParts {
     pub incarnation: u64,
     pub store: Arc<Mutex<ChunkStore>>,
     pub plans: Option<Arc<PlanExec>>,
+    /// Leadership from a coordinator (`--coordinator`) instead of the heartbeats' majority
+    /// lease (`cluster::coord`).
+    pub coordinator: Option<Box<dyn Coordinator>>,
 }
 
 #[derive(Debug)]
@@ -281,6 +285,8 @@ pub struct Node {
     /// The engine path of writes, normal and degraded reads (absent: everything goes over
     /// peer messages).
     pub(crate) plans: Option<Arc<PlanExec>>,
+    /// Leadership from a coordinator; `None`: the majority lease of the heartbeats.
+    pub(crate) coord: Option<Leadership>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -302,6 +308,7 @@ impl Node {
                 incarnation: time::now_micros(),
                 store: Arc::new(Mutex::new(ChunkStore::new())),
                 plans: None,
+                coordinator: None,
             },
         )
     }
@@ -362,6 +369,12 @@ impl Node {
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,
+            coord: parts.coordinator.map(|c| {
+                // The coordinator's time to live is whole seconds (etcd's): the down-after
+                // time rounded up, at least 2 s (etcd's least with its default timings).
+                let ttl = Duration::from_secs(cfg.down_after.as_secs_f64().ceil().max(2.0) as u64);
+                Leadership::new(c, ttl, cfg.node_count)
+            }),
             cfg,
         }
     }
@@ -420,6 +433,22 @@ impl Node {
         let mut remote = Vec::new();
         let mut remote_at = Vec::new();
         for (i, (node, req)) in calls.into_iter().enumerate() {
+            // With a coordinator, a chunk request carries the fencing token of this node's
+            // term of its stripe, and none is sent without one.
+            let req = match req.stripe() {
+                Some(s) if self.coord.is_some() && !matches!(req, Request::Fenced { .. }) => {
+                    match self.fence(s as usize) {
+                        0 => {
+                            out.push(Some(Ok(Response::Nack(format!(
+                                "stripe {s}: this node holds no term of it"
+                            )))));
+                            continue;
+                        }
+                        t => crate::carrier::peer::fenced(t, req),
+                    }
+                }
+                _ => req,
+            };
             if node == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
                 out.push(Some(Ok(self.handle_peer(req))));

@@ -35,6 +35,9 @@ pub struct Config {
     pub loops: usize,
     /// Worker threads running the requests the loops hand over (and as many for peers').
     pub workers: usize,
+    /// `--coordinator etcd://HOST:PORT[,…][/PREFIX]`: leadership from etcd
+    /// (`cluster::coord`); `None`: the heartbeats' majority lease.
+    pub coordinator: Option<String>,
 }
 
 /// Why a node could not start.
@@ -44,12 +47,31 @@ pub enum StartError {
     NotInCluster { id: usize, nodes: usize },
     #[error("the lrc scheme needs an LRC code (lrc:K,L,R), got {0}")]
     LrcSchemeNeedsLrc(Code),
+    #[error("--coordinator: {0}")]
+    Coordinator(String),
     #[error("binding {what} address {addr}: {source}")]
     Bind {
         what: &'static str,
         addr: SocketAddr,
         source: std::io::Error,
     },
+}
+
+/// The coordinator `url` names (`etcd://…`), in a build with its client.
+fn coordinator(url: &str) -> Result<Box<dyn crate::cluster::coord::Coordinator>, String> {
+    #[cfg(feature = "etcd")]
+    {
+        crate::cluster::etcd::EtcdCoordinator::new(url)
+            .map(|c| Box::new(c) as Box<dyn crate::cluster::coord::Coordinator>)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(feature = "etcd"))]
+    {
+        Err(format!(
+            "{url:?}: this build has no etcd client; build with `--features inec-cli/etcd` \
+             (its build needs protoc: apt-get install protobuf-compiler)"
+        ))
+    }
 }
 
 /// A started node, not yet serving (peers that connect wait in the backlog).
@@ -83,6 +105,10 @@ impl Server {
         if scheme == Scheme::Lrc && !matches!(code, Code::Lrc { .. }) {
             return Err(StartError::LrcSchemeNeedsLrc(code));
         }
+        let coordinator = match config.coordinator.as_deref() {
+            None => None,
+            Some(url) => Some(coordinator(url).map_err(StartError::Coordinator)?),
+        };
         let bind = |what, addr| {
             TcpListener::bind(addr).map_err(|source| StartError::Bind { what, addr, source })
         };
@@ -133,6 +159,7 @@ impl Server {
                 incarnation,
                 store,
                 plans,
+                coordinator,
             },
         ));
         node.start_background();

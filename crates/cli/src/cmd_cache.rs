@@ -79,6 +79,12 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         )
     })?;
     let o = &a.opts;
+    if o.coordinator.as_deref() == Some("local") {
+        return Err(anyhow!(
+            "--coordinator local starts an etcd for a local cluster (`inec cache up`); a node \
+             takes etcd://HOST:PORT[,HOST:PORT...]"
+        ));
+    }
     let server = cache::start::Server::start(cache::start::Config {
         node: NodeConfig {
             id: a.id,
@@ -101,6 +107,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         max_connections: o.max_conns,
         loops: o.threads.unwrap_or_else(harness::cache::machine_cores),
         workers: o.workers,
+        coordinator: o.coordinator.clone(),
     })?;
     if let Some(e) = &server.plans_not_installed {
         eprintln!(

@@ -69,6 +69,13 @@ pub struct CacheOptions {
     /// Accept the test-only `inec_flip <key> <position> <bit>` command.
     #[arg(long)]
     pub debug_commands: bool,
+    /// Leadership from etcd, for clusters that span hosts: `etcd://HOST:PORT[,HOST:PORT...]`
+    /// with an optional `/PREFIX` for the keys (default /inec); `local` (`inec cache up`
+    /// only): start a one-member etcd for the cluster. Without it, each stripe's leader holds
+    /// a majority lease on the heartbeats (docs/cache.md, "Leadership").
+    #[arg(long, value_name = "etcd://HOST:PORT[,...]|local")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub coordinator: Option<String>,
 }
 
 /// The machine's cores (`-t`'s default), 1 when they cannot be read.
@@ -114,6 +121,9 @@ impl CacheOptions {
         }
         if self.debug_commands {
             v.push("--debug-commands".into());
+        }
+        if let Some(c) = &self.coordinator {
+            v.extend(["--coordinator".to_string(), c.clone()]);
         }
         v
     }
@@ -196,6 +206,9 @@ pub struct CacheState {
     /// The network namespace of each node (`--netns`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub netns: Option<Vec<String>>,
+    /// The etcd `--coordinator local` started (its pid), stopped with the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_pid: Option<u32>,
 }
 
 impl CacheState {
@@ -266,11 +279,34 @@ pub fn up(cfg: &UpConfig) -> Result<CacheState, Error> {
         return Err(Error::Usage("--nodes must be at least 1".into()));
     }
     fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
-    let made = if cfg.netns {
+    let mut made = if cfg.netns {
         Some(netns::setup(n, cfg.link_rate.as_deref())?)
     } else {
         None
     };
+    // `--coordinator local`: a one-member etcd for this cluster, in a namespace of its own on
+    // the bridge with `--netns`.
+    let mut cfg = cfg.clone();
+    let mut etcd = None;
+    if cfg.options.coordinator.as_deref() == Some("local") {
+        let started = match made.as_mut() {
+            Some(m) => netns::add_coordinator(m).and_then(|()| crate::etcd::start(dir, true)),
+            None => crate::etcd::start(dir, false),
+        };
+        match started {
+            Ok(e) => {
+                cfg.options.coordinator = Some(e.url());
+                etcd = Some(e);
+            }
+            Err(e) => {
+                if let Some(m) = &made {
+                    m.remove();
+                }
+                return Err(e);
+            }
+        }
+    }
+    let cfg = &cfg;
     // Ports chosen here are free when chosen but released before the nodes bind them: if a
     // program other than a `cache up` (those take turns, below) takes one meanwhile, the nodes
     // are stopped and other ports chosen.
@@ -292,10 +328,20 @@ pub fn up(cfg: &UpConfig) -> Result<CacheState, Error> {
             _ => break r,
         }
     };
+    if result.is_err() {
+        if let Some(e) = &etcd {
+            sigkill(e.pid);
+        }
+    }
     if let (Err(_), Some(made)) = (&result, &made) {
         made.remove();
     }
-    result
+    let mut st = result?;
+    if let Some(e) = &etcd {
+        st.etcd_pid = Some(e.pid);
+        st.save(dir)?;
+    }
+    Ok(st)
 }
 
 /// Starts the nodes of `up` (in namespaces `inec-ns<i>` already made when `cfg.netns`).
@@ -358,6 +404,7 @@ fn start(cfg: &UpConfig, n: usize) -> Result<CacheState, Error> {
         members,
         pids: Vec::new(),
         netns: cfg.netns.then(|| (0..n).map(netns::ns_name).collect()),
+        etcd_pid: None,
     };
     let fail = |st: &CacheState, e: Error| {
         st.pids.iter().for_each(|&p| sigkill(p));
@@ -458,13 +505,21 @@ fn wait_answering(addr: SocketAddr, pid: u32, deadline: Instant, log: &Path) -> 
 /// Waits until every node answers `stats inec` ready and with no member down in its view.
 fn wait_converged(st: &CacheState, deadline: Instant) -> Result<(), Error> {
     loop {
+        let mut led = 0;
         let ok = st.members.iter().all(|m| {
             ask(m.client, "stats inec\r\n", Duration::from_secs(2)).is_ok_and(|t| {
                 let s = parse_stats(&t);
+                led += s
+                    .get("stripes_led")
+                    .and_then(|v| v.parse::<usize>().ok())
+                    .unwrap_or(0);
                 s.get("ready").map(String::as_str) == Some("1")
                     && s.get("members_down").map(String::as_str) == Some("0")
             })
         });
+        // With a coordinator, leaders take their keys after the nodes see each other: wait
+        // until every stripe is led.
+        let ok = ok && (st.opts.coordinator.is_none() || led >= st.members.len());
         if ok {
             return Ok(());
         }
@@ -490,6 +545,12 @@ pub fn down(dir: &Path) -> Result<usize, Error> {
     for (i, &p) in st.pids.iter().enumerate() {
         if !wait_gone(p, deadline.saturating_duration_since(Instant::now())) {
             log::warn!("node {i} (pid {p}) did not exit; killing it");
+            sigkill(p);
+        }
+    }
+    if let Some(p) = st.etcd_pid {
+        sigterm(p);
+        if !wait_gone(p, Duration::from_secs(5)) {
             sigkill(p);
         }
     }

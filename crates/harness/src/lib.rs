@@ -13,6 +13,7 @@
 
 pub mod cache;
 pub mod cluster;
+pub mod etcd;
 pub mod logger;
 pub mod memcached;
 pub mod netns;

@@ -106,14 +106,14 @@ const NOWHERE_MAC: &str = "02:00:5e:00:de:ad";
 /// Nothing answers with an error; TCP just hears nothing back. One direction: cut both for a
 /// partition between two nodes.
 pub fn cut(from: usize, to: usize) -> Result<(), Error> {
-    let (ns, dev) = (ns_name(from), format!("inec-n{from}"));
+    let (ns, dev) = link_of(from);
     sh(&[
         "ip",
         "-n",
         &ns,
         "neigh",
         "replace",
-        &ns_addr(to),
+        &addr_of(to),
         "lladdr",
         NOWHERE_MAC,
         "dev",
@@ -125,8 +125,26 @@ pub fn cut(from: usize, to: usize) -> Result<(), Error> {
 
 /// Heals what [`cut`] did: the neighbour entry goes and `to`'s address is resolved again.
 pub fn heal(from: usize, to: usize) -> Result<(), Error> {
-    let (ns, dev) = (ns_name(from), format!("inec-n{from}"));
-    sh(&["ip", "-n", &ns, "neigh", "del", &ns_addr(to), "dev", &dev])
+    let (ns, dev) = link_of(from);
+    sh(&["ip", "-n", &ns, "neigh", "del", &addr_of(to), "dev", &dev])
+}
+
+/// The namespace and inner link of node `i` (or of the coordinator, [`COORDINATOR`]).
+fn link_of(i: usize) -> (String, String) {
+    if i == COORDINATOR {
+        (COORDINATOR_NS.to_string(), "inec-nc".to_string())
+    } else {
+        (ns_name(i), format!("inec-n{i}"))
+    }
+}
+
+/// The address of node `i` (or of the coordinator, [`COORDINATOR`]).
+fn addr_of(i: usize) -> String {
+    if i == COORDINATOR {
+        COORDINATOR_ADDR.to_string()
+    } else {
+        ns_addr(i)
+    }
 }
 
 /// The address of this machine's own side (the clients') on the bridge.
@@ -159,6 +177,40 @@ pub fn heal_clients(node: usize) -> Result<(), Error> {
     sh(&["ip", "neigh", "del", &ns_addr(node), "dev", BRIDGE])
 }
 
+/// The namespace of the cluster's coordinator (`inec cache up --netns --coordinator local`):
+/// on the bridge like a node, apart from the clients' side, so that cutting a node from its
+/// clients ([`cut_clients`]) leaves its coordinator reachable, and [`cut`] with
+/// [`COORDINATOR`] cuts a node from it.
+pub const COORDINATOR_NS: &str = "inec-coord";
+/// Its address.
+pub const COORDINATOR_ADDR: &str = "10.77.0.2";
+/// The node number [`cut`] and [`heal`] take for the coordinator.
+pub const COORDINATOR: usize = usize::MAX;
+
+/// Adds the coordinator's namespace to a namespace cluster made by [`setup`] (recorded in
+/// `made`, so that `remove` takes it away).
+pub fn add_coordinator(made: &mut NetnsCreated) -> Result<(), Error> {
+    let ns = COORDINATOR_NS;
+    let (host, inner) = ("inec-hc", "inec-nc");
+    if Path::new("/run/netns").join(ns).exists() {
+        // Left by a cluster that did not come down; the bridge it was on is gone.
+        sh(&["ip", "netns", "del", ns])?;
+    }
+    sh(&["ip", "netns", "add", ns])?;
+    made.namespaces.push(ns.to_string());
+    sh(&[
+        "ip", "link", "add", host, "type", "veth", "peer", "name", inner,
+    ])?;
+    made.host_links.push(host.to_string());
+    sh(&["ip", "link", "set", inner, "netns", ns])?;
+    sh(&["ip", "link", "set", host, "master", BRIDGE])?;
+    sh(&["ip", "link", "set", host, "up"])?;
+    let cidr = format!("{COORDINATOR_ADDR}/16");
+    sh(&["ip", "-n", ns, "addr", "add", &cidr, "dev", inner])?;
+    sh(&["ip", "-n", ns, "link", "set", inner, "up"])?;
+    sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
+}
+
 /// What [`setup`] created, so that a failure (or a cluster's `down`) removes exactly that.
 #[derive(Debug, Default)]
 pub struct NetnsCreated {
@@ -175,9 +227,13 @@ impl NetnsCreated {
             bridge: true,
             namespaces: (0..n)
                 .map(ns_name)
+                .chain([COORDINATOR_NS.to_string()])
                 .filter(|ns| Path::new("/run/netns").join(ns).exists())
                 .collect(),
-            host_links: (0..n).map(|i| format!("inec-h{i}")).collect(),
+            host_links: (0..n)
+                .map(|i| format!("inec-h{i}"))
+                .chain(["inec-hc".to_string()])
+                .collect(),
         }
     }
 

@@ -50,6 +50,8 @@ pub struct LoopValue {
 #[derive(Debug)]
 pub struct LoopPending {
     stripe: usize,
+    /// The fencing token of the term the read began in (`cluster::coord`; 0: none).
+    fence: u64,
     key: Vec<u8>,
     entry: Entry,
     /// Data chunks by position (`0..k`): each member's record as it came, and where its data
@@ -62,12 +64,13 @@ pub struct LoopPending {
 impl LoopPending {
     /// The request for the chunk at `position` (one of [`LoopPending::remote`]).
     pub fn request(&self, position: usize) -> Request {
-        Request::Get {
+        let get = Request::Get {
             stripe: self.stripe as u32,
             position: position as u8,
             key: self.key.clone(),
             version: self.entry.version,
-        }
+        };
+        crate::carrier::peer::fenced(self.fence, get)
     }
 }
 
@@ -122,6 +125,7 @@ impl Node {
         }
         let mut pending = LoopPending {
             stripe,
+            fence: self.fence(stripe),
             key: key.to_vec(),
             have: vec![None; positions.iter().max().map_or(0, |&p| p + 1)],
             remote: Vec::new(),

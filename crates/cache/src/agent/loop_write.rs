@@ -41,6 +41,8 @@ pub enum LoopWriteStart {
 /// A write waiting for the acks of other members.
 pub struct LoopWrite {
     stripe: usize,
+    /// The fencing token of the term the write began in (`cluster::coord`; 0: none).
+    fence: u64,
     key: Vec<u8>,
     entry: Entry,
     old: Option<Entry>,
@@ -100,11 +102,12 @@ impl LoopWrite {
 
     /// The `Put` of the record at `position` (one of [`LoopWrite::remote`], asked once).
     pub fn request(&mut self, position: usize) -> Request {
-        Request::Put {
+        let put = Request::Put {
             stripe: self.stripe as u32,
             watermark: self.watermark,
             record: self.records[position].take().unwrap_or_default(),
-        }
+        };
+        crate::carrier::peer::fenced(self.fence, put)
     }
 }
 
@@ -181,6 +184,7 @@ impl Node {
             record::trail_after(&old.as_ref().map_or([0; record::TRAIL], |o| o.trail), id);
         let mut w = LoopWrite {
             stripe,
+            fence: self.fence(stripe),
             key: key.to_vec(),
             entry,
             old,

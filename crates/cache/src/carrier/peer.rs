@@ -230,6 +230,29 @@ pub enum Request {
         oldest_live_us: u64,
     },
     Agent(AgentOp),
+    /// A chunk request of a leader's term, with its fencing token (`cluster::coord`): the
+    /// member refuses it if it has seen a newer term of the stripe.
+    Fenced {
+        token: u64,
+        req: Box<Request>,
+    },
+}
+
+/// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
+pub fn fenced(token: u64, req: Request) -> Request {
+    if token == 0 {
+        req
+    } else {
+        Request::Fenced {
+            token,
+            req: Box::new(req),
+        }
+    }
+}
+
+/// The reason a member gives for refusing a request of an older term.
+pub fn fenced_out(stripe: u32, token: u64, seen: u64) -> String {
+    format!("stripe {stripe}: term {token} is fenced out by term {seen}")
 }
 
 /// A reply.
@@ -256,6 +279,20 @@ pub enum Response {
 }
 
 impl Request {
+    /// The stripe a chunk request is about.
+    pub fn stripe(&self) -> Option<u32> {
+        match self {
+            Request::Put { stripe, .. }
+            | Request::Get { stripe, .. }
+            | Request::Delete { stripe, .. }
+            | Request::Touch { stripe, .. }
+            | Request::List { stripe }
+            | Request::Flip { stripe, .. } => Some(*stripe),
+            Request::Fenced { req, .. } => req.stripe(),
+            Request::Heartbeat { .. } | Request::Flush { .. } | Request::Agent(_) => None,
+        }
+    }
+
     /// Heartbeats are not data messages (they are left out of per-operation counts).
     pub fn is_data(&self) -> bool {
         !matches!(self, Request::Heartbeat { .. })
@@ -677,13 +714,22 @@ fn encode_request_to(w: &mut W, req: &Request) {
             w.u8(9);
             encode_op(w, op);
         }
+        Request::Fenced { token, req } => {
+            w.u8(10).u64(*token);
+            encode_request_to(w, req);
+        }
     }
 }
 
 /// Parses a request body.
 pub fn decode_request(body: &[u8]) -> Option<Request> {
     let mut r = R(body);
-    let req = (|| -> Result<Request, Short> {
+    let req = decode_request_from(&mut r).ok()?;
+    r.0.is_empty().then_some(req)
+}
+
+fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
+    {
         Ok(match r.u8()? {
             1 => Request::Heartbeat { from: r.u32()? },
             2 => Request::Put {
@@ -718,12 +764,22 @@ pub fn decode_request(body: &[u8]) -> Option<Request> {
             8 => Request::Flush {
                 oldest_live_us: r.u64()?,
             },
-            9 => Request::Agent(decode_op(&mut r)?),
+            9 => Request::Agent(decode_op(r)?),
+            10 => {
+                let token = r.u64()?;
+                let inner = decode_request_from(r)?;
+                // A token fences a chunk request, once.
+                if inner.stripe().is_none() || matches!(inner, Request::Fenced { .. }) {
+                    return Err(Short);
+                }
+                Request::Fenced {
+                    token,
+                    req: Box::new(inner),
+                }
+            }
             _ => return Err(Short),
         })
-    })()
-    .ok()?;
-    r.0.is_empty().then_some(req)
+    }
 }
 
 /// The body of a response message.
@@ -1060,6 +1116,30 @@ mod tests {
         assert_eq!((unnamed.retried(), unnamed.once()), (None, None));
     }
 
+    /// A token fences one chunk request: never a heartbeat, an agent operation or another
+    /// fenced request; token 0 is no fence at all.
+    #[test]
+    fn a_fence_wraps_one_chunk_request_only() {
+        let list = Request::List { stripe: 1 };
+        assert_eq!(fenced(0, list.clone()), list);
+        assert_eq!(fenced(3, list.clone()).stripe(), Some(1));
+        let wrap = |inner: &Request| {
+            let mut b = vec![10];
+            b.extend_from_slice(&5u64.to_le_bytes());
+            b.extend_from_slice(&encode_request(inner));
+            b
+        };
+        assert!(decode_request(&wrap(&list)).is_some());
+        for inner in [
+            Request::Heartbeat { from: 1 },
+            Request::Flush { oldest_live_us: 2 },
+            Request::Agent(AgentOp::Keys { stripe: 1 }),
+            fenced(4, list.clone()),
+        ] {
+            assert_eq!(decode_request(&wrap(&inner)), None, "{inner:?}");
+        }
+    }
+
     /// The six store modes have the bytes 0–5 and no other byte decodes to one.
     #[test]
     fn store_mode_bytes_are_the_six_and_only_them() {
@@ -1154,6 +1234,16 @@ mod tests {
                 version: 3,
                 position: 8,
             }),
+            fenced(
+                17,
+                Request::Get {
+                    stripe: 2,
+                    position: 1,
+                    key: b"k".to_vec(),
+                    version: 5,
+                },
+            ),
+            fenced(9, Request::List { stripe: 4 }),
         ];
         let mut frames = vec![0xee];
         for r in reqs {

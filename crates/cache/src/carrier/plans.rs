@@ -90,6 +90,9 @@ pub struct RunPayload {
     pub key: Vec<u8>,
     /// Writes only.
     pub write: Option<WriteMeta>,
+    /// The fencing token of the agent's term (`cluster::coord`; 0 without a coordinator): a
+    /// member that has seen a newer term of the stripe refuses its part.
+    pub fence: u64,
 }
 
 /// Why a plan of the cache could not be built, installed or run; the caller falls back to
@@ -130,7 +133,7 @@ pub enum ExecError {
     Install(EngineError),
 }
 
-const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2;
+const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2 + 8;
 const WRITE_META: usize = 8 + 4 + 8 + 8 + 8 * record::TRAIL;
 
 impl RunPayload {
@@ -142,6 +145,7 @@ impl RunPayload {
         b.extend_from_slice(&self.version.to_le_bytes());
         b.extend_from_slice(&self.class_bytes.to_le_bytes());
         b.extend_from_slice(&(self.key.len() as u16).to_le_bytes());
+        b.extend_from_slice(&self.fence.to_le_bytes());
         b.extend_from_slice(&self.key);
         if let Some(w) = &self.write {
             b.extend_from_slice(&w.value_bytes.to_le_bytes());
@@ -191,6 +195,7 @@ impl RunPayload {
             class_bytes: u32_at(21),
             key: b[PAYLOAD_HEAD..rest].to_vec(),
             write,
+            fence: u64_at(27),
         })
     }
 }
@@ -335,6 +340,8 @@ pub struct PlanExec {
     startup_repairs: Mutex<HashMap<(usize, usize), Vec<usize>>>,
     /// Frames of runners dropped after a failure.
     old_runner_frames: [AtomicU64; 2],
+    /// By stripe, the fencing token of this node's term (`set_fence`).
+    fences: Mutex<HashMap<usize, u64>>,
     /// Runs given up (a participant went down), by nonce, with when.
     abandoned: Mutex<HashMap<u64, std::time::Instant>>,
     pub counters: PlanCounters,
@@ -450,7 +457,23 @@ impl PlanExec {
             old_runner_frames: [AtomicU64::new(0), AtomicU64::new(0)],
             abandoned: Mutex::new(HashMap::new()),
             counters: PlanCounters::default(),
+            fences: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// Sets the fencing token this node's runs of `stripe` carry (0: it holds no term).
+    pub fn set_fence(&self, stripe: usize, token: u64) {
+        let mut f = self.fences.lock().unwrap_or_else(PoisonError::into_inner);
+        if token == 0 {
+            f.remove(&stripe);
+        } else {
+            f.insert(stripe, token);
+        }
+    }
+
+    fn fence(&self, stripe: usize) -> u64 {
+        let f = self.fences.lock().unwrap_or_else(PoisonError::into_inner);
+        f.get(&stripe).copied().unwrap_or(0)
     }
 
     /// Installs, on this node's host and without a message, this node's parts of the write
@@ -629,6 +652,7 @@ impl PlanExec {
             class_bytes: chunk_bytes as u32,
             key: key.to_vec(),
             write: Some(meta),
+            fence: self.fence(stripe),
         }
         .encode();
         let agent = placement.node_of(stripe, 0);
@@ -691,6 +715,7 @@ impl PlanExec {
             class_bytes: chunk_bytes as u32,
             key: key.to_vec(),
             write: None,
+            fence: self.fence(stripe),
         }
         .encode();
         let r = self.run(
@@ -775,6 +800,7 @@ impl PlanExec {
             class_bytes: class as u32,
             key: key.to_vec(),
             write: None,
+            fence: self.fence(stripe),
         }
         .encode();
         let c = &self.counters;
@@ -1025,7 +1051,13 @@ impl Application for CacheApp {
         if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
             std::thread::sleep(self.repair_input_delay);
         }
-        let store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Err(seen) = store.admit(p.stripe, p.fence) {
+            return Err(AppError::new(format!(
+                "node {id}: {}",
+                crate::carrier::peer::fenced_out(p.stripe, p.fence, seen)
+            )));
+        }
         let rec = store
             .get(p.stripe, chunk.index as u8, &p.key, p.version)
             .ok_or_else(|| {
@@ -1082,11 +1114,16 @@ impl Application for CacheApp {
                     trail: w.trail,
                 };
                 let rec = record::encode(&h, &bytes);
-                self.store
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
+                let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Err(seen) = store.admit(p.stripe, p.fence) {
+                    return Err(AppError::new(crate::carrier::peer::fenced_out(
+                        p.stripe, p.fence, seen,
+                    )));
+                }
+                store
                     .put(p.stripe, rec, w.watermark)
                     .map_err(AppError::new)?;
+                drop(store);
                 x.counters
                     .plan_records_stored
                     .fetch_add(1, Ordering::Relaxed);
@@ -1155,6 +1192,7 @@ mod tests {
             class_bytes: 4096,
             key: b"user:1".to_vec(),
             write: None,
+            fence: 41,
         };
         assert_eq!(RunPayload::decode(&p.encode()).unwrap(), p);
         p.kind = RunKind::Write;
@@ -1171,6 +1209,9 @@ mod tests {
         assert!(RunPayload::decode(&[0; 10]).is_err());
         let mut long = vec![0u8; PAYLOAD_HEAD + 251];
         long[25..27].copy_from_slice(&251u16.to_le_bytes());
+        // The fence sits after the key's length.
+        let b = p.encode();
+        assert_eq!(u64::from_le_bytes(b[27..35].try_into().unwrap()), 41);
         assert!(RunPayload::decode(&long).is_err());
     }
 

@@ -47,8 +47,17 @@ impl Node {
         }
     }
 
-    /// The agent of a stripe in this node's view.
+    /// The agent of a stripe in this node's view (with a coordinator: the holder of its key
+    /// as last read, if any).
     pub fn agent_of(&self, stripe: usize) -> Option<usize> {
+        if let Some(c) = &self.coord {
+            if c.holds(stripe, Instant::now()) {
+                return Some(self.cfg.id);
+            }
+            if let Some(h) = c.holder(stripe).filter(|&h| h != self.cfg.id) {
+                return Some(h);
+            }
+        }
         let view = self.view();
         self.placement.agent_of(stripe, |n| view[n].0 && view[n].1)
     }
@@ -56,6 +65,9 @@ impl Node {
     /// Whether this node leads `stripe` now: it is the agent in its view and has not handed
     /// the stripe to a recovered node.
     pub(crate) fn leads(&self, stripe: usize) -> bool {
+        if let Some(c) = &self.coord {
+            return lock(&self.yielded[stripe]).is_none() && c.holds(stripe, Instant::now());
+        }
         self.agent_of(stripe) == Some(self.cfg.id)
             && lock(&self.yielded[stripe]).is_none()
             && self.lease_holds(stripe)
@@ -78,6 +90,56 @@ impl Node {
             self.cfg.down_after,
             self.started,
         )
+    }
+
+    /// The fencing token of this node's term of `stripe` (`cluster::coord`); 0 without a
+    /// coordinator (members then check nothing).
+    pub(crate) fn fence(&self, stripe: usize) -> u64 {
+        self.coord
+            .as_ref()
+            .and_then(|c| c.token(stripe))
+            .unwrap_or(0)
+    }
+
+    /// One round of leadership through the coordinator: keep this node's lease, take the
+    /// stripes it should lead, give back those it should not (after the operations under way
+    /// finish, as a handover does).
+    pub fn coordinator_round(&self) {
+        let Some(c) = &self.coord else { return };
+        let me = self.cfg.id;
+        let stripes: Vec<(usize, Vec<usize>)> = (0..self.cfg.node_count)
+            .filter(|&s| self.lease_members[s].contains(&me))
+            .map(|s| (s, self.lease_members[s].clone()))
+            .collect();
+        let refused: Vec<bool> = {
+            let peers = lock(&self.peers);
+            (0..self.cfg.node_count)
+                .map(|i| i != me && peers.leases[i].refused)
+                .collect()
+        };
+        let yielded = |s: usize| lock(&self.yielded[s]).is_some();
+        let refused = |i: usize| refused[i];
+        let steps = c.round(&crate::cluster::coord::RoundInput {
+            me,
+            nodes: self.cfg.node_count,
+            ready: self.is_ready(),
+            stripes: &stripes,
+            yielded: &yielded,
+            refused: &refused,
+        });
+        for (s, crate::cluster::coord::Step::GiveBack(token)) in steps {
+            c.stop(s, token);
+            *lock(&self.stripes[s]) = None;
+            for l in &self.key_locks {
+                drop(l.lock());
+            }
+            c.resign(s, token);
+        }
+        if let Some(x) = &self.plans {
+            for s in 0..self.cfg.node_count {
+                x.set_fence(s, self.fence(s));
+            }
+        }
     }
 
     /// The votes for this node in `stripe` now, of its member nodes: (votes, members).
@@ -115,6 +177,9 @@ impl Node {
     /// stripe may have been led by another node meanwhile (leading needs a majority, which
     /// shares a member with the one voting for this node now).
     pub(crate) fn lease_lapsed_since(&self, stripe: usize, since: Instant) -> bool {
+        if let Some(c) = &self.coord {
+            return c.lapsed_since(stripe, since);
+        }
         let now = Instant::now();
         let peers = lock(&self.peers);
         self.lease_members[stripe].iter().any(|&m| {
@@ -285,6 +350,16 @@ impl Node {
                 me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
             })
             .expect("spawn expiry thread");
+        if self.coord.is_some() {
+            let me = Arc::clone(self);
+            std::thread::Builder::new()
+                .name("coordinator".into())
+                .spawn(move || loop {
+                    me.coordinator_round();
+                    std::thread::sleep(me.cfg.heartbeat);
+                })
+                .expect("spawn coordinator thread");
+        }
         if self.cfg.recover {
             let me = Arc::clone(self);
             std::thread::Builder::new()

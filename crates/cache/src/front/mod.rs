@@ -2006,6 +2006,23 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
             &format!("stripe_{s}_votes"),
             format!("{votes}/{members}"),
         );
+        if node.coord.is_some() {
+            compose::stat(out, &format!("stripe_{s}_term"), node.fence(s));
+        }
+    }
+    let led = (0..node.cfg.node_count).filter(|&s| node.leads(s)).count();
+    compose::stat(out, "stripes_led", led);
+    compose::stat(
+        out,
+        "coordinator",
+        if node.coord.is_some() {
+            "etcd"
+        } else {
+            "majority"
+        },
+    );
+    if let Some(e) = node.coord.as_ref().and_then(|c| c.last_error()) {
+        compose::stat(out, "coordinator_last_error", e.replace(['\r', '\n'], " "));
     }
     compose::stat(out, "degraded_reads", g(&c.degraded_reads));
     compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));

@@ -102,6 +102,20 @@ impl PeerConn {
                 return false;
             };
             at += 4 + len;
+            // A `Get`, fenced or not, is answered here; its term admitted first.
+            let (token, req) = match req {
+                Request::Fenced { token, req: inner } if matches!(*inner, Request::Get { .. }) => {
+                    (token, *inner)
+                }
+                req => (0, req),
+            };
+            if let Request::Get { stripe, .. } = &req {
+                if let Err(seen) = node.admit(*stripe, token) {
+                    let why = peer::fenced_out(*stripe, token, seen);
+                    push_reply(&mut self.out, node, &Response::Nack(why));
+                    continue;
+                }
+            }
             if let Request::Get {
                 stripe,
                 position,

@@ -10,7 +10,19 @@ use crate::record;
 
 /// A member's answer to a chunk request (`Put`, `Get`, `Delete`, `Touch`, `List`, `Flip`) from
 /// its store; any other request is a `Nack`.
+///
+/// A request of a leader's term (`Request::Fenced`) is refused when the store has seen a newer
+/// term of the stripe; so is one without a token once the store has seen any term.
 pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
+    let (token, req) = match req {
+        Request::Fenced { token, req } => (token, *req),
+        req => (0, req),
+    };
+    if let Some(stripe) = req.stripe() {
+        if let Err(seen) = store.admit(stripe, token) {
+            return Response::Nack(peer::fenced_out(stripe, token, seen));
+        }
+    }
     match req {
         Request::Put {
             stripe,
@@ -71,6 +83,49 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
     }
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(stripe: u32) -> Request {
+        Request::List { stripe }
+    }
+
+    /// A member refuses a request of an older term of a stripe, and one with no token once it
+    /// has seen a term; other stripes are not affected, and a newer term is admitted.
+    #[test]
+    fn a_member_refuses_an_older_term() {
+        let mut store = ChunkStore::new();
+        let refused = |r: &Response| matches!(r, Response::Nack(why) if why.contains("fenced out"));
+        // No coordinator: no token, nothing refused.
+        assert!(!refused(&answer_chunk(&mut store, list(0))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(7, list(0))
+        )));
+        assert!(refused(&answer_chunk(&mut store, peer::fenced(6, list(0)))));
+        assert!(refused(&answer_chunk(&mut store, list(0))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(7, list(0))
+        )));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(9, list(0))
+        )));
+        assert!(refused(&answer_chunk(&mut store, peer::fenced(7, list(0)))));
+        assert!(!refused(&answer_chunk(&mut store, list(1))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(2, list(1))
+        )));
+        let Response::Nack(why) = answer_chunk(&mut store, peer::fenced(8, list(0))) else {
+            panic!("refused");
+        };
+        assert_eq!(why, "stripe 0: term 8 is fenced out by term 9");
+    }
+}
+
 impl Node {
     /// Handles a message from a peer (or from this node to itself).
     /// Answers a peer's request at once when that needs no wait on a key lock or another
@@ -107,6 +162,12 @@ impl Node {
         watermark: u64,
     ) -> Result<(), crate::record::RecordError> {
         lock(&self.store).put(stripe, record, watermark).map(|_| ())
+    }
+
+    /// Admits a request of `stripe` with fencing token `token` (0: none) at this member's
+    /// store (`ChunkStore::admit`).
+    pub fn admit(&self, stripe: u32, token: u64) -> Result<(), u64> {
+        lock(&self.store).admit(stripe, token)
     }
 
     /// Appends the framed reply to a `Get` of (stripe, position, key, version) to `out`.

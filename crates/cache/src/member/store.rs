@@ -49,11 +49,25 @@ pub struct ChunkStore {
     tombstones: HashMap<(u32, Vec<u8>), u64>,
     /// Tombstones in the order they were laid, to drop the oldest past [`MAX_TOMBSTONES`].
     tombstone_order: VecDeque<(u32, Vec<u8>, u64)>,
+    /// Per stripe, the highest fencing token a request carried (`cluster::coord`): a request
+    /// of an older term is refused.
+    fences: HashMap<u32, u64>,
 }
 
 impl ChunkStore {
     pub fn new() -> ChunkStore {
         ChunkStore::default()
+    }
+
+    /// Admits a request of `stripe` carrying fencing token `token`: refused (with the newer
+    /// token) when a request of a newer term has been seen; otherwise the token is noted.
+    pub fn admit(&mut self, stripe: u32, token: u64) -> Result<(), u64> {
+        let seen = self.fences.entry(stripe).or_insert(0);
+        if token < *seen {
+            return Err(*seen);
+        }
+        *seen = token;
+        Ok(())
     }
 
     /// Bytes of records held (current and previous).
