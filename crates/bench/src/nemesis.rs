@@ -45,6 +45,8 @@ pub enum Fault {
     Pause,
     /// `a` is killed (SIGKILL), then restarted empty.
     Kill,
+    /// `a` is cut from the coordinator (`--coordinator` only): it loses its lease there.
+    Coordinator,
 }
 
 impl Fault {
@@ -115,6 +117,10 @@ pub struct NemesisArgs {
     /// The `inec` executable the nodes run (default: this one), e.g. an older build's.
     #[arg(long)]
     pub nodes_exe: Option<PathBuf>,
+    /// Leadership from a coordinator: `local` starts a one-member etcd in a namespace of its
+    /// own on the bridge (`inec cache up --coordinator local`). Default: the majority lease.
+    #[arg(long, value_name = "local|etcd://HOST:PORT")]
+    pub coordinator: Option<String>,
 }
 
 /// One fault as it ran, on the history's clock (ns).
@@ -149,6 +155,8 @@ pub struct Verdict {
 /// What a run found.
 #[derive(Clone, Debug, Serialize)]
 pub struct NemesisResult {
+    /// `majority` or the coordinator (`--coordinator`).
+    pub coordinator: String,
     pub nodes: usize,
     pub stripe: usize,
     pub lease_ms: u64,
@@ -175,6 +183,7 @@ const NODE_STATS: &[&str] = &[
     "retries_in_doubt",
     "holes_filled",
     "degraded_plan_runs",
+    "fenced_out",
 ];
 
 /// Builds the checker (`peers/porcupine`) with `go`; returns its path.
@@ -223,6 +232,7 @@ fn cuts(fault: Fault, a: usize, n: usize, tolerated: usize) -> Vec<(usize, usize
                 .flat_map(|&x| rest.iter().flat_map(move |&y| both(x, y)))
                 .collect()
         }
+        Fault::Coordinator => both(a, harness::netns::COORDINATOR).to_vec(),
         Fault::Clients | Fault::Pause | Fault::Kill => Vec::new(),
     }
 }
@@ -246,6 +256,9 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
     if a.faults.is_empty() || a.rounds == 0 || a.clients == 0 {
         bail!("nothing to run: --faults, --rounds and --clients must not be empty or 0");
     }
+    if a.faults.contains(&Fault::Coordinator) && a.coordinator.is_none() {
+        bail!("the coordinator fault needs --coordinator");
+    }
     let checker = build_checker(&a.go)?;
     // One namespace cluster per machine: wait for any other user of the bridge (a test).
     let _slot = harness::netns::slot().context("the namespace-cluster lock")?;
@@ -260,11 +273,15 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
         ..InecOptions::new(exe, &a.code.to_string(), &a.scheme, "coherent", 64)
     };
     opts.options.down_after_ms = a.lease_ms;
+    opts.options.coordinator.clone_from(&a.coordinator);
     let dir = std::env::temp_dir().join(format!("inec-nemesis-{}", std::process::id()));
     outln!(
-        "starting {n} nodes in network namespaces ({}, {})",
+        "starting {n} nodes in network namespaces ({}, {}, leadership: {})",
         a.code,
-        a.scheme
+        a.scheme,
+        a.coordinator
+            .as_deref()
+            .map_or("majority lease".into(), |c| format!("coordinator {c}"))
     )?;
     let mut cache = InecCache::start_netns_in(&opts, &dir).context("starting the cache")?;
     let result = schedule(&a, n, &mut cache, &checker);
@@ -425,6 +442,7 @@ fn schedule(
         .collect();
     let count = |o: Outcome| history.ops.iter().filter(|op| op.outcome == o).count();
     let r = NemesisResult {
+        coordinator: a.coordinator.clone().unwrap_or_else(|| "majority".into()),
         nodes: n,
         stripe: agent,
         lease_ms: a.lease_ms,

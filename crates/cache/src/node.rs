@@ -473,7 +473,9 @@ impl Node {
                 if let Err(PeerError::Io { source, .. } | PeerError::NoReply { source, .. }) = &r {
                     self.mark_down(node);
                     if source.kind() == std::io::ErrorKind::ConnectionRefused {
-                        lock(&self.peers).leases[node].refused = true;
+                        let l = &mut lock(&self.peers).leases[node];
+                        l.refused = true;
+                        l.refused_at = Some(Instant::now());
                     }
                 }
                 out[i] = Some(r);

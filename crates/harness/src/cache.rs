@@ -505,27 +505,29 @@ fn wait_answering(addr: SocketAddr, pid: u32, deadline: Instant, log: &Path) -> 
 /// Waits until every node answers `stats inec` ready and with no member down in its view.
 fn wait_converged(st: &CacheState, deadline: Instant) -> Result<(), Error> {
     loop {
-        let mut led = 0;
+        // With a coordinator, leaders take their keys after the nodes see each other (a node
+        // that registered first may hold another's stripe for a moment): wait until each node
+        // leads its own stripe (the one it is the first member of) and no other.
+        let coordinated = st.opts.coordinator.is_some();
         let ok = st.members.iter().all(|m| {
             ask(m.client, "stats inec\r\n", Duration::from_secs(2)).is_ok_and(|t| {
                 let s = parse_stats(&t);
-                led += s
-                    .get("stripes_led")
-                    .and_then(|v| v.parse::<usize>().ok())
-                    .unwrap_or(0);
-                s.get("ready").map(String::as_str) == Some("1")
-                    && s.get("members_down").map(String::as_str) == Some("0")
+                let stat = |k: &str| s.get(k).map(String::as_str);
+                let own_term = stat(&format!("stripe_{}_term", m.id));
+                stat("ready") == Some("1")
+                    && stat("members_down") == Some("0")
+                    && (!coordinated
+                        || (own_term.is_some_and(|t| t != "0") && stat("stripes_led") == Some("1")))
             })
         });
-        // With a coordinator, leaders take their keys after the nodes see each other: wait
-        // until every stripe is led.
-        let ok = ok && (st.opts.coordinator.is_none() || led >= st.members.len());
         if ok {
             return Ok(());
         }
         if Instant::now() >= deadline {
             return Err(Error::Other(
-                "the cache nodes do not all see each other up in time".into(),
+                "the cache nodes do not all see each other up (and, with a coordinator, lead \
+                 their own stripes) in time"
+                    .into(),
             ));
         }
         std::thread::sleep(Duration::from_millis(20));

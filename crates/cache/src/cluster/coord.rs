@@ -102,6 +102,9 @@ pub struct LeaderState {
     pub terms: Vec<Option<Term>>,
     /// Leases this node revoked (each once).
     pub revoked: Vec<i64>,
+    /// When this node first saw each registration's lease (only a refusal seen after it
+    /// proves that its node died: a node registers once it listens).
+    pub first_seen: std::collections::HashMap<i64, Instant>,
     /// The last coordinator error, for `stats inec`.
     pub last_error: Option<String>,
 }
@@ -135,8 +138,8 @@ pub struct RoundInput<'a> {
     pub stripes: &'a [(usize, Vec<usize>)],
     /// Whether this node handed the stripe to a recovered node (it must not lead it).
     pub yielded: &'a dyn Fn(usize) -> bool,
-    /// Nodes whose connection was refused since they last answered (not running).
-    pub refused: &'a dyn Fn(usize) -> bool,
+    /// For a node whose connection was refused since it last answered (not running): when.
+    pub refused: &'a dyn Fn(usize) -> Option<Instant>,
 }
 
 impl std::fmt::Debug for RoundInput<'_> {
@@ -268,14 +271,24 @@ impl Leadership {
                 return Vec::new();
             }
         };
-        // A refused connection: that process is not running; its lease goes now.
+        // A refused connection: that process is not running; its lease goes now. Only a
+        // refusal seen after the registration counts (before it, the node may not have been
+        // listening yet).
+        let now = Instant::now();
+        {
+            let mut st = lock(&self.state);
+            let live: Vec<i64> = snap.nodes.iter().flatten().map(|r| r.lease).collect();
+            st.first_seen.retain(|l, _| live.contains(l));
+            for l in live {
+                st.first_seen.entry(l).or_insert(now);
+            }
+        }
         let mut revoked_any = false;
         for (n, reg) in snap.nodes.iter().enumerate() {
             let Some(reg) = reg else { continue };
-            if n == input.me
-                || !(input.refused)(n)
-                || lock(&self.state).revoked.contains(&reg.lease)
-            {
+            let seen = lock(&self.state).first_seen.get(&reg.lease).copied();
+            let refused_after = (input.refused)(n).zip(seen).is_some_and(|(r, s)| r > s);
+            if n == input.me || !refused_after || lock(&self.state).revoked.contains(&reg.lease) {
                 continue;
             }
             match self.backend.revoke(reg.lease) {
@@ -524,7 +537,7 @@ mod tests {
         hub: Arc<MemCoord>,
         nodes: Vec<Leadership>,
         ready: Vec<bool>,
-        refused: Vec<bool>,
+        refused: Vec<Option<Instant>>,
         members: Vec<(usize, Vec<usize>)>,
     }
 
@@ -545,7 +558,7 @@ mod tests {
                 hub,
                 nodes,
                 ready: vec![true; 3],
-                refused: vec![false; 3],
+                refused: vec![None; 3],
                 members: vec![(0, vec![0, 1, 2])],
             }
         }
@@ -640,8 +653,12 @@ mod tests {
         let mut c = Cluster::new();
         c.rounds(&[0, 1, 2]);
         assert_eq!(c.leaders(), vec![0]);
+        // A refusal seen before node 0 registered (it was not listening yet) proves nothing.
+        c.refused[0] = Some(Instant::now() - Duration::from_secs(5));
+        c.round(1);
+        assert_eq!(c.nodes[1].holder(0), Some(0));
         // Node 0 is killed: it keeps nothing alive, and its port refuses.
-        c.refused[0] = true;
+        c.refused[0] = Some(Instant::now());
         c.round(1);
         c.round(1);
         assert_eq!(c.nodes[1].holder(0), Some(1));

@@ -157,7 +157,10 @@ impl Coordinator for EtcdCoordinator {
         let mut keepers = self.keepers.lock().unwrap_or_else(|p| p.into_inner());
         keepers.retain(|&id, _| id == lease);
         if !keepers.contains_key(&lease) {
-            let pair = self.call(|mut c| async move { c.lease_keep_alive(lease).await })?;
+            let pair = match self.call(|mut c| async move { c.lease_keep_alive(lease).await }) {
+                Err(e) if lease_not_found(&e) => return Ok(None),
+                r => r?,
+            };
             keepers.insert(lease, pair);
         }
         let (keeper, stream) = keepers.get_mut(&lease).expect("inserted above");
@@ -182,7 +185,12 @@ impl Coordinator for EtcdCoordinator {
             }
             Ok(Err(e)) => {
                 keepers.remove(&lease);
-                Err(err(e))
+                let e = err(e);
+                if lease_not_found(&e) {
+                    // Expired (a stall longer than its time to live) or revoked.
+                    return Ok(None);
+                }
+                Err(e)
             }
             Err(_) => {
                 keepers.remove(&lease);

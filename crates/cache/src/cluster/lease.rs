@@ -44,6 +44,9 @@ use std::time::{Duration, Instant};
 pub struct PeerLease {
     /// Its connection was refused since its last answer: it is not running.
     pub refused: bool,
+    /// When a refused connection was last seen (a coordinator revokes the lease of a node
+    /// registered before it: `coord.rs`).
+    pub refused_at: Option<Instant>,
     /// The send time of the latest heartbeat of ours it answered with a grant.
     pub grant_from: Option<Instant>,
     /// The nodes it exempted in that answer (its vote counts in a stripe whose members ahead

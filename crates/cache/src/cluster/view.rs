@@ -111,10 +111,13 @@ impl Node {
             .filter(|&s| self.lease_members[s].contains(&me))
             .map(|s| (s, self.lease_members[s].clone()))
             .collect();
-        let refused: Vec<bool> = {
+        let refused: Vec<Option<Instant>> = {
             let peers = lock(&self.peers);
             (0..self.cfg.node_count)
-                .map(|i| i != me && peers.leases[i].refused)
+                .map(|i| {
+                    let l = &peers.leases[i];
+                    l.refused_at.filter(|_| i != me && l.refused)
+                })
                 .collect()
         };
         let yielded = |s: usize| lock(&self.yielded[s]).is_some();
@@ -253,6 +256,7 @@ impl Node {
                     {
                         p.up = false;
                         leases[i].refused = true;
+                        leases[i].refused_at = Some(now);
                     }
                     _ => {
                         if now.duration_since(p.last_ok) >= self.cfg.down_after {

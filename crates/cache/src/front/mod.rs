@@ -2000,14 +2000,17 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
             &format!("stripe_{s}"),
             format!("{},agent={agent}", node.stripe_state(s)),
         );
-        let (votes, members) = node.lease_votes(s);
-        compose::stat(
-            out,
-            &format!("stripe_{s}_votes"),
-            format!("{votes}/{members}"),
-        );
         if node.coord.is_some() {
-            compose::stat(out, &format!("stripe_{s}_term"), node.fence(s));
+            // The fencing token of this node's term of the stripe (0: it does not lead it).
+            let term = if node.leads(s) { node.fence(s) } else { 0 };
+            compose::stat(out, &format!("stripe_{s}_term"), term);
+        } else {
+            let (votes, members) = node.lease_votes(s);
+            compose::stat(
+                out,
+                &format!("stripe_{s}_votes"),
+                format!("{votes}/{members}"),
+            );
         }
     }
     let led = (0..node.cfg.node_count).filter(|&s| node.leads(s)).count();
@@ -2077,6 +2080,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());
     compose::stat(out, "holes_filled", g(&c.holes_filled));
+    compose::stat(out, "fenced_out", node.fenced_out());
     compose::stat(out, "lease_lapses", g(&c.lease_lapses));
     compose::stat(out, "lease_lost_ops", g(&c.lease_lost_ops));
     compose::stat(out, "server_errors", g(&c.server_errors));

@@ -189,6 +189,11 @@ impl Node {
             .map(|r| r.to_vec())
     }
 
+    /// Chunk requests this member refused for an older term (`cluster::coord`).
+    pub fn fenced_out(&self) -> u64 {
+        lock(&self.store).fenced_out
+    }
+
     /// Bytes of records this node holds.
     pub fn stored_bytes(&self) -> u64 {
         lock(&self.store).bytes()

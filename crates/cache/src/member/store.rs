@@ -52,6 +52,8 @@ pub struct ChunkStore {
     /// Per stripe, the highest fencing token a request carried (`cluster::coord`): a request
     /// of an older term is refused.
     fences: HashMap<u32, u64>,
+    /// Requests refused for an older term (`admit`).
+    pub fenced_out: u64,
 }
 
 impl ChunkStore {
@@ -64,6 +66,7 @@ impl ChunkStore {
     pub fn admit(&mut self, stripe: u32, token: u64) -> Result<(), u64> {
         let seen = self.fences.entry(stripe).or_insert(0);
         if token < *seen {
+            self.fenced_out += 1;
             return Err(*seen);
         }
         *seen = token;
