@@ -83,49 +83,6 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn list(stripe: u32) -> Request {
-        Request::List { stripe }
-    }
-
-    /// A member refuses a request of an older term of a stripe, and one with no token once it
-    /// has seen a term; other stripes are not affected, and a newer term is admitted.
-    #[test]
-    fn a_member_refuses_an_older_term() {
-        let mut store = ChunkStore::new();
-        let refused = |r: &Response| matches!(r, Response::Nack(why) if why.contains("fenced out"));
-        // No coordinator: no token, nothing refused.
-        assert!(!refused(&answer_chunk(&mut store, list(0))));
-        assert!(!refused(&answer_chunk(
-            &mut store,
-            peer::fenced(7, list(0))
-        )));
-        assert!(refused(&answer_chunk(&mut store, peer::fenced(6, list(0)))));
-        assert!(refused(&answer_chunk(&mut store, list(0))));
-        assert!(!refused(&answer_chunk(
-            &mut store,
-            peer::fenced(7, list(0))
-        )));
-        assert!(!refused(&answer_chunk(
-            &mut store,
-            peer::fenced(9, list(0))
-        )));
-        assert!(refused(&answer_chunk(&mut store, peer::fenced(7, list(0)))));
-        assert!(!refused(&answer_chunk(&mut store, list(1))));
-        assert!(!refused(&answer_chunk(
-            &mut store,
-            peer::fenced(2, list(1))
-        )));
-        let Response::Nack(why) = answer_chunk(&mut store, peer::fenced(8, list(0))) else {
-            panic!("refused");
-        };
-        assert_eq!(why, "stripe 0: term 8 is fenced out by term 9");
-    }
-}
-
 impl Node {
     /// Handles a message from a peer (or from this node to itself).
     /// Answers a peer's request at once when that needs no wait on a key lock or another
@@ -197,5 +154,48 @@ impl Node {
     /// Bytes of records this node holds.
     pub fn stored_bytes(&self) -> u64 {
         lock(&self.store).bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(stripe: u32) -> Request {
+        Request::List { stripe }
+    }
+
+    /// A member refuses a request of an older term of a stripe, and one with no token once it
+    /// has seen a term; other stripes are not affected, and a newer term is admitted.
+    #[test]
+    fn a_member_refuses_an_older_term() {
+        let mut store = ChunkStore::new();
+        let refused = |r: &Response| matches!(r, Response::Nack(why) if why.contains("fenced out"));
+        // No coordinator: no token, nothing refused.
+        assert!(!refused(&answer_chunk(&mut store, list(0))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(7, list(0))
+        )));
+        assert!(refused(&answer_chunk(&mut store, peer::fenced(6, list(0)))));
+        assert!(refused(&answer_chunk(&mut store, list(0))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(7, list(0))
+        )));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(9, list(0))
+        )));
+        assert!(refused(&answer_chunk(&mut store, peer::fenced(7, list(0)))));
+        assert!(!refused(&answer_chunk(&mut store, list(1))));
+        assert!(!refused(&answer_chunk(
+            &mut store,
+            peer::fenced(2, list(1))
+        )));
+        let Response::Nack(why) = answer_chunk(&mut store, peer::fenced(8, list(0))) else {
+            panic!("refused");
+        };
+        assert_eq!(why, "stripe 0: term 8 is fenced out by term 9");
     }
 }
