@@ -437,6 +437,14 @@ pub(crate) mod mem {
             st.leaders.retain(|_, h| h.lease != l);
         }
 
+        /// Ends node `n`'s lease now, as its time to live running out would (its keys go).
+        pub fn expire_node(&self, n: usize) {
+            let mut st = lock(&self.state);
+            if let Some(r) = st.nodes.get(&n).copied() {
+                MemCoord::drop_lease(&mut st, r.lease);
+            }
+        }
+
         /// Cuts node `n` from the coordinator (its calls fail) or heals it.
         pub fn cut(&self, n: usize, cut: bool) {
             let mut st = lock(&self.state);

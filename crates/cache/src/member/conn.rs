@@ -102,20 +102,14 @@ impl PeerConn {
                 return false;
             };
             at += 4 + len;
-            // A `Get`, fenced or not, is answered here; its term admitted first.
+            // A `Get`, fenced or not, is answered here, its term admitted under the same lock
+            // of the store.
             let (token, req) = match req {
                 Request::Fenced { token, req: inner } if matches!(*inner, Request::Get { .. }) => {
                     (token, *inner)
                 }
                 req => (0, req),
             };
-            if let Request::Get { stripe, .. } = &req {
-                if let Err(seen) = node.admit(*stripe, token) {
-                    let why = peer::fenced_out(*stripe, token, seen);
-                    push_reply(&mut self.out, node, &Response::Nack(why));
-                    continue;
-                }
-            }
             if let Request::Get {
                 stripe,
                 position,
@@ -125,7 +119,12 @@ impl PeerConn {
             {
                 // The chunk goes from the store to the reply with one copy.
                 count_reply(node);
-                node.push_record_frame(&mut self.out, *stripe, *position, key, *version);
+                if let Err(seen) =
+                    node.push_record_frame(&mut self.out, token, *stripe, *position, key, *version)
+                {
+                    let why = peer::fenced_out(*stripe, token, seen);
+                    peer::push_response_frame(&mut self.out, &Response::Nack(why));
+                }
                 continue;
             }
             match node.handle_peer_now(req) {

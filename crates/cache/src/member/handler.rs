@@ -121,22 +121,22 @@ impl Node {
         lock(&self.store).put(stripe, record, watermark).map(|_| ())
     }
 
-    /// Admits a request of `stripe` with fencing token `token` (0: none) at this member's
-    /// store (`ChunkStore::admit`).
-    pub fn admit(&self, stripe: u32, token: u64) -> Result<(), u64> {
-        lock(&self.store).admit(stripe, token)
-    }
-
-    /// Appends the framed reply to a `Get` of (stripe, position, key, version) to `out`.
+    /// Appends the framed reply to a `Get` of (stripe, position, key, version) with fencing
+    /// token `token` (0: none) to `out`; nothing, and the newer token seen, when the store
+    /// refuses the term (`ChunkStore::admit`).
     pub fn push_record_frame(
         &self,
         out: &mut Vec<u8>,
+        token: u64,
         stripe: u32,
         position: u8,
         key: &[u8],
         version: u64,
-    ) {
-        peer::push_record_frame(out, lock(&self.store).get(stripe, position, key, version));
+    ) -> Result<(), u64> {
+        let mut store = lock(&self.store);
+        store.admit(stripe, token)?;
+        peer::push_record_frame(out, store.get(stripe, position, key, version));
+        Ok(())
     }
 
     /// The record this node holds for (stripe, position, key, version).

@@ -4,9 +4,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::Node;
+use super::{Node, NodeParts};
 use crate::carrier::mem::MemHub;
 use crate::carrier::peer::{AgentOp, AgentResult, Attempt, Once};
+use crate::cluster::coord::mem::{MemCoord, MemHandle};
 
 /// Nodes 0..3 of an rs:2,1 cache (one position per node; values under 16 bytes replicated on
 /// two positions), started long enough ago to vote, each having heard the others once.
@@ -189,5 +190,103 @@ fn a_front_whose_reply_was_lost_retries_and_is_answered_without_a_second_apply()
     assert_eq!(c.retries_answered.load(Ordering::Relaxed), 2);
     stop.store(true, Ordering::Relaxed);
     beats.join().unwrap();
+    hub.clear();
+}
+
+/// The nodes of [`cluster`], led through an in-memory coordinator with etcd's semantics
+/// (`cluster::coord`) instead of the majority lease; each node has taken its lease and its
+/// own stripe.
+fn coordinated() -> (Arc<MemHub>, Arc<MemCoord>, Vec<Arc<Node>>) {
+    let hub = MemHub::new(3);
+    let coord = Arc::new(MemCoord::default());
+    let nodes: Vec<Arc<Node>> = (0..3)
+        .map(|id| {
+            let link = hub.link(id);
+            let parts = NodeParts {
+                incarnation: 1 + id as u64,
+                store: Arc::new(std::sync::Mutex::new(
+                    crate::member::store::ChunkStore::new(),
+                )),
+                plans: None,
+                coordinator: Some(Box::new(MemHandle {
+                    hub: Arc::clone(&coord),
+                    node: id,
+                })),
+            };
+            Arc::new(Node::with_store(
+                super::tests::config(id),
+                link.clone(),
+                link,
+                parts,
+            ))
+        })
+        .collect();
+    for n in &nodes {
+        hub.attach(Arc::clone(n));
+    }
+    rounds(&nodes);
+    for _ in 0..2 {
+        for n in &nodes {
+            n.coordinator_round();
+        }
+    }
+    (hub, coord, nodes)
+}
+
+/// An agent that still believes it leads after its term ended (stalled past its lease, or a
+/// clock that ran slow) cannot read or write behind its successor's back: the successor's new
+/// term reached every member when it rebuilt its index, and every member, the old agent's own
+/// store included, refuses the old term's chunk requests. Neither a coded nor a replicated
+/// value is read stale through it, and its writes are refused, applying nothing.
+#[test]
+fn an_agent_whose_term_ended_is_fenced_out_by_every_member() {
+    let (hub, coord, nodes) = coordinated();
+    let (reg, small) = (key(&nodes[0], "reg"), key(&nodes[0], "small"));
+    let (v1, v2, v3) = (vec![1u8; 100], vec![2u8; 100], vec![3u8; 100]);
+    for (k, v, id) in [(&reg, &v1, 1), (&small, &b"s1".to_vec(), 2)] {
+        let r = nodes[0].route(0, set(k, v, Once::first(id)));
+        assert!(matches!(r, AgentResult::Stored { .. }), "{r:?}");
+    }
+    let old = nodes[0].fence(0);
+    assert!(old > 0 && nodes[0].leads(0));
+    // Node 0's lease ends at the coordinator while node 0, cut from it, hears nothing of it.
+    coord.cut(0, true);
+    coord.expire_node(0);
+    for n in &nodes[1..] {
+        n.coordinator_round();
+    }
+    assert!(nodes[1].leads(0), "node 1 took stripe 0");
+    let new = nodes[1].fence(0);
+    assert!(new > old, "term {new} after {old}");
+    for (k, v, id) in [(&reg, &v2, 3), (&small, &b"s2".to_vec(), 4)] {
+        let r = nodes[1].route(0, set(k, v, Once::first(id)));
+        assert!(matches!(r, AgentResult::Stored { .. }), "{r:?}");
+    }
+    // Node 0 still counts its lease alive by its own clock.
+    assert!(nodes[0].leads(0));
+    for k in [&reg, &small] {
+        match read(&nodes[0], k) {
+            AgentResult::Value { value, .. } => {
+                assert!(
+                    value == v2 || value == b"s2",
+                    "a stale value through the old agent"
+                )
+            }
+            AgentResult::Error(_) | AgentResult::NotAgent => {}
+            other => panic!("read {other:?}"),
+        }
+    }
+    match nodes[0].route(0, set(&reg, &v3, Once::first(5))) {
+        AgentResult::Error(e) => assert!(e.contains("fenced out"), "{e}"),
+        other => panic!("the old agent's write answered {other:?}"),
+    }
+    for n in &nodes[1..] {
+        match read(n, &reg) {
+            AgentResult::Value { value, .. } => assert_eq!(value, v2),
+            other => panic!("read {other:?}"),
+        }
+    }
+    let fenced: u64 = nodes.iter().map(|n| n.fenced_out()).sum();
+    assert!(fenced >= 3, "requests fenced out: {fenced}");
     hub.clear();
 }
