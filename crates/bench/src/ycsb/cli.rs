@@ -28,9 +28,10 @@ pub struct YcsbArgs {
     /// Workloads to run, e.g. `a` or `a,b,c` (A, B, C, D, F).
     #[arg(long, short = 'w', value_delimiter = ',', default_value = "a")]
     pub workload: Vec<String>,
-    /// Systems, in the order they run: `inec-coherent`, `inec-incoherent`, `memcached` (one
-    /// node, no redundancy), `memcached-x3` (`--memcached-nodes` nodes, each key written to 3
-    /// of them by the client).
+    /// Systems, in the order they run: `inec-coherent`, `inec-incoherent`, `inec-coherent-etcd`
+    /// (coherent, stripe leadership from a local etcd: `--coordinator local`, the `etcd`
+    /// build), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
+    /// nodes, each key written to 3 of them by the client).
     #[arg(
         long,
         value_delimiter = ',',
@@ -378,7 +379,7 @@ fn inject_failures(
 fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Running, Route)> {
     let records = a.records + a.operations.unwrap_or(0) / 10 + a.records / 5;
     match name {
-        "inec-coherent" | "inec-incoherent" => {
+        "inec-coherent" | "inec-incoherent" | "inec-coherent-etcd" => {
             let exe = a.exe.clone().ok_or_else(|| {
                 settings!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
@@ -386,13 +387,16 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             let n = parse_code(&a.code)?.n();
             let per_slot = (records as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
             let need_mib = (per_slot * n).div_ceil(1 << 20);
-            let mode = name.trim_start_matches("inec-");
+            let mode = name.trim_start_matches("inec-").trim_end_matches("-etcd");
             let mut o = InecOptions {
                 nodes: a.inec_nodes,
                 ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
             };
             if let Some(loops) = a.inec_loops {
                 o.options.threads = Some(loops);
+            }
+            if name.ends_with("-etcd") {
+                o.options.coordinator = Some("local".into());
             }
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
@@ -431,7 +435,8 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             ))
         }
         s => bail!(
-            "--systems {s:?}: expected inec-coherent, inec-incoherent, memcached or memcached-x3"
+            "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
+             memcached or memcached-x3"
         ),
     }
 }
@@ -879,9 +884,16 @@ pub fn run(a: YcsbArgs) -> Result<()> {
         tolerated_failures(s, &a.code, a.replicas)?;
         if !matches!(
             s.as_str(),
-            "inec-coherent" | "inec-incoherent" | "memcached" | "memcached-x3"
+            "inec-coherent"
+                | "inec-incoherent"
+                | "inec-coherent-etcd"
+                | "memcached"
+                | "memcached-x3"
         ) {
-            bail!("--systems {s:?}: expected inec-coherent, inec-incoherent, memcached or memcached-x3");
+            bail!(
+                "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
+                 memcached or memcached-x3"
+            );
         }
     }
     let info = RunInfo {
