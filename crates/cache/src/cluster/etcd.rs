@@ -111,9 +111,13 @@ impl EtcdCoordinator {
         let client = match slot.as_ref() {
             Some(c) => c.clone(),
             None => {
+                // HTTP/2 pings find a connection a silent cut left open; a failed call drops
+                // the client anyway (below).
                 let opts = ConnectOptions::new()
                     .with_connect_timeout(CALL_TIMEOUT)
-                    .with_timeout(CALL_TIMEOUT);
+                    .with_timeout(CALL_TIMEOUT)
+                    .with_keep_alive(CALL_TIMEOUT, CALL_TIMEOUT)
+                    .with_keep_alive_while_idle(true);
                 let c = self
                     .rt
                     .block_on(async {
@@ -133,11 +137,18 @@ impl EtcdCoordinator {
         let r = self
             .rt
             .block_on(async { tokio::time::timeout(CALL_TIMEOUT, f(client)).await });
-        match r {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(err(e)),
-            Err(_) => Err(err("call timed out")),
+        let failed = match r {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) => err(e),
+            Err(_) => err("call timed out"),
+        };
+        // An answer from etcd (a refused transaction, a lease not found) keeps the
+        // connection; a timeout or a transport error drops it, so that the next call connects
+        // afresh instead of waiting on a connection a cut left hanging.
+        if !lease_not_found(&failed) {
+            *self.client.lock().unwrap_or_else(|p| p.into_inner()) = None;
         }
+        Err(failed)
     }
 }
 

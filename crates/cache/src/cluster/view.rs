@@ -138,6 +138,16 @@ impl Node {
             }
             c.resign(s, token);
         }
+        // A stripe handed to a recovered node is its once it holds the stripe's key: from
+        // then on this node may take the stripe over again like any other (the heartbeats
+        // would end the hand-over only when that node is seen down, and a node cut from the
+        // coordinator alone is not).
+        for s in 0..self.cfg.node_count {
+            let mut y = lock(&self.yielded[s]);
+            if y.is_some() && *y == c.holder(s) {
+                *y = None;
+            }
+        }
         if let Some(x) = &self.plans {
             for s in 0..self.cfg.node_count {
                 x.set_fence(s, self.fence(s));

@@ -290,3 +290,31 @@ fn an_agent_whose_term_ended_is_fenced_out_by_every_member() {
     assert!(fenced >= 3, "requests fenced out: {fenced}");
     hub.clear();
 }
+
+/// A stripe handed to a recovered node (`AgentOp::Handover`) is that node's once it holds the
+/// stripe's key; when it is later cut from the coordinator alone (the heartbeats still see it
+/// up), its lease ends there and the next member takes the stripe over. Before, the hand-over
+/// lasted as long as the heartbeats saw the node up, and no one led the stripe.
+#[test]
+fn a_stripe_handed_back_is_taken_over_again_when_its_agent_loses_the_coordinator() {
+    use crate::carrier::peer::{Request, Response};
+    let (hub, coord, nodes) = coordinated();
+    assert!(nodes[0].leads(0));
+    let handed = nodes[1].handle_peer(Request::Agent(AgentOp::Handover { stripe: 0, to: 0 }));
+    assert_eq!(handed, Response::Agent(AgentResult::Ok));
+    for n in &nodes {
+        n.coordinator_round();
+    }
+    coord.cut(0, true);
+    coord.expire_node(0);
+    for _ in 0..2 {
+        for n in &nodes[1..] {
+            n.coordinator_round();
+        }
+    }
+    assert!(nodes[1].leads(0), "node 1 took stripe 0 over");
+    let reg = key(&nodes[0], "reg");
+    let r = nodes[2].route(0, set(&reg, &[7u8; 100], Once::first(1)));
+    assert!(matches!(r, AgentResult::Stored { .. }), "{r:?}");
+    hub.clear();
+}
