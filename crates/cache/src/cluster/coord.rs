@@ -140,6 +140,11 @@ pub struct RoundInput<'a> {
     pub yielded: &'a dyn Fn(usize) -> bool,
     /// For a node whose connection was refused since it last answered (not running): when.
     pub refused: &'a dyn Fn(usize) -> Option<Instant>,
+    /// Whether this node's heartbeats see a node up.
+    pub up: &'a dyn Fn(usize) -> bool,
+    /// Whether a stripe can be served in this node's view (no more positions down than the
+    /// code tolerates): a node that cannot serve a stripe does not lead it.
+    pub serviceable: &'a dyn Fn(usize) -> bool,
 }
 
 impl std::fmt::Debug for RoundInput<'_> {
@@ -329,25 +334,34 @@ impl Leadership {
                 (None, Some(h)) => steps.push((s, Step::GiveBack(h.token))),
                 _ => {}
             }
+            // The first member registered ready that this node sees up. The views of two nodes
+            // may differ; the key's transaction keeps it to one leader, and only the holder
+            // gives a stripe back.
             let preferred = members.iter().copied().find(|&n| {
                 if n == input.me {
                     input.ready
                 } else {
-                    snap.nodes
-                        .get(n)
-                        .copied()
-                        .flatten()
-                        .is_some_and(|r| r.ready)
+                    (input.up)(n)
+                        && snap
+                            .nodes
+                            .get(n)
+                            .copied()
+                            .flatten()
+                            .is_some_and(|r| r.ready)
                 }
             });
             let yielded = (input.yielded)(s);
+            // A node that sees more positions of the stripe down than the code tolerates
+            // cannot serve it: it gives the stripe back (a node that sees them up may take
+            // it) and does not take it.
+            let servable = (input.serviceable)(s);
             if let Some(t) = lock(&self.state).terms.get(s).copied().flatten() {
-                if preferred != Some(input.me) || yielded {
+                if preferred != Some(input.me) || yielded || !servable {
                     steps.push((s, Step::GiveBack(t.token)));
                 }
                 continue;
             }
-            if held.is_some() || preferred != Some(input.me) || yielded {
+            if held.is_some() || preferred != Some(input.me) || yielded || !servable {
                 continue;
             }
             let Some(lease) = my_lease else { continue };
@@ -546,6 +560,10 @@ mod tests {
         nodes: Vec<Leadership>,
         ready: Vec<bool>,
         refused: Vec<Option<Instant>>,
+        /// `up[a][b]`: node a's heartbeats see node b up.
+        up: Vec<Vec<bool>>,
+        /// Whether node a can serve the stripe in its view.
+        serviceable: Vec<bool>,
         members: Vec<(usize, Vec<usize>)>,
     }
 
@@ -567,12 +585,16 @@ mod tests {
                 nodes,
                 ready: vec![true; 3],
                 refused: vec![None; 3],
+                up: vec![vec![true; 3]; 3],
+                serviceable: vec![true; 3],
                 members: vec![(0, vec![0, 1, 2])],
             }
         }
 
         fn round(&self, n: usize) -> Vec<(usize, Step)> {
             let refused = |i: usize| self.refused[i];
+            let up = |i: usize| self.up[n][i];
+            let serviceable = |_| self.serviceable[n];
             let input = RoundInput {
                 me: n,
                 nodes: 1,
@@ -580,6 +602,8 @@ mod tests {
                 stripes: &self.members,
                 yielded: &|_| false,
                 refused: &refused,
+                up: &up,
+                serviceable: &serviceable,
             };
             let steps = self.nodes[n].round(&input);
             for &(s, Step::GiveBack(t)) in &steps {
@@ -680,6 +704,34 @@ mod tests {
         c.rounds(&[0, 1, 2]);
         assert_eq!(c.leaders(), vec![1]);
         c.ready[0] = true;
+        c.rounds(&[0, 1, 2]);
+        c.rounds(&[0, 1, 2]);
+        assert_eq!(c.leaders(), vec![0]);
+    }
+
+    /// An agent cut from the other members (but not from the coordinator) cannot serve its
+    /// stripe: it gives it back, the members that see it down take it, and it does not take
+    /// it again until it can serve it; then, preferred again, it gets it back.
+    #[test]
+    fn an_agent_that_cannot_serve_its_stripe_gives_it_to_one_that_can() {
+        let mut c = Cluster::new();
+        c.rounds(&[0, 1, 2]);
+        assert_eq!(c.leaders(), vec![0]);
+        c.serviceable[0] = false;
+        c.up[1][0] = false;
+        c.up[2][0] = false;
+        c.up[0][1] = false;
+        c.up[0][2] = false;
+        c.rounds(&[0, 1, 2]);
+        assert_eq!(c.leaders(), vec![1]);
+        c.rounds(&[0, 1, 2]);
+        assert_eq!(
+            c.leaders(),
+            vec![1],
+            "node 0 took it back while it could not serve it"
+        );
+        c.serviceable[0] = true;
+        c.up = vec![vec![true; 3]; 3];
         c.rounds(&[0, 1, 2]);
         c.rounds(&[0, 1, 2]);
         assert_eq!(c.leaders(), vec![0]);

@@ -122,6 +122,9 @@ impl Node {
         };
         let yielded = |s: usize| lock(&self.yielded[s]).is_some();
         let refused = |i: usize| refused[i];
+        let view = self.view();
+        let up = |i: usize| view[i].0;
+        let serviceable = |s: usize| self.stripe_state(s) != "unavailable";
         let steps = c.round(&crate::cluster::coord::RoundInput {
             me,
             nodes: self.cfg.node_count,
@@ -129,6 +132,8 @@ impl Node {
             stripes: &stripes,
             yielded: &yielded,
             refused: &refused,
+            up: &up,
+            serviceable: &serviceable,
         });
         for (s, crate::cluster::coord::Step::GiveBack(token)) in steps {
             c.stop(s, token);
