@@ -8,7 +8,6 @@ use std::fs;
 use std::io::{Read, Seek};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -441,19 +440,12 @@ fn spawn_node(
     id: usize,
     recover: bool,
 ) -> Result<u32, Error> {
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join(format!("node-{id}.log")))
-        .map_err(Error::io("opening a node log"))?;
-    let mut cmd = match st.netns.as_ref().and_then(|ns| ns.get(id)) {
-        Some(ns) => {
-            let mut c = Command::new("ip");
-            c.args(["netns", "exec", ns]).arg(exe);
-            c
-        }
-        None => Command::new(exe),
-    };
+    let ns = st
+        .netns
+        .as_ref()
+        .and_then(|ns| ns.get(id))
+        .map(String::as_str);
+    let mut cmd = crate::process::command_in(ns, exe);
     cmd.arg("serve")
         .arg("--cluster")
         .arg(dir.join(CLUSTER_FILE))
@@ -462,19 +454,11 @@ fn spawn_node(
     if recover {
         cmd.arg("--recover");
     }
-    use std::os::unix::process::CommandExt;
-    let stdout = log.try_clone().map_err(Error::io("opening a node log"))?;
-    let child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(log)
-        .spawn()
-        .map_err(Error::io(format!(
-            "starting a cache node ({})",
-            exe.display()
-        )))?;
-    Ok(child.id())
+    crate::process::spawn_logged(
+        &mut cmd,
+        &dir.join(format!("node-{id}.log")),
+        &format!("a cache node ({})", exe.display()),
+    )
 }
 
 fn wait_answering(addr: SocketAddr, pid: u32, deadline: Instant, log: &Path) -> Result<(), Error> {

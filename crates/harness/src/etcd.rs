@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::process::{free_port, pid_alive, sigkill};
+use crate::process::{command_in, free_port, pid_alive, sigkill, spawn_logged};
 use crate::{netns, Error};
 
 /// The program `--coordinator local` runs.
@@ -66,18 +66,7 @@ pub fn start(dir: &Path, in_netns: bool) -> Result<LocalEtcd, Error> {
             format!("127.0.0.1:{p}"),
         )
     };
-    let log = fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(dir.join("etcd.log"))
-        .map_err(Error::io("opening etcd.log"))?;
-    let mut cmd = if in_netns {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", netns::COORDINATOR_NS, ETCD]);
-        c
-    } else {
-        Command::new(ETCD)
-    };
+    let mut cmd = command_in(in_netns.then_some(netns::COORDINATOR_NS), ETCD);
     let client_url = format!("http://{client}");
     let peer_url = format!("http://{peer}");
     cmd.arg("--name")
@@ -91,16 +80,7 @@ pub fn start(dir: &Path, in_netns: bool) -> Result<LocalEtcd, Error> {
         .args(["--initial-cluster", &format!("inec={peer_url}")])
         .args(["--initial-cluster-state", "new"])
         .args(["--log-level", "warn"]);
-    use std::os::unix::process::CommandExt;
-    let stdout = log.try_clone().map_err(Error::io("opening etcd.log"))?;
-    let child = cmd
-        .process_group(0)
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(log)
-        .spawn()
-        .map_err(Error::io("starting etcd"))?;
-    let pid = child.id();
+    let pid = spawn_logged(&mut cmd, &dir.join("etcd.log"), "etcd")?;
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         if TcpStream::connect_timeout(&client, Duration::from_millis(200)).is_ok() {

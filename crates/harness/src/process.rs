@@ -129,3 +129,42 @@ pub fn run(args: &[&str]) -> Result<(), Error> {
     }
     Ok(())
 }
+
+/// `program`, run inside network namespace `netns` when given (`ip netns exec`).
+pub fn command_in(
+    netns: Option<&str>,
+    program: impl AsRef<std::ffi::OsStr>,
+) -> std::process::Command {
+    match netns {
+        Some(ns) => {
+            let mut c = std::process::Command::new("ip");
+            c.args(["netns", "exec", ns]).arg(program);
+            c
+        }
+        None => std::process::Command::new(program),
+    }
+}
+
+/// Starts `cmd` in a process group of its own (a signal to the caller's group does not reach
+/// it), with no input and its output appended to `log`; returns its pid. `what` names it in
+/// errors.
+pub fn spawn_logged(cmd: &mut std::process::Command, log: &Path, what: &str) -> Result<u32, Error> {
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let out = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .map_err(Error::io(format!("opening {}", log.display())))?;
+    let err = out
+        .try_clone()
+        .map_err(Error::io(format!("opening {}", log.display())))?;
+    let child = cmd
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .spawn()
+        .map_err(Error::io(format!("starting {what}")))?;
+    Ok(child.id())
+}

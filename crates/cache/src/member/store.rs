@@ -64,6 +64,16 @@ impl ChunkStore {
     /// Admits a request of `stripe` carrying fencing token `token`: refused (with the newer
     /// token) when a request of a newer term has been seen; otherwise the token is noted.
     pub fn admit(&mut self, stripe: u32, token: u64) -> Result<(), u64> {
+        if token == 0 {
+            // No coordinator (every request), or a bare request: nothing to note.
+            return match self.fences.get(&stripe) {
+                Some(&seen) if seen > 0 => {
+                    self.fenced_out += 1;
+                    Err(seen)
+                }
+                _ => Ok(()),
+            };
+        }
         let seen = self.fences.entry(stripe).or_insert(0);
         if token < *seen {
             self.fenced_out += 1;
