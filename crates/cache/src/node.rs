@@ -14,6 +14,7 @@ use codes::{Code, Codec};
 use graph::Scheme;
 
 use crate::agent::index::StripeIndex;
+use crate::agent::whole::Layout;
 use crate::carrier::peer::{PeerError, PeerTransport, Request, Response};
 use crate::carrier::plans::PlanExec;
 use crate::cluster::coord::{Coordinator, Leadership};
@@ -86,6 +87,12 @@ pub struct NodeConfig {
     /// The largest value (`-I`): an append or prepend whose result would be larger is refused
     /// with `SERVER_ERROR object too large for cache` and removes the key's value.
     pub item_size_max_bytes: usize,
+    /// `--layout`: how new values are stored (`agent::whole`).
+    pub layout: Layout,
+    /// With `--layout auto`: values below this size are whole, others split.
+    pub whole_below_bytes: usize,
+    /// Bytes of a slab page of the whole layout.
+    pub page_bytes: usize,
 }
 
 #[derive(Clone, Debug)]
@@ -153,6 +160,14 @@ pub struct Counters {
     pub total_items: AtomicU64,
     pub expired_unfetched: AtomicU64,
     pub degraded_reads: AtomicU64,
+    /// Whole-layout writes (slot written, deltas sent), slots rebuilt from their page's
+    /// stripe, and repair reads made again because the pages read were no consistent cut.
+    pub whole_writes: AtomicU64,
+    pub whole_rebuilds: AtomicU64,
+    pub whole_cut_retries: AtomicU64,
+    /// Writes asked to be whole but stored split (a member down or without its pages, this
+    /// node standing in for the home, a record larger than a page).
+    pub whole_fallbacks: AtomicU64,
     pub forced_degraded_reads: AtomicU64,
     pub chunks_repaired: AtomicU64,
     pub chunks_written_back: AtomicU64,
@@ -239,6 +254,8 @@ mod cluster_tests;
 /// A cache node.
 #[cfg(test)]
 pub(crate) mod tests;
+#[cfg(test)]
+mod whole_tests;
 
 /// What a node is built over (see [`Node::with_store`]).
 #[derive(Debug)]
@@ -278,6 +295,10 @@ pub struct Node {
     pub(crate) oldest_live_us: AtomicU64,
     pub counters: Counters,
     pub(crate) local_messages: AtomicU64,
+    /// Per node: it lost its whole-layout pages in a restart (learned from its refusals, or
+    /// this node's own when it started with `--recover`): no whole value is written where
+    /// it would need it.
+    pub(crate) whole_lost: Vec<AtomicBool>,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
     /// The next request id this node gives a client's write (`agent::once`).
@@ -339,12 +360,22 @@ impl Node {
             leases: vec![PeerLease::default(); cfg.node_count],
         };
         let recover = cfg.recover;
+        let codec = Codec::new(cfg.code);
+        {
+            let mut store = lock(&parts.store);
+            store.set_code(codec.kernel(), cfg.code);
+            store.set_page_bytes(cfg.page_bytes);
+            store.whole_lost = recover;
+        }
+        let whole_lost = (0..cfg.node_count)
+            .map(|i| AtomicBool::new(recover && i == cfg.id))
+            .collect();
         let lease_members = (0..cfg.node_count)
             .map(|s| lease::member_nodes((0..n).map(|p| placement.node_of(s, p))))
             .collect();
         Node {
             lease_members,
-            codec: Codec::new(cfg.code),
+            codec,
             placement,
             transport,
             heartbeat_transport,
@@ -366,6 +397,7 @@ impl Node {
             oldest_live_us: AtomicU64::new(0),
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
+            whole_lost,
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,

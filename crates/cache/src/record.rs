@@ -6,7 +6,7 @@
 //! | offset | bytes | field |
 //! | --- | --- | --- |
 //! | 0 | 4 | magic `INC1` |
-//! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value; bit 7 set: the write left out members that were down |
+//! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value, 2 = whole layout (position 0: the value at its home; other positions: where it lies, [`WholeAt`]); bit 7 set: the write left out members that were down |
 //! | 5 | 1 | chunk index (the position in the Mem Stripe) |
 //! | 6 | 2 | key length (1..=250) |
 //! | 8 | 8 | version (assigned by the agent; the CAS value) |
@@ -43,11 +43,48 @@ pub fn trail_after(trail: &Trail, id: u64) -> Trail {
 /// The bit of the kind byte that flags [`Header::written_around`].
 const WRITTEN_AROUND: u8 = 0x80;
 
-/// Whether a record holds a coded chunk or a whole replica.
+/// Whether a record holds a coded chunk, a whole replica, or a value of the whole layout.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     Coded,
     Replica,
+    /// The whole layout (`member::whole`): at position 0 (the key's home) the value itself, in
+    /// a slab slot that parity across values covers; at the parity positions of the slot's
+    /// page, a record whose data is [`WholeAt`] (where the home's record lies).
+    Whole,
+}
+
+/// Where the home's record of a whole-layout value lies: its slab page, the offset in the page
+/// and the record's length. The data of the record a parity position holds for the value: 12
+/// bytes, `page`, `offset`, `len` as u32 little-endian.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WholeAt {
+    pub page: u32,
+    pub offset: u32,
+    pub len: u32,
+}
+
+impl WholeAt {
+    pub const BYTES: usize = 12;
+
+    pub fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0; 12];
+        b[0..4].copy_from_slice(&self.page.to_le_bytes());
+        b[4..8].copy_from_slice(&self.offset.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    pub fn from_bytes(b: &[u8]) -> Option<WholeAt> {
+        if b.len() != 12 {
+            return None;
+        }
+        Some(WholeAt {
+            page: u32_at(b, 0),
+            offset: u32_at(b, 4),
+            len: u32_at(b, 8),
+        })
+    }
 }
 
 /// The fields of a record besides its data.
@@ -75,7 +112,7 @@ pub enum RecordError {
     Truncated { have: usize, need: usize },
     #[error("record magic {found:02x?} is not INC1")]
     BadMagic { found: [u8; 4] },
-    #[error("record kind {kind} is unknown (0 = coded, 1 = replica, bit 7 a flag)")]
+    #[error("record kind {kind} is unknown (0 = coded, 1 = replica, 2 = whole, bit 7 a flag)")]
     BadKind { kind: u8 },
     #[error("record key of {key_bytes} bytes is outside 1..=250")]
     BadKeyLength { key_bytes: usize },
@@ -92,6 +129,7 @@ pub fn encode(header: &Header, data: &[u8]) -> Vec<u8> {
     let kind = match header.kind {
         Kind::Coded => 0,
         Kind::Replica => 1,
+        Kind::Whole => 2,
     };
     out.push(
         kind | if header.written_around {
@@ -140,6 +178,7 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
     let kind = match bytes[4] & !WRITTEN_AROUND {
         0 => Kind::Coded,
         1 => Kind::Replica,
+        2 => Kind::Whole,
         _ => return Err(RecordError::BadKind { kind: bytes[4] }),
     };
     let key_bytes = u16::from_le_bytes([bytes[6], bytes[7]]) as usize;
@@ -240,6 +279,24 @@ mod tests {
         assert_eq!(&bytes[64..71], b"user:42");
         assert_eq!(&bytes[71..73], b"xy");
         assert_eq!(bytes.len(), OVERHEAD_BYTES + 7 + 2);
+    }
+
+    #[test]
+    fn a_whole_location_round_trips() {
+        let at = WholeAt {
+            page: 7,
+            offset: 0x0102_0304,
+            len: 99,
+        };
+        assert_eq!(WholeAt::from_bytes(&at.to_bytes()), Some(at));
+        assert_eq!(WholeAt::from_bytes(&[0; 11]), None);
+        let h = Header {
+            kind: Kind::Whole,
+            ..header()
+        };
+        let bytes = encode(&h, &at.to_bytes());
+        assert_eq!(bytes[4], 2);
+        assert_eq!(parse(&bytes).unwrap().0.kind, Kind::Whole);
     }
 
     #[test]

@@ -52,9 +52,24 @@ pub struct CacheOptions {
     /// Engine mode: coherent or incoherent.
     #[arg(long, default_value = "coherent")]
     pub mode: String,
-    /// Values shorter than this many bytes are stored as m+1 replicas instead of coded.
+    /// Values shorter than this many bytes are stored as m+1 replicas instead of coded (the
+    /// split layout).
     #[arg(long, default_value_t = 1024)]
     pub replicate_below: usize,
+    /// How values are laid out: split (the paper's: k chunks plus parity per value), whole
+    /// (each value whole at its home, parity across values: docs/cache.md, "The whole
+    /// layout"), or auto (whole below --whole-below bytes, split at or above).
+    #[arg(long, default_value = "split", value_parser = ["split", "whole", "auto"])]
+    #[serde(default = "default_layout")]
+    pub layout: String,
+    /// With --layout auto: values shorter than this many bytes are whole.
+    #[arg(long, default_value_t = 65536)]
+    #[serde(default = "default_whole_below")]
+    pub whole_below: usize,
+    /// Slab page size of the whole layout, in KiB (memcached's item page: 1024).
+    #[arg(long, default_value_t = 1024)]
+    #[serde(default = "default_page_kib")]
+    pub page_kib: usize,
     /// Heartbeat period in ms.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
@@ -75,6 +90,18 @@ pub struct CacheOptions {
     #[arg(long, value_name = "etcd://HOST:PORT[,...]|local")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub coordinator: Option<String>,
+}
+
+fn default_layout() -> String {
+    "split".into()
+}
+
+fn default_whole_below() -> usize {
+    65536
+}
+
+fn default_page_kib() -> usize {
+    1024
 }
 
 /// The machine's cores (`-t`'s default), 1 when they cannot be read.
@@ -108,6 +135,9 @@ impl CacheOptions {
             ("--scheme", self.scheme.clone()),
             ("--mode", self.mode.clone()),
             ("--replicate-below", self.replicate_below.to_string()),
+            ("--layout", self.layout.clone()),
+            ("--whole-below", self.whole_below.to_string()),
+            ("--page-kib", self.page_kib.to_string()),
             ("--heartbeat-ms", self.heartbeat_ms.to_string()),
             ("--down-after-ms", self.down_after_ms.to_string()),
             ("--recovery-mbps", self.recovery_mbps.to_string()),

@@ -76,6 +76,11 @@ pub fn charge(
     match kind {
         Kind::Coded => (n, overhead + value_bytes.div_ceil(k as u64)),
         Kind::Replica => (replicas, overhead + value_bytes),
+        // Kept at position 0 only (its home), counted in chunk units: a k-th of its record,
+        // as a coded value charges each position. The home's slab thus holds k shares' worth
+        // of whole values, and the parity pages for its stripes take the place of the other
+        // positions' shares.
+        Kind::Whole => (1, (overhead + value_bytes).div_ceil(k as u64)),
     }
 }
 

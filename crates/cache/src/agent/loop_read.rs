@@ -116,6 +116,14 @@ impl Node {
                 }
             }
             Kind::Coded => (0..self.k()).collect(),
+            // At its home, which is this node when it leads its own stripe (a record it does
+            // not hold, lost in a restart, is rebuilt by the worker).
+            Kind::Whole => {
+                if self.placement.node_of(stripe, 0) != self.cfg.id {
+                    return LoopRead::Worker;
+                }
+                vec![0]
+            }
         };
         if positions
             .iter()
@@ -197,7 +205,7 @@ impl Node {
             c.as_ref().map(|(record, data)| &record[data.clone()])
         }
         let value = match e.kind {
-            Kind::Replica => pending.have.iter().find_map(chunk)?.to_vec(),
+            Kind::Replica | Kind::Whole => pending.have.iter().find_map(chunk)?.to_vec(),
             Kind::Coded => {
                 let data: Vec<&[u8]> = pending.have.iter().map(chunk).collect::<Option<_>>()?;
                 stripe::join(&data, e.value_bytes as usize)

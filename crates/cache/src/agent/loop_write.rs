@@ -21,7 +21,7 @@ use parking_lot::{ArcMutexGuard, RawMutex};
 use crate::agent::index::Entry;
 use crate::carrier::peer::{Attempt, Once, Request, Response};
 use crate::node::{bump, lock, Node};
-use crate::record;
+use crate::record::{self, Kind};
 use crate::time;
 use graph::Scheme;
 
@@ -144,7 +144,10 @@ impl Node {
         if time::is_expired(exptime_abs, now_secs) {
             return LoopWriteStart::Worker;
         }
-        let (kind, positions, charge) = self.layout_of(key, value);
+        let (kind, positions, charge) = self.layout_of(stripe, key, value);
+        if kind == Kind::Whole {
+            return LoopWriteStart::Worker;
+        }
         let now_us = time::now_micros();
         let reserved = {
             let mut g = lock(&self.stripes[stripe]);

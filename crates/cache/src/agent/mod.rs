@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use crate::carrier::peer::{AgentOp, AgentResult, Attempt, PeerError, Request, Response};
 use crate::cluster::stripe;
 use crate::node::{bump, key_lock_index, lock, Node};
-use crate::record::{self, Header};
+use crate::record::{self, Header, Kind};
 use crate::time;
 use index::{Entry, Gone, StripeIndex};
 
@@ -24,6 +24,7 @@ mod loop_read;
 mod loop_write;
 pub(crate) mod once;
 pub mod read;
+pub mod whole;
 pub mod write;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
 pub use loop_write::{LoopWrite, LoopWriteStart};
@@ -295,7 +296,11 @@ impl Node {
             // A replicated value written around members that were down has replicas past
             // the first `replicas` positions (`Node::replica_span`).
             let held_span = (u64::BITS - a.held.leading_zeros()) as usize;
-            let positions = positions.max(held_span.min(self.n()));
+            let positions = if a.kind == Kind::Replica {
+                positions.max(held_span.min(self.n()))
+            } else {
+                positions
+            };
             let mut entry = Entry::new(
                 a.version,
                 a.value_bytes,
@@ -308,7 +313,13 @@ impl Node {
             );
             // Positions without this version's record (their node is down, missed the write
             // or holds another version) are filled in the background once their node is up.
-            entry.holes = index::position_mask(positions) & !a.held;
+            // A whole value has no holes to fill (its home's slot is rebuilt from its page's
+            // stripe when read).
+            entry.holes = if a.kind == Kind::Whole {
+                0
+            } else {
+                index::position_mask(positions) & !a.held
+            };
             entry.trail = a.trail;
             log::debug!(
                 "stripe {stripe}: {} v{} adopted (held {:#b})",
@@ -562,8 +573,14 @@ impl Node {
     pub(crate) fn touch_entry(&self, stripe: usize, key: &[u8], e: &Entry, exptime: i64) {
         let abs = time::absolute_exptime(exptime, time::now_secs());
         self.with_index(stripe, |ix| ix.set_exptime(key, abs));
+        // A whole value's location is recorded at parity positions past `e.positions`.
+        let reach = if e.kind == Kind::Whole {
+            self.n()
+        } else {
+            e.positions
+        };
         let calls = self
-            .member_nodes(stripe, e.positions)
+            .member_nodes(stripe, reach)
             .into_iter()
             .filter(|&n| self.is_up(n))
             .map(|n| {

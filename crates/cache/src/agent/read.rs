@@ -125,6 +125,7 @@ impl Node {
         let usable =
             |p: usize| Some(p as u8) != degrade && self.is_up(self.placement.node_of(stripe, p));
         match e.kind {
+            Kind::Whole => self.read_whole(stripe, key, e, degrade),
             Kind::Replica => {
                 // This node's replica first, then the others in position order.
                 let mut order: Vec<usize> = (0..e.positions).filter(|&p| usable(p)).collect();
@@ -393,6 +394,10 @@ impl Node {
         target: usize,
     ) -> Result<Vec<u8>, String> {
         let usable = |p: usize| p != target && self.is_up(self.placement.node_of(stripe, p));
+        if e.kind == Kind::Whole {
+            // The home's record (its one position), rebuilt from its page's stripe.
+            return self.read_whole(stripe, key, e, Some(0));
+        }
         if e.kind == Kind::Replica {
             for p in (0..e.positions).filter(|&p| usable(p)) {
                 if let Some((_, data)) = self.fetch(stripe, key, e, &[p]).0.into_iter().next() {

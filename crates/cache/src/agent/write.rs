@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use proto::StoreMode;
 
 use crate::agent::index::{self, Entry};
+use crate::agent::whole::WholeFail;
 use crate::carrier::peer::{AgentResult, Once, Request, Response};
 use crate::carrier::plans::WriteMeta;
 use crate::cluster::stripe;
@@ -23,6 +24,7 @@ impl Node {
         value: &[u8],
     ) -> Result<Vec<Vec<u8>>, String> {
         match e.kind {
+            Kind::Whole => Err("a whole value is written by `write_whole`".into()),
             Kind::Replica => Ok((0..e.positions)
                 .map(|p| record::encode(&self.header(key, e, p), value))
                 .collect()),
@@ -38,9 +40,25 @@ impl Node {
         }
     }
 
-    /// How a value is stored: coded or replicated (by its size), on how many positions, and
-    /// the bytes it charges at each.
-    pub(crate) fn layout_of(&self, key: &[u8], value: &[u8]) -> (Kind, usize, u64) {
+    /// How a value is stored: whole (`Node::whole_ok`), or coded or replicated (by its size),
+    /// on how many positions, and the bytes it charges at each.
+    pub(crate) fn layout_of(&self, stripe: usize, key: &[u8], value: &[u8]) -> (Kind, usize, u64) {
+        if self.whole_ok(stripe, key, value.len()) {
+            let (positions, charge) = index::charge(
+                Kind::Whole,
+                key.len(),
+                value.len() as u64,
+                self.k(),
+                self.n(),
+                self.replicas(),
+            );
+            return (Kind::Whole, positions, charge);
+        }
+        self.split_layout_of(key, value)
+    }
+
+    /// The split layout of a value: coded or replicated, by its size.
+    pub(crate) fn split_layout_of(&self, key: &[u8], value: &[u8]) -> (Kind, usize, u64) {
         let kind = if value.len() < self.cfg.replicate_below_bytes {
             Kind::Replica
         } else {
@@ -88,6 +106,22 @@ impl Node {
         exptime_abs: i64,
         id: u64,
     ) -> Result<u64, String> {
+        self.write_as(stripe, key, value, flags, exptime_abs, id, true)
+    }
+
+    /// [`Node::write`], whole only if `whole` allows it (a whole write a member refused is
+    /// written again split).
+    #[allow(clippy::too_many_arguments)]
+    fn write_as(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        exptime_abs: i64,
+        id: u64,
+        whole: bool,
+    ) -> Result<u64, String> {
         let down = self.down_positions(stripe);
         if down > self.parity() {
             bump(&self.counters.server_errors);
@@ -96,10 +130,14 @@ impl Node {
                 _ => unreachable!(),
             });
         }
-        let (kind, positions, charge) = self.layout_of(key, value);
+        let (kind, positions, charge) = if whole {
+            self.layout_of(stripe, key, value)
+        } else {
+            self.split_layout_of(key, value)
+        };
         let positions = match kind {
             Kind::Replica => self.replica_span(stripe, positions),
-            Kind::Coded => positions,
+            Kind::Coded | Kind::Whole => positions,
         };
         let now_us = time::now_micros();
         let reserved = self.with_index(stripe, |ix| {
@@ -144,6 +182,56 @@ impl Node {
         entry.holes = (0..positions)
             .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
             .fold(0, |m, p| m | index::bit(p));
+        if kind == Kind::Whole {
+            entry.holes = 0;
+            match self.write_whole(stripe, key, &entry, value, watermark) {
+                Ok(()) => {
+                    log::debug!(
+                        "stripe {stripe}: {} v{version} written whole (request {id:x})",
+                        String::from_utf8_lossy(key)
+                    );
+                    self.with_index(stripe, |ix| {
+                        ix.commit(key, entry);
+                        ix.finish(version);
+                    });
+                    if old.as_ref().is_some_and(|o| o.positions > positions) {
+                        let nodes =
+                            (positions..self.n()).map(|p| self.placement.node_of(stripe, p));
+                        self.delete_records_at(stripe, key, version, nodes);
+                    }
+                    bump(&self.counters.total_items);
+                    return Ok(version);
+                }
+                Err(fail) => {
+                    // Some parity positions may hold the version's location: it stays in
+                    // flight until the key is written again, as a failed split write's.
+                    self.with_index(stripe, |ix| {
+                        ix.release(positions, charge);
+                        ix.hold_open(key, version);
+                        if let Some(o) = old {
+                            ix.adopt(key, o);
+                        }
+                    });
+                    return match fail {
+                        WholeFail::Refused(why) => {
+                            bump(&self.counters.whole_fallbacks);
+                            log::info!(
+                                "stripe {stripe}: {} written split, not whole: {why}",
+                                String::from_utf8_lossy(key)
+                            );
+                            self.write_as(stripe, key, value, flags, exptime_abs, id, false)
+                        }
+                        WholeFail::InDoubt(why) => {
+                            bump(&self.counters.server_errors);
+                            Err(format!(
+                                "the write may or may not have been applied: a parity position \
+                                 did not answer its delta ({why})"
+                            ))
+                        }
+                    };
+                }
+            }
+        }
         // The write on the engine: the stripe's write template, when this node is its
         // designated agent and every member is up; otherwise (or if the run fails) the
         // records go out as peer messages.

@@ -236,6 +236,34 @@ pub enum Request {
         token: u64,
         req: Box<Request>,
     },
+    /// The whole layout (`member::whole`): a home wrote a record of `stripe` into a slot of
+    /// page `page` of page stripe `page_stripe`, at data position `data`; the receiver, parity
+    /// position `position` of that page stripe, adds `coef · delta` at `offset` of its parity
+    /// page (once per `seq`) and stores `record` (the value's location) as its record of the
+    /// key.
+    Delta {
+        stripe: u32,
+        watermark: u64,
+        record: Vec<u8>,
+        page_stripe: u32,
+        position: u8,
+        page: u32,
+        data: u8,
+        seq: u64,
+        offset: u32,
+        delta: Vec<u8>,
+    },
+    /// A byte range of page `page` of page stripe `page_stripe` as the receiver holds it at
+    /// `position` (its slab page for a data position, its parity page otherwise), for the
+    /// repair of a value of `stripe`: answered with [`Response::Range`].
+    Range {
+        stripe: u32,
+        page_stripe: u32,
+        position: u8,
+        page: u32,
+        offset: u32,
+        len: u32,
+    },
 }
 
 /// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
@@ -276,6 +304,12 @@ pub enum Response {
     /// key and its delete's version).
     Headers(Vec<Vec<u8>>, Vec<(Vec<u8>, u64)>),
     Agent(AgentResult),
+    /// A page range with its seqs: one (the data page's) or k (a parity page's, per data
+    /// position; `member::whole::GAPPED` while a delta is missing).
+    Range {
+        seqs: Vec<u64>,
+        bytes: Vec<u8>,
+    },
 }
 
 impl Request {
@@ -287,7 +321,9 @@ impl Request {
             | Request::Delete { stripe, .. }
             | Request::Touch { stripe, .. }
             | Request::List { stripe }
-            | Request::Flip { stripe, .. } => Some(*stripe),
+            | Request::Flip { stripe, .. }
+            | Request::Delta { stripe, .. }
+            | Request::Range { stripe, .. } => Some(*stripe),
             Request::Fenced { req, .. } => req.stripe(),
             Request::Heartbeat { .. } | Request::Flush { .. } | Request::Agent(_) => None,
         }
@@ -718,6 +754,33 @@ fn encode_request_to(w: &mut W, req: &Request) {
             w.u8(10).u64(*token);
             encode_request_to(w, req);
         }
+        Request::Delta {
+            stripe,
+            watermark,
+            record,
+            page_stripe,
+            position,
+            page,
+            data,
+            seq,
+            offset,
+            delta,
+        } => {
+            w.u8(11).u32(*stripe).u64(*watermark).bytes(record);
+            w.u32(*page_stripe).u8(*position).u32(*page).u8(*data);
+            w.u64(*seq).u32(*offset).bytes(delta);
+        }
+        Request::Range {
+            stripe,
+            page_stripe,
+            position,
+            page,
+            offset,
+            len,
+        } => {
+            w.u8(12).u32(*stripe).u32(*page_stripe).u8(*position);
+            w.u32(*page).u32(*offset).u32(*len);
+        }
     }
 }
 
@@ -777,6 +840,26 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                     req: Box::new(inner),
                 }
             }
+            11 => Request::Delta {
+                stripe: r.u32()?,
+                watermark: r.u64()?,
+                record: r.bytes()?,
+                page_stripe: r.u32()?,
+                position: r.u8()?,
+                page: r.u32()?,
+                data: r.u8()?,
+                seq: r.u64()?,
+                offset: r.u32()?,
+                delta: r.bytes()?,
+            },
+            12 => Request::Range {
+                stripe: r.u32()?,
+                page_stripe: r.u32()?,
+                position: r.u8()?,
+                page: r.u32()?,
+                offset: r.u32()?,
+                len: r.u32()?,
+            },
             _ => return Err(Short),
         })
     }
@@ -860,6 +943,13 @@ fn encode_response_to(w: &mut W, res: &Response) {
             w.u8(6);
             encode_result(w, res);
         }
+        Response::Range { seqs, bytes } => {
+            w.u8(7).u32(seqs.len() as u32);
+            for s in seqs {
+                w.u64(*s);
+            }
+            w.bytes(bytes);
+        }
     }
 }
 
@@ -902,6 +992,17 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
                 Response::Headers(hs, tombs)
             }
             6 => Response::Agent(decode_result(&mut r)?),
+            7 => {
+                let n = r.u32()? as usize;
+                let mut seqs = Vec::with_capacity(n.min(256));
+                for _ in 0..n {
+                    seqs.push(r.u64()?);
+                }
+                Response::Range {
+                    seqs,
+                    bytes: r.bytes()?,
+                }
+            }
             _ => return Err(Short),
         })
     })()
@@ -1244,6 +1345,29 @@ mod tests {
                 },
             ),
             fenced(9, Request::List { stripe: 4 }),
+            fenced(
+                3,
+                Request::Delta {
+                    stripe: 5,
+                    watermark: 11,
+                    record: vec![9; 20],
+                    page_stripe: 3,
+                    position: 7,
+                    page: 1 << 20,
+                    data: 2,
+                    seq: u64::MAX - 1,
+                    offset: 96,
+                    delta: vec![0xa5; 33],
+                },
+            ),
+            Request::Range {
+                stripe: 5,
+                page_stripe: 4,
+                position: 1,
+                page: 6,
+                offset: 12,
+                len: 700,
+            },
         ];
         let mut frames = vec![0xee];
         for r in reqs {
@@ -1293,6 +1417,14 @@ mod tests {
             },
             Response::Record(None),
             Response::Record(Some(vec![1])),
+            Response::Range {
+                seqs: vec![3, u64::MAX, 0],
+                bytes: vec![7; 40],
+            },
+            Response::Range {
+                seqs: vec![],
+                bytes: vec![],
+            },
             Response::Headers(vec![vec![1], vec![]], vec![]),
             Response::Headers(vec![], vec![(b"k".to_vec(), 7), (vec![], u64::MAX)]),
         ]);

@@ -68,6 +68,11 @@ pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, A
             .entry((h.key.clone(), h.version))
             .or_insert_with(|| (h.clone(), Vec::new()));
         e.0.written_around |= h.written_around;
+        // A whole value's home keeps its record's bytes through a touch (they are in the
+        // slab, under parity); the records at the parity positions carry the exptime.
+        if h.kind == Kind::Whole && h.chunk_index != 0 {
+            e.0.exptime = h.exptime;
+        }
         if !e.1.contains(&h.chunk_index) {
             e.1.push(h.chunk_index);
         }
@@ -78,7 +83,9 @@ pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, A
             Kind::Coded => {
                 positions.len() >= k || (h.written_around && positions.len() + unheard >= k)
             }
-            Kind::Replica => !positions.is_empty(),
+            // The home's record, or a parity position's record of where it lies: the value
+            // is read from the home or rebuilt from its page's stripe.
+            Kind::Replica | Kind::Whole => !positions.is_empty(),
         };
         if !readable {
             continue;

@@ -79,6 +79,41 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
                 Response::Nack("no such record or bit".into())
             }
         }
+        Request::Delta {
+            stripe,
+            watermark,
+            record,
+            page_stripe,
+            position,
+            page,
+            data,
+            seq,
+            offset,
+            delta,
+        } => match store.apply_delta(
+            stripe,
+            watermark,
+            record,
+            (page_stripe, position, page),
+            data,
+            seq,
+            offset,
+            &delta,
+        ) {
+            Ok(()) => Response::Ack,
+            Err(e) => Response::Nack(e),
+        },
+        Request::Range {
+            page_stripe,
+            position,
+            page,
+            offset,
+            len,
+            ..
+        } => match store.range((page_stripe, position, page), offset, len) {
+            Ok((seqs, bytes)) => Response::Range { seqs, bytes },
+            Err(e) => Response::Nack(e),
+        },
         other => Response::Nack(format!("not a chunk request: {other:?}")),
     }
 }

@@ -4,3 +4,4 @@
 pub(crate) mod conn;
 pub mod handler;
 pub mod store;
+pub mod whole;

@@ -8,13 +8,44 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use crate::record::{self, Header, RecordError};
+use crate::member::whole::{ParityPages, Slab, SlotWrite, PAGE_BYTES};
+use crate::record::{self, Header, RecordError, WholeAt};
+
+/// Where a record's bytes are: its own allocation, or a slot of the whole layout's slab.
+#[derive(Debug)]
+enum Held {
+    Heap(Vec<u8>),
+    Slab(WholeAt),
+}
+
+impl Held {
+    fn len(&self) -> usize {
+        match self {
+            Held::Heap(b) => b.len(),
+            Held::Slab(at) => at.len as usize,
+        }
+    }
+}
+
+fn bytes_of<'a>(slab: &'a Slab, h: &'a Held) -> &'a [u8] {
+    match h {
+        Held::Heap(b) => b,
+        Held::Slab(at) => slab.bytes(*at),
+    }
+}
+
+/// Drops a record: a slab slot goes back to the slab (its bytes stay, parity covers them).
+fn release(slab: &mut Slab, h: Held) {
+    if let Held::Slab(at) = h {
+        slab.free(at);
+    }
+}
 
 #[derive(Debug)]
 struct Slot {
     cur_version: u64,
-    cur: Vec<u8>,
-    prev: Option<(u64, Vec<u8>)>,
+    cur: Held,
+    prev: Option<(u64, Held)>,
 }
 
 type SlotKey = (u32, u8, Vec<u8>);
@@ -35,7 +66,7 @@ pub enum PutOutcome {
 /// How many tombstones a member keeps at most; past it the oldest go first.
 pub const MAX_TOMBSTONES: usize = 100_000;
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct ChunkStore {
     slots: HashMap<(u32, u8), Slots>,
     /// Slots held, over every (stripe, position).
@@ -54,11 +85,150 @@ pub struct ChunkStore {
     fences: HashMap<u32, u64>,
     /// Requests refused for an older term (`admit`).
     pub fenced_out: u64,
+    /// The whole layout: the slab of the values this node is the home of ...
+    pub slab: Slab,
+    /// ... and the parity pages of other homes' pages it keeps (`member::whole`).
+    pub parity: ParityPages,
+    /// This process started after a restart (`--recover`): the slab pages and parity pages
+    /// the node held before are gone, so it answers no range of them and applies no delta to
+    /// them (its tolerance for those pages is spent until they are rebuilt).
+    pub whole_lost: bool,
+    /// The code parity pages are kept under: its kernel, generator (n × k, row-major) and k.
+    whole_code: Option<(codes::Kernel, Vec<u8>, usize)>,
+}
+
+impl Default for ChunkStore {
+    fn default() -> ChunkStore {
+        ChunkStore::with_page_bytes(PAGE_BYTES)
+    }
 }
 
 impl ChunkStore {
     pub fn new() -> ChunkStore {
         ChunkStore::default()
+    }
+
+    /// A store whose slab pages are `page_bytes` each (tests use small pages).
+    pub fn with_page_bytes(page_bytes: usize) -> ChunkStore {
+        ChunkStore {
+            slots: HashMap::new(),
+            count: 0,
+            pending_prev: HashMap::new(),
+            bytes: 0,
+            tombstones: HashMap::new(),
+            tombstone_order: VecDeque::new(),
+            fences: HashMap::new(),
+            fenced_out: 0,
+            slab: Slab::new(page_bytes),
+            parity: ParityPages::default(),
+            whole_lost: false,
+            whole_code: None,
+        }
+    }
+
+    /// Sets the size of slab and parity pages (before anything is stored).
+    pub fn set_page_bytes(&mut self, page_bytes: usize) {
+        if page_bytes != self.slab.page_bytes() {
+            assert!(
+                self.slab.pages() == 0 && self.parity.is_empty(),
+                "page size set on a store that holds pages"
+            );
+            let k = self.slab.residues();
+            self.slab = Slab::new(page_bytes);
+            self.slab.set_residues(k);
+        }
+    }
+
+    /// The code this member's parity pages are kept under.
+    pub fn set_code(&mut self, kernel: codes::Kernel, code: codes::Code) {
+        self.whole_code = Some((kernel, code.generator(), code.k()));
+        if self.slab.residues() != code.k() {
+            self.slab.set_residues(code.k());
+        }
+    }
+
+    /// A home's delta for parity position `position` of page `page` of page stripe
+    /// `page_stripe` (`Request::Delta`): applied to the parity page once, and `record`, the
+    /// value's location, stored as this member's record of the key.
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_delta(
+        &mut self,
+        stripe: u32,
+        watermark: u64,
+        record: Vec<u8>,
+        (page_stripe, position, page): (u32, u8, u32),
+        data: u8,
+        seq: u64,
+        offset: u32,
+        delta: &[u8],
+    ) -> Result<(), String> {
+        if self.whole_lost {
+            return Err("this node's parity pages were lost in a restart".into());
+        }
+        let Some((kernel, generator, k)) = &self.whole_code else {
+            return Err("this member keeps no parity pages (no code set)".into());
+        };
+        let (k, n) = (*k, generator.len() / *k);
+        let (p, d) = (position as usize, data as usize);
+        if p < k || p >= n || d >= k {
+            return Err(format!(
+                "a delta for data position {d} at position {p}: parity positions are {k}..{n}"
+            ));
+        }
+        let (header, _) = record::parse(&record).map_err(|e| e.to_string())?;
+        if header.kind != record::Kind::Whole {
+            return Err(format!("a delta's record is {:?}, not whole", header.kind));
+        }
+        let coef = generator[p * k + d];
+        let page_bytes = self.slab.page_bytes();
+        self.parity.apply(
+            *kernel,
+            (page_stripe, position, page),
+            k,
+            page_bytes,
+            d,
+            seq,
+            offset,
+            coef,
+            delta,
+        )?;
+        self.put_held(stripe, header, Held::Heap(record), watermark);
+        Ok(())
+    }
+
+    /// A byte range of page `page` of page stripe `page_stripe` at `position`: this node's
+    /// slab page for a data position, its parity page otherwise; with its seqs
+    /// (`member::whole`).
+    pub fn range(
+        &self,
+        (page_stripe, position, page): (u32, u8, u32),
+        offset: u32,
+        len: u32,
+    ) -> Result<(Vec<u64>, Vec<u8>), String> {
+        if self.whole_lost {
+            return Err("this node's pages were lost in a restart".into());
+        }
+        let Some((_, generator, k)) = &self.whole_code else {
+            return Err("this member keeps no pages (no code set)".into());
+        };
+        let (k, n) = (*k, generator.len() / *k);
+        let p = position as usize;
+        let out = if p < k {
+            self.slab
+                .range(crate::member::whole::home_page(p, page, k), offset, len)
+                .map(|(seq, bytes)| (vec![seq], bytes))
+        } else if p < n {
+            self.parity.range(
+                (page_stripe, position, page),
+                k,
+                self.slab.page_bytes(),
+                offset,
+                len,
+            )
+        } else {
+            None
+        };
+        out.ok_or_else(|| format!("no range {offset}+{len} of page {page} at position {p}"))
     }
 
     /// Admits a request of `stripe` carrying fencing token `token`: refused (with the newer
@@ -100,10 +270,6 @@ impl ChunkStore {
         self.slots.get(&(stripe, position))?.get(key)
     }
 
-    fn slot_mut(&mut self, stripe: u32, position: u8, key: &[u8]) -> Option<&mut Slot> {
-        self.slots.get_mut(&(stripe, position))?.get_mut(key)
-    }
-
     /// The slot maps of a stripe's positions held here.
     fn of_stripe(&mut self, stripe: u32) -> impl Iterator<Item = &mut Slots> {
         self.slots
@@ -121,6 +287,64 @@ impl ChunkStore {
         watermark: u64,
     ) -> Result<PutOutcome, RecordError> {
         let (header, _) = record::parse(&bytes)?;
+        Ok(self.put_held(stripe, header, Held::Heap(bytes), watermark))
+    }
+
+    /// Stores the record of a whole-layout value at its home, in a slab slot: the slot's
+    /// delta for the parity positions of its page, or why not (`None` from a stale record:
+    /// nothing written). Errors: the record is not valid, larger than a page, or the slab's
+    /// pages were lost in a restart.
+    pub fn put_whole(
+        &mut self,
+        stripe: u32,
+        bytes: &[u8],
+        watermark: u64,
+    ) -> Result<Option<SlotWrite>, String> {
+        if self.whole_lost {
+            return Err("this node's slab pages were lost in a restart".into());
+        }
+        let (header, _) = record::parse(bytes).map_err(|e| e.to_string())?;
+        if self.is_stale(stripe, &header) {
+            return Ok(None);
+        }
+        // The slot the key's record is in now, if in the slab: the new one keeps its residue.
+        let want = match self
+            .slot(stripe, header.chunk_index, &header.key)
+            .map(|s| &s.cur)
+        {
+            Some(Held::Slab(at)) => Some(at.page as usize),
+            _ => None,
+        };
+        let at = self.slab.alloc(bytes.len(), want).ok_or_else(|| {
+            format!(
+                "a record of {} bytes does not fit a {}-byte slab page",
+                bytes.len(),
+                self.slab.page_bytes()
+            )
+        })?;
+        let written = self.slab.write(at, bytes);
+        match self.put_held(stripe, header, Held::Slab(at), watermark) {
+            PutOutcome::Stored => Ok(Some(written)),
+            // Not reached (checked above), but the slot's delta stands either way.
+            PutOutcome::Stale => Ok(Some(written)),
+        }
+    }
+
+    /// Whether a record is older than what the store holds of its key (a delete or a newer
+    /// record at its position).
+    fn is_stale(&self, stripe: u32, header: &Header) -> bool {
+        if self
+            .tombstones
+            .get(&(stripe, header.key.clone()))
+            .is_some_and(|&d| d > header.version)
+        {
+            return true;
+        }
+        self.slot(stripe, header.chunk_index, &header.key)
+            .is_some_and(|slot| slot.cur_version > header.version)
+    }
+
+    fn put_held(&mut self, stripe: u32, header: Header, bytes: Held, watermark: u64) -> PutOutcome {
         let version = header.version;
         let tomb = (stripe, header.key);
         match self.tombstones.get(&tomb) {
@@ -129,7 +353,8 @@ impl ChunkStore {
                     "stripe {stripe}: record {} v{version} older than its delete v{deleted}",
                     String::from_utf8_lossy(&tomb.1)
                 );
-                return Ok(PutOutcome::Stale);
+                release(&mut self.slab, bytes);
+                return PutOutcome::Stale;
             }
             Some(_) => {
                 self.tombstones.remove(&tomb);
@@ -146,11 +371,13 @@ impl ChunkStore {
                     key.1,
                     slot.cur_version
                 );
+                release(&mut self.slab, bytes);
                 PutOutcome::Stale
             }
             Some(slot) if slot.cur_version == version => {
                 self.bytes = self.bytes + bytes.len() as u64 - slot.cur.len() as u64;
-                slot.cur = bytes;
+                let old = std::mem::replace(&mut slot.cur, bytes);
+                release(&mut self.slab, old);
                 PutOutcome::Stored
             }
             Some(slot) => {
@@ -158,6 +385,7 @@ impl ChunkStore {
                 self.bytes += slot.cur.len() as u64;
                 if let Some((_, p)) = slot.prev.take() {
                     self.bytes -= p.len() as u64;
+                    release(&mut self.slab, p);
                 }
                 slot.prev = Some((slot.cur_version, old));
                 slot.cur_version = version;
@@ -182,7 +410,7 @@ impl ChunkStore {
             }
         };
         self.trim(stripe, watermark);
-        Ok(outcome)
+        outcome
     }
 
     /// Drops previous records whose replacing write is below the watermark.
@@ -199,6 +427,7 @@ impl ChunkStore {
                 if slot.cur_version == v {
                     if let Some((_, p)) = slot.prev.take() {
                         self.bytes -= p.len() as u64;
+                        release(&mut self.slab, p);
                     }
                 }
             }
@@ -209,17 +438,18 @@ impl ChunkStore {
     pub fn get(&self, stripe: u32, position: u8, key: &[u8], version: u64) -> Option<&[u8]> {
         let slot = self.slot(stripe, position, key)?;
         if slot.cur_version == version {
-            return Some(&slot.cur);
+            return Some(bytes_of(&self.slab, &slot.cur));
         }
         match &slot.prev {
-            Some((v, p)) if *v == version => Some(p),
+            Some((v, p)) if *v == version => Some(bytes_of(&self.slab, p)),
             _ => None,
         }
     }
 
     /// The current record at a position, whatever its version.
     pub fn get_latest(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&[u8]> {
-        self.slot(stripe, position, key).map(|s| s.cur.as_slice())
+        self.slot(stripe, position, key)
+            .map(|s| bytes_of(&self.slab, &s.cur))
     }
 
     /// Deletes the key's records at every position of the stripe whose version is below
@@ -238,6 +468,7 @@ impl ChunkStore {
             }
         }
         let (mut slots, mut bytes) = (0, 0);
+        let mut freed = Vec::new();
         for held in self.of_stripe(stripe) {
             if held.get(key).is_none_or(|slot| slot.cur_version >= version) {
                 continue;
@@ -245,9 +476,14 @@ impl ChunkStore {
             let slot = held.remove(key).expect("present");
             slots += 1;
             bytes += slot.cur.len() as u64;
+            freed.push(slot.cur);
             if let Some((_, p)) = slot.prev {
                 bytes += p.len() as u64;
+                freed.push(p);
             }
+        }
+        for h in freed {
+            release(&mut self.slab, h);
         }
         self.count -= slots;
         self.bytes -= bytes;
@@ -262,9 +498,14 @@ impl ChunkStore {
             if slot.cur_version != version {
                 continue;
             }
-            if let Ok((mut header, data)) = record::parse(&slot.cur) {
+            // A record in the slab keeps its bytes (a change would need a delta): the index and
+            // the records at the parity positions carry the new exptime.
+            let Held::Heap(cur) = &mut slot.cur else {
+                continue;
+            };
+            if let Ok((mut header, data)) = record::parse(cur) {
                 header.exptime = exptime;
-                slot.cur = record::encode(&header, data);
+                *cur = record::encode(&header, data);
             }
         }
     }
@@ -274,11 +515,11 @@ impl ChunkStore {
         let mut out = Vec::new();
         let held = self.slots.iter().filter(|((s, _), _)| *s == stripe);
         for slot in held.flat_map(|(_, m)| m.values()) {
-            if let Ok((h, _)) = record::parse_header(&slot.cur) {
+            if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &slot.cur)) {
                 out.push(h);
             }
             if let Some((_, p)) = &slot.prev {
-                if let Ok((h, _)) = record::parse_header(p) {
+                if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, p)) {
                     out.push(h);
                 }
             }
@@ -298,17 +539,27 @@ impl ChunkStore {
     /// Flips one bit of the data of the current record at a position (test-only command).
     /// Returns false when there is no such record or the bit is outside its data.
     pub fn flip_bit(&mut self, stripe: u32, position: u8, key: &[u8], bit: u64) -> bool {
-        let Some(slot) = self.slot_mut(stripe, position, key) else {
+        let Some(slot) = self
+            .slots
+            .get_mut(&(stripe, position))
+            .and_then(|m| m.get_mut(key))
+        else {
             return false;
         };
-        let Ok((_, data)) = record::parse_header(&slot.cur) else {
+        // A record in the slab is flipped in place, behind its parity's back (as a memory
+        // fault would): a read finds its CRC wrong and rebuilds it from its page's stripe.
+        let bytes: &mut [u8] = match &mut slot.cur {
+            Held::Heap(b) => b,
+            Held::Slab(at) => self.slab.bytes_mut(*at),
+        };
+        let Ok((_, data)) = record::parse_header(bytes) else {
             return false;
         };
         let byte = data.start as u64 + bit / 8;
         if bit / 8 >= data.len() as u64 {
             return false;
         }
-        slot.cur[byte as usize] ^= 1 << (bit % 8);
+        bytes[byte as usize] ^= 1 << (bit % 8);
         true
     }
 }

@@ -105,6 +105,9 @@ pub(crate) fn config(id: usize) -> NodeConfig {
         recovery_bytes_per_s: 1 << 20,
         debug_commands: false,
         item_size_max_bytes: 1 << 20,
+        layout: crate::agent::whole::Layout::Split,
+        whole_below_bytes: 65536,
+        page_bytes: 1 << 20,
     }
 }
 

@@ -1,0 +1,317 @@
+//! The whole layout at the agent (`member::whole` has the pages and the rule of a consistent
+//! cut): a value kept whole at its home, the stripe's designated agent, in a slab slot whose
+//! delta every parity position of the slot's page applies; read with one exchange (none when
+//! the request reached the home), and rebuilt, while the home is down or its slot is damaged,
+//! from the same byte range of the other pages of the page's stripe.
+//!
+//! The home is the node that orders the key's writes: a write made while another node stands
+//! in for it is stored in the split layout (`Node::whole_ok`), and so is one while any member
+//! of the stripe is down or lost its pages in a restart. The next write at the home brings the
+//! value back whole.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::agent::index::Entry;
+use crate::carrier::peer::{Request, Response};
+use crate::member::whole::{self, Piece};
+use crate::node::{bump, lock, Node};
+use crate::record::{self, Kind, WholeAt};
+
+/// Which layout new values get (`--layout`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layout {
+    /// The paper's: each value cut into k chunks plus parity (small ones replicated).
+    Split,
+    /// Every value kept whole at its home, parity across values.
+    Whole,
+    /// Whole below a value size (`NodeConfig::whole_below_bytes`), split at or above it.
+    Auto,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Layout, String> {
+        match s {
+            "split" => Ok(Layout::Split),
+            "whole" => Ok(Layout::Whole),
+            "auto" => Ok(Layout::Auto),
+            other => Err(format!(
+                "unknown layout {other:?}: expected split, whole or auto"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Split => "split",
+            Layout::Whole => "whole",
+            Layout::Auto => "auto",
+        })
+    }
+}
+
+/// How a whole write failed.
+pub(crate) enum WholeFail {
+    /// Before anything was sent, or refused by a member that lost its pages: the value is
+    /// written in the split layout instead.
+    Refused(String),
+    /// Some member did not apply its delta: the write may or may not have taken effect.
+    InDoubt(String),
+}
+
+/// How often a repair reads the page ranges again while the parity pages disagree with the
+/// data pages (deltas in flight), and how long it waits between reads.
+const CUT_TRIES: usize = 50;
+const CUT_WAIT: Duration = Duration::from_millis(2);
+
+impl Node {
+    /// Whether a value of `value_bytes` under `key` is written whole now: the layout asks
+    /// for it, this node is the stripe's home (its designated agent) and has its pages, the
+    /// cluster has a node per position, every member of the stripe is up and none is known to
+    /// have lost its pages, and the record fits a slab page.
+    pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
+        let wanted = match self.cfg.layout {
+            Layout::Split => false,
+            Layout::Whole => true,
+            Layout::Auto => value_bytes < self.cfg.whole_below_bytes,
+        };
+        if !wanted {
+            return false;
+        }
+        let ok = self.placement.node_of(stripe, 0) == self.cfg.id
+            && self.placement.slots_of(self.cfg.id) == self.n()
+            && record::OVERHEAD_BYTES + key.len() + value_bytes <= self.cfg.page_bytes
+            && (0..self.n()).all(|p| {
+                let node = self.placement.node_of(stripe, p);
+                self.is_up(node) && !self.whole_lost[node].load(Ordering::Relaxed)
+            });
+        if !ok {
+            bump(&self.counters.whole_fallbacks);
+        }
+        ok
+    }
+
+    /// Writes a whole value's record into this node's slab and sends each parity position of
+    /// its page the delta with the value's location: `Ok` once every one applied it.
+    pub(crate) fn write_whole(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        value: &[u8],
+        watermark: u64,
+    ) -> Result<(), WholeFail> {
+        let rec = record::encode(&self.header(key, e, 0), value);
+        let written = match lock(&self.store).put_whole(stripe as u32, &rec, watermark) {
+            Ok(Some(w)) => w,
+            Ok(None) => {
+                return Err(WholeFail::Refused(
+                    "a newer record of the key is held".into(),
+                ))
+            }
+            Err(why) => {
+                self.whole_lost[self.cfg.id].store(true, Ordering::Relaxed);
+                return Err(WholeFail::Refused(why));
+            }
+        };
+        drop(rec);
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (t, d, q) = whole::page_of(self.cfg.id, written.at.page, k, nodes);
+        let at = written.at.to_bytes();
+        let calls: Vec<(usize, Request)> = (k..n)
+            .map(|i| {
+                // Parity position i of page stripe t is position i − d of this stripe.
+                let position = i - d;
+                let meta = record::encode(&self.header(key, e, position), &at);
+                (
+                    (t + i) % nodes,
+                    Request::Delta {
+                        stripe: stripe as u32,
+                        watermark,
+                        record: meta,
+                        page_stripe: t as u32,
+                        position: i as u8,
+                        page: q,
+                        data: d as u8,
+                        seq: written.seq,
+                        offset: written.at.offset,
+                        delta: written.delta.clone(),
+                    },
+                )
+            })
+            .collect();
+        let asked: Vec<usize> = calls.iter().map(|(node, _)| *node).collect();
+        let mut refused = None;
+        let mut unanswered = None;
+        for (node, r) in asked.into_iter().zip(self.call(calls)) {
+            match r {
+                Ok(Response::Ack) => {}
+                Ok(Response::Nack(why)) => {
+                    if why.contains("lost in a restart") {
+                        self.whole_lost[node].store(true, Ordering::Relaxed);
+                    }
+                    refused = Some(format!("node {node} refused a delta: {why}"));
+                }
+                Ok(other) => refused = Some(format!("node {node} answered {other:?}")),
+                Err(err) => unanswered = Some(err.to_string()),
+            }
+        }
+        bump(&self.counters.whole_writes);
+        match (refused, unanswered) {
+            (None, None) => Ok(()),
+            (Some(why), None) => Err(WholeFail::Refused(why)),
+            (_, Some(why)) => Err(WholeFail::InDoubt(why)),
+        }
+    }
+
+    /// Reads a whole value: the home's record, or (home down, record damaged, or
+    /// `degrade == Some(0)`) the record rebuilt from its page's stripe.
+    pub(crate) fn read_whole(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        degrade: Option<u8>,
+    ) -> Result<Vec<u8>, String> {
+        let home = self.placement.node_of(stripe, 0);
+        if degrade != Some(0) && self.is_up(home) {
+            let get = Request::Get {
+                stripe: stripe as u32,
+                position: 0,
+                key: key.to_vec(),
+                version: e.version,
+            };
+            if let Some(Ok(Response::Record(Some(bytes)))) = self.call(vec![(home, get)]).pop() {
+                match record::parse(&bytes) {
+                    Ok((h, data)) if h.version == e.version && h.key == key => {
+                        return Ok(data.to_vec())
+                    }
+                    Ok(_) => bump(&self.counters.version_mismatches),
+                    Err(_) => bump(&self.counters.crc_errors),
+                }
+            }
+        }
+        bump(&self.counters.degraded_reads);
+        let at = self.whole_location(stripe, key, e)?;
+        let rec = self.rebuild_whole(home, at)?;
+        match record::parse(&rec) {
+            Ok((h, data)) if h.version == e.version && h.key == key => Ok(data.to_vec()),
+            Ok((h, _)) => Err(format!(
+                "the slot of {} v{} rebuilt from its page's stripe holds v{} of {}",
+                String::from_utf8_lossy(key),
+                e.version,
+                h.version,
+                String::from_utf8_lossy(&h.key)
+            )),
+            Err(err) => Err(format!("the slot rebuilt from its page's stripe: {err}")),
+        }
+    }
+
+    /// Where the home's record of a whole value lies, from a parity position's record of it.
+    fn whole_location(&self, stripe: usize, key: &[u8], e: &Entry) -> Result<WholeAt, String> {
+        let calls: Vec<(usize, Request)> = (1..self.n())
+            .map(|p| (p, self.placement.node_of(stripe, p)))
+            .filter(|&(_, node)| self.is_up(node))
+            .map(|(p, node)| {
+                (
+                    node,
+                    Request::Get {
+                        stripe: stripe as u32,
+                        position: p as u8,
+                        key: key.to_vec(),
+                        version: e.version,
+                    },
+                )
+            })
+            .collect();
+        for r in self.call(calls) {
+            if let Ok(Response::Record(Some(bytes))) = r {
+                if let Ok((h, data)) = record::parse(&bytes) {
+                    if h.kind == Kind::Whole && h.version == e.version && h.key == key {
+                        if let Some(at) = WholeAt::from_bytes(data) {
+                            return Ok(at);
+                        }
+                    }
+                }
+            }
+        }
+        Err(format!(
+            "no member of stripe {stripe} knows where {} v{} lies (its home and every parity \
+             position holding its location are down)",
+            String::from_utf8_lossy(key),
+            e.version
+        ))
+    }
+
+    /// The bytes of slot `at` of node `home`, rebuilt from the same range of the other pages
+    /// of its page's stripe, over a consistent cut (`member::whole::consistent`): read again
+    /// while the parity pages disagree with the data pages (deltas in flight).
+    pub(crate) fn rebuild_whole(&self, home: usize, at: WholeAt) -> Result<Vec<u8>, String> {
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (t, lost, q) = whole::page_of(home, at.page, k, nodes);
+        let mut last = String::new();
+        for _ in 0..CUT_TRIES {
+            let calls: Vec<(usize, Request)> = (0..n)
+                .filter(|&p| p != lost && self.is_up((t + p) % nodes))
+                .map(|p| {
+                    (
+                        (t + p) % nodes,
+                        Request::Range {
+                            stripe: t as u32,
+                            page_stripe: t as u32,
+                            position: p as u8,
+                            page: q,
+                            offset: at.offset,
+                            len: at.len,
+                        },
+                    )
+                })
+                .collect();
+            let positions: Vec<usize> = calls
+                .iter()
+                .map(|(node, _)| (node + nodes - t) % nodes)
+                .collect();
+            let mut pieces = Vec::new();
+            let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
+            for (p, r) in positions.into_iter().zip(self.call(calls)) {
+                if let Ok(Response::Range { seqs, bytes: b }) = r {
+                    if b.len() == at.len as usize {
+                        pieces.push(Piece { position: p, seqs });
+                        bytes[p] = Some(b);
+                    }
+                }
+            }
+            let keep = whole::consistent(&pieces, k);
+            let chunks: Vec<Option<&[u8]>> = (0..n)
+                .map(|p| {
+                    if keep.contains(&p) {
+                        bytes[p].as_deref()
+                    } else {
+                        None
+                    }
+                })
+                .collect();
+            let mut out = vec![0u8; at.len as usize];
+            match self
+                .codec
+                .reconstruct(&chunks, &[lost], &mut [out.as_mut_slice()])
+            {
+                Ok(()) => {
+                    bump(&self.counters.whole_rebuilds);
+                    return Ok(out);
+                }
+                Err(err) => last = err.to_string(),
+            }
+            bump(&self.counters.whole_cut_retries);
+            std::thread::sleep(CUT_WAIT);
+        }
+        Err(format!(
+            "page {q} of page stripe {t} has no consistent cut to rebuild position {lost} \
+             from: {last}"
+        ))
+    }
+}

@@ -1,0 +1,560 @@
+//! The whole layout's memory on a member: the slab pages its home values live in, and the
+//! parity pages it keeps for other nodes' pages.
+//!
+//! **Pages and their stripes.** A node is the home of the whole-layout values of the stripe it
+//! is the designated agent of (node `s`, stripe `s`), and keeps them in slab pages of
+//! [`Slab::page_bytes`] each, carved into slots of one size class per page (memcached's
+//! model: classes growing by a factor). Page `j` of node `h` is data position
+//! `d = j mod k` of **page stripe** `t = (h − d) mod N`, as its page `q = j div k`: the k data
+//! positions of page stripe `t` are nodes `t, t+1, …, t+k−1`, each giving its page
+//! `q·k + d`, and the parity positions `k..n` of stripe `t` (nodes `t+k, …`) keep parity page
+//! `q` of that stripe ([`page_of`], [`home_page`]). A node's pages thus rotate over the k
+//! stripes it is a data position of, and every parity position of a page's stripe is a member
+//! of the home's own stripe (position `i − d` of stripe `h` for parity position `i`).
+//!
+//! **Deltas.** Writing a record into a slot changes the page by `old ⊕ new` over the record's
+//! bytes; each parity position `i` adds `g[i][d] · (old ⊕ new)` to its page (the code is
+//! linear), so a parity page always equals the code's parity of the k data pages, whatever the
+//! slots hold (a freed slot needs no change: the next record written there sends its delta).
+//!
+//! **A consistent cut.** Each data page counts the deltas it made (`seq`); each parity page
+//! counts, per data position, the deltas it applied — exactly once each, in any order (a
+//! delta carries its seq; one applied twice is ignored). A repair may combine a data page with
+//! a parity page only when the parity page has applied exactly the data page's deltas; any
+//! other combination mixes a delta in with its other half missing and yields wrong bytes.
+//! [`consistent`] is the rule; the degraded read retries while deltas are in flight.
+
+use std::collections::{BTreeSet, HashMap};
+
+use crate::record::WholeAt;
+
+/// Bytes of a slab page (memcached's item page size).
+pub const PAGE_BYTES: usize = 1 << 20;
+/// The smallest slot.
+pub const MIN_SLOT_BYTES: usize = 96;
+/// How much each size class grows over the one below it (memcached's `-f`, 1.25 by default;
+/// smaller here, since a slot's slack is paid again on every parity position).
+pub const GROWTH: f64 = 1.08;
+
+/// The page stripe, data position and page-in-stripe of page `j` of node `home` (`k` data
+/// positions, `nodes` nodes).
+pub fn page_of(home: usize, j: u32, k: usize, nodes: usize) -> (usize, usize, u32) {
+    let d = j as usize % k;
+    let t = (home + nodes - d % nodes) % nodes;
+    (t, d, j / k as u32)
+}
+
+/// The page of a data position's node that is page `q` of its page stripe.
+pub fn home_page(d: usize, q: u32, k: usize) -> u32 {
+    q * k as u32 + d as u32
+}
+
+/// The slot sizes of a slab with pages of `page_bytes`.
+pub fn classes(page_bytes: usize) -> Vec<usize> {
+    let mut out = vec![MIN_SLOT_BYTES.min(page_bytes)];
+    loop {
+        let last = *out.last().expect("one class");
+        if last >= page_bytes {
+            break;
+        }
+        let next = ((last as f64 * GROWTH) as usize)
+            .max(last + 8)
+            .next_multiple_of(8)
+            .min(page_bytes);
+        out.push(next);
+    }
+    out
+}
+
+#[derive(Debug)]
+struct Page {
+    class: usize,
+    bytes: Box<[u8]>,
+    /// Deltas made on this page.
+    seq: u64,
+}
+
+/// What writing a record into a slot did: where it lies, the page's seq after it, and the
+/// delta (old ⊕ new bytes of the record's range) every parity position of the page applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotWrite {
+    pub at: WholeAt,
+    pub seq: u64,
+    pub delta: Vec<u8>,
+}
+
+/// The slab of a home: pages carved into slots by size class.
+#[derive(Debug)]
+pub struct Slab {
+    page_bytes: usize,
+    /// k: page `j` is data position `j mod k` of its page stripe.
+    residues: usize,
+    classes: Vec<usize>,
+    pages: Vec<Page>,
+    /// Free slots per class and page residue (`j mod k`): (page, offset).
+    free: Vec<Vec<Vec<(u32, u32)>>>,
+    /// Bytes of the slots in use.
+    pub used_bytes: u64,
+}
+
+impl Slab {
+    pub fn new(page_bytes: usize) -> Slab {
+        let classes = classes(page_bytes);
+        Slab {
+            page_bytes,
+            residues: 1,
+            free: vec![vec![Vec::new()]; classes.len()],
+            classes,
+            pages: Vec::new(),
+            used_bytes: 0,
+        }
+    }
+
+    pub fn page_bytes(&self) -> usize {
+        self.page_bytes
+    }
+
+    pub fn residues(&self) -> usize {
+        self.residues
+    }
+
+    /// Sets k, the residues pages rotate over (before any page is allocated).
+    pub fn set_residues(&mut self, k: usize) {
+        assert!(self.pages.is_empty(), "residues set on a slab with pages");
+        self.residues = k.max(1);
+        self.free = vec![vec![Vec::new(); self.residues]; self.classes.len()];
+    }
+
+    /// Pages allocated.
+    pub fn pages(&self) -> usize {
+        self.pages.len()
+    }
+
+    fn class_of(&self, len: usize) -> Option<usize> {
+        let c = self.classes.partition_point(|&size| size < len);
+        (c < self.classes.len()).then_some(c)
+    }
+
+    /// Takes a slot for a record of `len` bytes, in a page of residue `want` (`j mod k`: the
+    /// page's data position) when given — a value written again keeps its data position, so
+    /// the parity positions holding its location stay the same — and in any page otherwise (a
+    /// new page of its class when none is free). `None` when the record is larger than a page.
+    pub fn alloc(&mut self, len: usize, want: Option<usize>) -> Option<WholeAt> {
+        let class = self.class_of(len)?;
+        let r = match want {
+            Some(r) => r % self.residues,
+            None => (0..self.residues)
+                .find(|&r| !self.free[class][r].is_empty())
+                .unwrap_or(self.pages.len() % self.residues),
+        };
+        while self.free[class][r].is_empty() {
+            let size = self.classes[class];
+            let page = self.pages.len() as u32;
+            let slots = self.page_bytes / size;
+            self.pages.push(Page {
+                class,
+                bytes: vec![0; self.page_bytes].into_boxed_slice(),
+                seq: 0,
+            });
+            // Popped from the end: the page's first slot first.
+            self.free[class][page as usize % self.residues]
+                .extend((0..slots).rev().map(|i| (page, (i * size) as u32)));
+        }
+        let (page, offset) = self.free[class][r].pop().expect("a free slot");
+        self.used_bytes += self.classes[class] as u64;
+        Some(WholeAt {
+            page,
+            offset,
+            len: len as u32,
+        })
+    }
+
+    /// Gives a slot back. Its bytes stay as they are (parity covers them).
+    pub fn free(&mut self, at: WholeAt) {
+        let class = self.pages[at.page as usize].class;
+        self.used_bytes -= self.classes[class] as u64;
+        self.free[class][at.page as usize % self.residues].push((at.page, at.offset));
+    }
+
+    /// Writes a record into its slot: the delta for the parity positions and the page's seq.
+    pub fn write(&mut self, at: WholeAt, record: &[u8]) -> SlotWrite {
+        assert_eq!(
+            record.len(),
+            at.len as usize,
+            "a record fills its slot's range"
+        );
+        let page = &mut self.pages[at.page as usize];
+        let range = at.offset as usize..at.offset as usize + record.len();
+        let mut delta = page.bytes[range.clone()].to_vec();
+        for (d, &b) in delta.iter_mut().zip(record) {
+            *d ^= b;
+        }
+        page.bytes[range].copy_from_slice(record);
+        page.seq += 1;
+        SlotWrite {
+            at,
+            seq: page.seq,
+            delta,
+        }
+    }
+
+    /// The bytes a slot holds.
+    pub fn bytes(&self, at: WholeAt) -> &[u8] {
+        let start = at.offset as usize;
+        &self.pages[at.page as usize].bytes[start..start + at.len as usize]
+    }
+
+    pub fn bytes_mut(&mut self, at: WholeAt) -> &mut [u8] {
+        let start = at.offset as usize;
+        &mut self.pages[at.page as usize].bytes[start..start + at.len as usize]
+    }
+
+    /// A range of page `page` with the page's seq (a page never allocated is zeros, seq 0:
+    /// so are the parity pages that never heard of it). `None`: past the page's end.
+    pub fn range(&self, page: u32, offset: u32, len: u32) -> Option<(u64, Vec<u8>)> {
+        let (start, end) = (offset as usize, offset as usize + len as usize);
+        if end > self.page_bytes {
+            return None;
+        }
+        Some(match self.pages.get(page as usize) {
+            Some(p) => (p.seq, p.bytes[start..end].to_vec()),
+            None => (0, vec![0; len as usize]),
+        })
+    }
+}
+
+/// Per data position of a parity page: the deltas applied, as the count applied without a gap
+/// and the seqs applied above it.
+#[derive(Clone, Debug, Default)]
+struct Applied {
+    floor: u64,
+    above: BTreeSet<u64>,
+}
+
+impl Applied {
+    /// Whether `seq` is new (then it is noted).
+    fn note(&mut self, seq: u64) -> bool {
+        if seq <= self.floor || !self.above.insert(seq) {
+            return false;
+        }
+        while self.above.remove(&(self.floor + 1)) {
+            self.floor += 1;
+        }
+        true
+    }
+
+    /// The seq of the data page this parity page agrees with, `GAPPED` while deltas in
+    /// between are missing.
+    fn agreed(&self) -> u64 {
+        if self.above.is_empty() {
+            self.floor
+        } else {
+            GAPPED
+        }
+    }
+}
+
+/// A parity page's seq for a data position whose deltas arrived with a gap: it agrees with no
+/// data page (a repair waits for the missing delta).
+pub const GAPPED: u64 = u64::MAX;
+
+#[derive(Debug)]
+struct ParityPage {
+    bytes: Box<[u8]>,
+    applied: Vec<Applied>,
+}
+
+/// Parity pages a member keeps: by (page stripe, parity position, page).
+#[derive(Debug, Default)]
+pub struct ParityPages {
+    pages: HashMap<(u32, u8, u32), ParityPage>,
+}
+
+impl ParityPages {
+    /// Pages held.
+    pub fn len(&self) -> usize {
+        self.pages.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.pages.is_empty()
+    }
+
+    /// Adds `coef · delta` at `offset` of the page, once per (data position, seq): false when
+    /// this delta was applied already (nothing changes).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply(
+        &mut self,
+        kernel: codes::Kernel,
+        (t, position, page): (u32, u8, u32),
+        k: usize,
+        page_bytes: usize,
+        d: usize,
+        seq: u64,
+        offset: u32,
+        coef: u8,
+        delta: &[u8],
+    ) -> Result<bool, String> {
+        let start = offset as usize;
+        if d >= k || start + delta.len() > page_bytes {
+            return Err(format!(
+                "delta out of bounds: data position {d} of {k}, bytes {start}..{} of a \
+                 {page_bytes}-byte page",
+                start + delta.len()
+            ));
+        }
+        let p = self
+            .pages
+            .entry((t, position, page))
+            .or_insert_with(|| ParityPage {
+                bytes: vec![0; page_bytes].into_boxed_slice(),
+                applied: vec![Applied::default(); k],
+            });
+        if !p.applied[d].note(seq) {
+            return Ok(false);
+        }
+        kernel.mul_add(coef, delta, &mut p.bytes[start..start + delta.len()]);
+        Ok(true)
+    }
+
+    /// A range of a parity page with, per data position, the seq of the data page it agrees
+    /// with ([`GAPPED`] while a delta is missing). A page never written is zeros, all seqs 0.
+    pub fn range(
+        &self,
+        key: (u32, u8, u32),
+        k: usize,
+        page_bytes: usize,
+        offset: u32,
+        len: u32,
+    ) -> Option<(Vec<u64>, Vec<u8>)> {
+        let (start, end) = (offset as usize, offset as usize + len as usize);
+        if end > page_bytes {
+            return None;
+        }
+        Some(match self.pages.get(&key) {
+            Some(p) => (
+                p.applied.iter().map(Applied::agreed).collect(),
+                p.bytes[start..end].to_vec(),
+            ),
+            None => (vec![0; k], vec![0; len as usize]),
+        })
+    }
+}
+
+/// One piece a repair read of a page stripe's range: its position in the page stripe and the
+/// seqs it came with (one for a data page, k for a parity page).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    pub position: usize,
+    pub seqs: Vec<u64>,
+}
+
+/// The pieces a repair may combine (a consistent cut): every data piece, and the parity pieces
+/// that have applied exactly the deltas of every data piece read and that agree with each
+/// other on the data positions not read (the lost ones). Of parity pieces that disagree among
+/// themselves, the largest agreeing group is kept. Returns the positions kept.
+pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
+    let data: Vec<(usize, u64)> = pieces
+        .iter()
+        .filter(|p| p.position < k)
+        .filter_map(|p| p.seqs.first().map(|&s| (p.position, s)))
+        .collect();
+    let parity: Vec<&Piece> = pieces
+        .iter()
+        .filter(|p| p.position >= k && p.seqs.len() == k)
+        .filter(|p| data.iter().all(|&(d, s)| p.seqs[d] == s && s != GAPPED))
+        .filter(|p| !p.seqs.contains(&GAPPED))
+        .collect();
+    // Group the remaining parity pieces by their seqs at the data positions not read.
+    let mut best: Vec<usize> = Vec::new();
+    for a in &parity {
+        let group: Vec<usize> = parity
+            .iter()
+            .filter(|b| b.seqs == a.seqs)
+            .map(|b| b.position)
+            .collect();
+        if group.len() > best.len() {
+            best = group;
+        }
+    }
+    let mut out: Vec<usize> = data.iter().map(|&(d, _)| d).collect();
+    out.extend(best);
+    out.sort_unstable();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use codes::{Code, Codec};
+
+    #[test]
+    fn pages_rotate_over_the_stripes_a_node_is_a_data_position_of() {
+        // k = 3, 5 nodes: node 2's pages 0, 1, 2 are data positions 0, 1, 2 of stripes 2, 1, 0.
+        assert_eq!(page_of(2, 0, 3, 5), (2, 0, 0));
+        assert_eq!(page_of(2, 1, 3, 5), (1, 1, 0));
+        assert_eq!(page_of(2, 2, 3, 5), (0, 2, 0));
+        assert_eq!(page_of(2, 3, 3, 5), (2, 0, 1));
+        assert_eq!(page_of(0, 4, 3, 5), (4, 1, 1));
+        for home in 0..5 {
+            for j in 0..30 {
+                let (t, d, q) = page_of(home, j, 3, 5);
+                assert_eq!((t + d) % 5, home);
+                assert_eq!(home_page(d, q, 3), j);
+            }
+        }
+    }
+
+    #[test]
+    fn classes_grow_to_a_page() {
+        let c = classes(PAGE_BYTES);
+        assert_eq!(c[0], MIN_SLOT_BYTES);
+        assert_eq!(*c.last().unwrap(), PAGE_BYTES);
+        assert!(c.windows(2).all(|w| w[0] < w[1]));
+        assert!(c
+            .windows(2)
+            .all(|w| (w[1] as f64) <= (w[0] as f64 * GROWTH) + 8.0));
+    }
+
+    #[test]
+    fn slots_are_reused_and_their_old_bytes_enter_the_delta() {
+        let mut slab = Slab::new(4096);
+        let a = slab.alloc(100, None).unwrap();
+        let w = slab.write(a, &[1; 100]);
+        assert_eq!(w.seq, 1);
+        assert_eq!(w.delta, vec![1; 100]);
+        slab.free(a);
+        // 99 bytes: the same size class as 100.
+        let b = slab.alloc(99, None).unwrap();
+        assert_eq!((b.page, b.offset), (a.page, a.offset));
+        let w = slab.write(b, &[3; 99]);
+        assert_eq!(w.delta, vec![2; 99]);
+        assert_eq!(w.seq, 2);
+        assert!(slab.alloc(4097, None).is_none());
+        // With k = 3, a slot of residue 2 is found in page 2 (pages 0 and 1 carved on the way).
+        let mut slab = Slab::new(4096);
+        slab.set_residues(3);
+        let c = slab.alloc(100, Some(2)).unwrap();
+        assert_eq!(c.page, 2);
+        assert_eq!(slab.pages(), 3);
+        assert_eq!(slab.alloc(100, Some(0)).unwrap().page, 0);
+        assert_eq!(slab.alloc(100, Some(2)).unwrap().page, 2);
+        assert_eq!(slab.range(9, 0, 4).unwrap(), (0, vec![0; 4]));
+        assert!(slab.range(0, 4090, 7).is_none());
+    }
+
+    /// The data pages of a page stripe, written through slabs and deltas, and their parity
+    /// pages, always equal the code's parity of the data pages.
+    #[test]
+    fn parity_pages_follow_every_write() {
+        let code = Code::rs(4, 2).unwrap();
+        let codec = Codec::new(code);
+        let g = code.generator();
+        let (k, n, page) = (4, 6, 2048);
+        let kernel = codes::Kernel::best();
+        let mut slabs: Vec<Slab> = (0..k).map(|_| Slab::new(page)).collect();
+        let mut parity = ParityPages::default();
+        let mut live: Vec<Vec<WholeAt>> = vec![Vec::new(); k];
+        let mut rng = 0x1234_5678u64;
+        let mut next = || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        for round in 0..400 {
+            let d = (next() % k as u64) as usize;
+            if !live[d].is_empty() && next() % 3 == 0 {
+                let i = (next() % live[d].len() as u64) as usize;
+                slabs[d].free(live[d].swap_remove(i));
+                continue;
+            }
+            let len = 1 + (next() % 700) as usize;
+            let Some(at) = slabs[d].alloc(len, None) else {
+                continue;
+            };
+            live[d].push(at);
+            let bytes: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + round) as u8).collect();
+            let w = slabs[d].write(at, &bytes);
+            for i in k..n {
+                let applied = parity
+                    .apply(
+                        kernel,
+                        (0, i as u8, at.page),
+                        k,
+                        page,
+                        d,
+                        w.seq,
+                        at.offset,
+                        g[i * k + d],
+                        &w.delta,
+                    )
+                    .unwrap();
+                assert!(applied);
+                // The same delta again changes nothing.
+                assert!(!parity
+                    .apply(
+                        kernel,
+                        (0, i as u8, at.page),
+                        k,
+                        page,
+                        d,
+                        w.seq,
+                        at.offset,
+                        g[i * k + d],
+                        &w.delta
+                    )
+                    .unwrap());
+            }
+        }
+        let pages = slabs.iter().map(Slab::pages).max().unwrap();
+        assert!(pages > 1);
+        for q in 0..pages as u32 {
+            let data: Vec<Vec<u8>> = slabs
+                .iter()
+                .map(|s| s.range(q, 0, page as u32).unwrap().1)
+                .collect();
+            let refs: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+            let mut want = vec![vec![0u8; page]; n - k];
+            let mut outs: Vec<&mut [u8]> = want.iter_mut().map(|w| &mut w[..]).collect();
+            codec.encode(&refs, &mut outs).unwrap();
+            for i in k..n {
+                let (seqs, got) = parity
+                    .range((0, i as u8, q), k, page, 0, page as u32)
+                    .unwrap();
+                assert_eq!(got, want[i - k], "parity {i} page {q}");
+                for d in 0..k {
+                    assert_eq!(seqs[d], slabs[d].range(q, 0, 1).unwrap().0);
+                }
+            }
+        }
+    }
+
+    fn piece(position: usize, seqs: &[u64]) -> Piece {
+        Piece {
+            position,
+            seqs: seqs.to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_cut_keeps_only_parity_that_applied_what_the_data_pages_made() {
+        // k = 2: data 0 at seq 5 read; data 1 lost; parities 2, 3, 4.
+        let pieces = [
+            piece(0, &[5]),
+            piece(2, &[5, 7]),
+            piece(3, &[4, 7]),      // behind data 0: a delta in flight
+            piece(4, &[5, GAPPED]), // a delta of the lost page missing
+        ];
+        assert_eq!(consistent(&pieces, 2), vec![0, 2]);
+        // Two parities that agree with data 0 but not with each other on the lost page: the
+        // larger group (or the first) only.
+        let pieces = [
+            piece(0, &[5]),
+            piece(2, &[5, 7]),
+            piece(3, &[5, 8]),
+            piece(4, &[5, 8]),
+        ];
+        assert_eq!(consistent(&pieces, 2), vec![0, 3, 4]);
+    }
+}

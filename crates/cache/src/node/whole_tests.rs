@@ -1,0 +1,315 @@
+//! The whole layout in one process: five nodes of an rs:2,2 cache over `carrier::mem`, pages of
+//! 4 KiB so that values share pages and pages spread over several page stripes.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Node;
+use crate::agent::whole::Layout;
+use crate::carrier::mem::MemHub;
+use crate::carrier::peer::{AgentOp, AgentResult, Once};
+use crate::member::whole;
+use crate::node::lock;
+
+const NODES: usize = 5;
+const PAGE: usize = 4096;
+
+fn cluster(layout: Layout) -> (Arc<MemHub>, Vec<Arc<Node>>) {
+    let term = super::tests::TERM;
+    let hub = MemHub::new(NODES);
+    let nodes: Vec<Arc<Node>> = (0..NODES)
+        .map(|id| {
+            let mut cfg = super::tests::config(id);
+            cfg.node_count = NODES;
+            cfg.code = "rs:2,2".parse().expect("code");
+            cfg.layout = layout;
+            cfg.page_bytes = PAGE;
+            cfg.whole_below_bytes = 1000;
+            let link = hub.link(id);
+            let mut node = Node::new(cfg, link.clone(), link);
+            node.started = Instant::now()
+                .checked_sub(2 * term)
+                .expect("the clock has run for 20 s");
+            Arc::new(node)
+        })
+        .collect();
+    for n in &nodes {
+        hub.attach(Arc::clone(n));
+    }
+    rounds(&nodes);
+    (hub, nodes)
+}
+
+fn rounds(nodes: &[Arc<Node>]) {
+    for _ in 0..2 {
+        for n in nodes {
+            n.heartbeat_round();
+        }
+    }
+}
+
+fn set(node: &Node, key: &[u8], value: &[u8]) -> AgentResult {
+    node.route_key(
+        AgentOp::Store {
+            mode: proto::StoreMode::Set,
+            key: key.to_vec(),
+            flags: 3,
+            exptime: 0,
+            compare_cas: None,
+            value: value.to_vec(),
+            once: Once::first(node.next_request_id()),
+        },
+        key,
+    )
+}
+
+fn get(node: &Node, key: &[u8]) -> AgentResult {
+    node.route_key(
+        AgentOp::Get {
+            key: key.to_vec(),
+            touch: None,
+            degrade: None,
+        },
+        key,
+    )
+}
+
+fn value_of(key: usize, round: usize) -> Vec<u8> {
+    let len = (key * 97 + round * 13) % 1500;
+    (0..len).map(|i| (i * 7 + key * 3 + round) as u8).collect()
+}
+
+fn expect_value(res: AgentResult, want: &[u8], what: &str) {
+    match res {
+        AgentResult::Value { value, flags, .. } => {
+            assert_eq!(flags, 3, "{what}");
+            assert!(
+                value == want,
+                "{what}: wrong bytes ({} vs {} bytes)",
+                value.len(),
+                want.len()
+            );
+        }
+        other => panic!("{what}: {other:?}"),
+    }
+}
+
+/// Every parity page of every page stripe equals the code's parity of the data pages its data
+/// positions' nodes hold, and agrees with their seqs.
+fn check_parity(nodes: &[Arc<Node>]) {
+    let codec = codes::Codec::new("rs:2,2".parse().expect("code"));
+    let (k, n) = (2, 4);
+    let mut checked = 0;
+    for t in 0..NODES {
+        for q in 0..64u32 {
+            let data: Vec<(Vec<u64>, Vec<u8>)> = (0..k)
+                .map(|d| {
+                    lock(&nodes[(t + d) % NODES].store)
+                        .range((t as u32, d as u8, q), 0, PAGE as u32)
+                        .expect("a data range")
+                })
+                .collect();
+            let refs: Vec<&[u8]> = data.iter().map(|(_, b)| &b[..]).collect();
+            let mut want = vec![vec![0u8; PAGE]; n - k];
+            let mut outs: Vec<&mut [u8]> = want.iter_mut().map(|w| &mut w[..]).collect();
+            codec.encode(&refs, &mut outs).expect("encode");
+            for i in k..n {
+                let (seqs, got) = lock(&nodes[(t + i) % NODES].store)
+                    .range((t as u32, i as u8, q), 0, PAGE as u32)
+                    .expect("a parity range");
+                assert!(
+                    got == want[i - k],
+                    "parity {i} of page {q} of page stripe {t}"
+                );
+                let data_seqs: Vec<u64> = data.iter().map(|(s, _)| s[0]).collect();
+                assert_eq!(
+                    seqs, data_seqs,
+                    "seqs of parity {i} of page {q} of stripe {t}"
+                );
+                if data_seqs.iter().any(|&s| s > 0) {
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 0, "some parity page was written");
+}
+
+/// Values of 0 to 1.5 KB written through every node (each forwarding to the key's home) and
+/// overwritten, read back through every node; the home answers from its slab with no other
+/// node, and every parity page stays the parity of its stripe's data pages.
+#[test]
+fn whole_values_are_written_and_read_through_every_node() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let keys: Vec<Vec<u8>> = (0..60).map(|i| format!("w{i}").into_bytes()).collect();
+    for round in 0..2 {
+        for (i, key) in keys.iter().enumerate() {
+            let res = set(&nodes[(i + round) % NODES], key, &value_of(i, round));
+            assert!(
+                matches!(res, AgentResult::Stored { .. }),
+                "set {i}: {res:?}"
+            );
+        }
+    }
+    for (i, key) in keys.iter().enumerate() {
+        for node in &nodes {
+            expect_value(get(node, key), &value_of(i, 1), "read back");
+        }
+    }
+    let whole: u64 = nodes
+        .iter()
+        .map(|n| n.counters.whole_writes.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(whole, 120, "every write whole");
+    let pages: usize = nodes.iter().map(|n| lock(&n.store).slab.pages()).sum();
+    assert!(pages >= NODES, "values spread over pages: {pages}");
+    check_parity(&nodes);
+    let degraded: u64 = nodes
+        .iter()
+        .map(|n| n.counters.degraded_reads.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(degraded, 0);
+    hub.clear();
+}
+
+/// The home of stripe 0 dies: the node standing in rebuilds its index from the parity
+/// positions' records and reads every value of stripe 0 from the same byte range of its page's
+/// stripe; a value written meanwhile is stored split, and reads back after a second failure.
+#[test]
+fn a_dead_home_is_read_through_its_pages_stripes() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let keys: Vec<Vec<u8>> = (0..200)
+        .map(|i| format!("d{i}").into_bytes())
+        .filter(|k| nodes[0].placement.stripe_of(k) == 0)
+        .take(25)
+        .collect();
+    for (i, key) in keys.iter().enumerate() {
+        assert!(matches!(
+            set(&nodes[1], key, &value_of(i, 0)),
+            AgentResult::Stored { .. }
+        ));
+    }
+    // Other stripes' values share the page stripes of node 0's pages.
+    for i in 0..40 {
+        let key = format!("o{i}").into_bytes();
+        assert!(matches!(
+            set(&nodes[2], &key, &value_of(i, 1)),
+            AgentResult::Stored { .. }
+        ));
+    }
+    hub.kill(0);
+    rounds(&nodes[1..]);
+    assert_eq!(nodes[1].agent_of(0), Some(1), "node 1 took stripe 0 over");
+    for (i, key) in keys.iter().enumerate() {
+        for node in &nodes[1..] {
+            expect_value(get(node, key), &value_of(i, 0), "degraded read");
+        }
+    }
+    assert!(nodes[1].counters.whole_rebuilds.load(Ordering::Relaxed) >= keys.len() as u64);
+    // Written while the home is down: split (coded), readable after one more failure.
+    let late = &keys[0];
+    assert!(matches!(
+        set(&nodes[3], late, b"written while the home is down"),
+        AgentResult::Stored { .. }
+    ));
+    assert!(nodes[1].counters.whole_fallbacks.load(Ordering::Relaxed) >= 1);
+    hub.kill(4);
+    rounds(&nodes[1..4]);
+    expect_value(
+        get(&nodes[2], late),
+        b"written while the home is down",
+        "after a second failure",
+    );
+    expect_value(
+        get(&nodes[2], &keys[1]),
+        &value_of(1, 0),
+        "whole, two nodes down",
+    );
+    hub.clear();
+}
+
+/// A bit flipped in a home's slot (behind its parity's back) is caught by the record's CRC and
+/// the value rebuilt from its page's stripe.
+#[test]
+fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = (0..)
+        .map(|i| format!("f{i}").into_bytes())
+        .find(|k| nodes[0].placement.stripe_of(k) == 0)
+        .expect("a key of stripe 0");
+    let value = vec![0x3c; 700];
+    assert!(matches!(
+        set(&nodes[0], &key, &value),
+        AgentResult::Stored { .. }
+    ));
+    assert!(lock(&nodes[0].store).flip_bit(0, 0, &key, 100));
+    expect_value(get(&nodes[2], &key), &value, "read of a damaged slot");
+    let c = &nodes[0].counters;
+    assert_eq!(c.crc_errors.load(Ordering::Relaxed), 1);
+    assert_eq!(c.whole_rebuilds.load(Ordering::Relaxed), 1);
+    hub.clear();
+}
+
+/// `--layout split` writes nothing whole; `auto` writes values below its threshold whole and
+/// larger ones split.
+#[test]
+fn the_layout_picks_whole_or_split_by_value_size() {
+    let (hub, nodes) = cluster(Layout::Split);
+    assert!(matches!(
+        set(&nodes[0], b"s", &[1; 100]),
+        AgentResult::Stored { .. }
+    ));
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| n.counters.whole_writes.load(Ordering::Relaxed))
+            .sum::<u64>(),
+        0
+    );
+    hub.clear();
+    let (hub, nodes) = cluster(Layout::Auto);
+    let below = nodes[0].cfg.whole_below_bytes;
+    assert!(below > 0 && below < PAGE);
+    assert!(matches!(
+        set(&nodes[0], b"a", &vec![1; below - 1]),
+        AgentResult::Stored { .. }
+    ));
+    assert!(matches!(
+        set(&nodes[0], b"b", &vec![2; below]),
+        AgentResult::Stored { .. }
+    ));
+    assert_eq!(
+        nodes
+            .iter()
+            .map(|n| n.counters.whole_writes.load(Ordering::Relaxed))
+            .sum::<u64>(),
+        1
+    );
+    expect_value(get(&nodes[3], b"a"), &vec![1; below - 1], "whole");
+    expect_value(get(&nodes[3], b"b"), &vec![2; below], "split");
+    hub.clear();
+}
+
+/// The home (the stripe's designated agent) answers a read of its value from its own slab:
+/// no message to another node.
+#[test]
+fn a_read_at_the_home_sends_no_message() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = (0..)
+        .map(|i| format!("h{i}").into_bytes())
+        .find(|k| nodes[0].placement.stripe_of(k) == 0)
+        .expect("a key of stripe 0");
+    assert!(matches!(
+        set(&nodes[0], &key, &[9; 300]),
+        AgentResult::Stored { .. }
+    ));
+    let before = nodes[0].transport.data_messages();
+    match nodes[0].loop_read_start(&key) {
+        crate::agent::LoopRead::Value(v) => assert_eq!(v.value, vec![9; 300]),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(nodes[0].transport.data_messages(), before);
+    assert_eq!(whole::page_of(0, 0, 2, NODES), (0, 0, 0));
+    hub.clear();
+}
