@@ -24,6 +24,8 @@ pub struct MemHub {
     lost: Mutex<HashMap<(usize, usize), usize>>,
     sent: AtomicU64,
     received: AtomicU64,
+    /// How long each whole-layout delta waits before it is handled (a delta in flight).
+    delta_delay: Mutex<std::time::Duration>,
 }
 
 impl MemHub {
@@ -68,6 +70,15 @@ impl MemHub {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert((from, to), count);
+    }
+
+    /// Each whole-layout delta (`Request::Delta`) waits this long before it is applied: a
+    /// home's page is ahead of its parity pages for that long.
+    pub fn delay_deltas(&self, delay: std::time::Duration) {
+        *self
+            .delta_delay
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = delay;
     }
 
     /// Every cut heals.
@@ -122,6 +133,18 @@ impl MemHub {
         let req = peer::decode_request(&peer::encode_request(req))
             .ok_or_else(|| malformed("request did not decode"))?;
         let data = req.is_data();
+        let delta = match &req {
+            Request::Delta { .. } => true,
+            Request::Fenced { req, .. } => matches!(**req, Request::Delta { .. }),
+            _ => false,
+        };
+        if delta {
+            let delay = *self
+                .delta_delay
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            std::thread::sleep(delay);
+        }
         let res = node.handle_peer(req);
         if data {
             self.sent.fetch_add(1, Ordering::Relaxed);

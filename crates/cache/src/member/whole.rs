@@ -341,6 +341,10 @@ impl ParityPages {
     }
 }
 
+/// Switches the rule of a consistent cut off (tests that show it matters).
+#[cfg(test)]
+pub static RULE_OFF: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// One piece a repair read of a page stripe's range: its position in the page stripe and the
 /// seqs it came with (one for a data page, k for a parity page).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -354,6 +358,10 @@ pub struct Piece {
 /// other on the data positions not read (the lost ones). Of parity pieces that disagree among
 /// themselves, the largest agreeing group is kept. Returns the positions kept.
 pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
+    #[cfg(test)]
+    if RULE_OFF.load(std::sync::atomic::Ordering::Relaxed) {
+        return pieces.iter().map(|p| p.position).collect();
+    }
     let data: Vec<(usize, u64)> = pieces
         .iter()
         .filter(|p| p.position < k)
