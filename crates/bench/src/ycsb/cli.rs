@@ -30,7 +30,8 @@ pub struct YcsbArgs {
     pub workload: Vec<String>,
     /// Systems, in the order they run: `inec-coherent`, `inec-incoherent`, `inec-coherent-etcd`
     /// (coherent, stripe leadership from a local etcd: `--coordinator local`, the `etcd`
-    /// build), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
+    /// build), `inec-whole` (coherent, `--layout whole`: each value whole at its home, parity
+    /// across values), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
     /// nodes, each key written to 3 of them by the client).
     #[arg(
         long,
@@ -379,7 +380,7 @@ fn inject_failures(
 fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Running, Route)> {
     let records = a.records + a.operations.unwrap_or(0) / 10 + a.records / 5;
     match name {
-        "inec-coherent" | "inec-incoherent" | "inec-coherent-etcd" => {
+        "inec-coherent" | "inec-incoherent" | "inec-coherent-etcd" | "inec-whole" => {
             let exe = a.exe.clone().ok_or_else(|| {
                 settings!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
@@ -387,7 +388,10 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             let n = parse_code(&a.code)?.n();
             let per_slot = (records as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
             let need_mib = (per_slot * n).div_ceil(1 << 20);
-            let mode = name.trim_start_matches("inec-").trim_end_matches("-etcd");
+            let mode = match name {
+                "inec-incoherent" => "incoherent",
+                _ => "coherent",
+            };
             let mut o = InecOptions {
                 nodes: a.inec_nodes,
                 ..InecOptions::new(exe, &a.code, &a.scheme, mode, (need_mib * 2 + 16) as u64)
@@ -397,6 +401,9 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             }
             if name.ends_with("-etcd") {
                 o.options.coordinator = Some("local".into());
+            }
+            if name == "inec-whole" {
+                o.options.layout = "whole".into();
             }
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
@@ -436,7 +443,7 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
         }
         s => bail!(
             "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
-             memcached or memcached-x3"
+             inec-whole, memcached or memcached-x3"
         ),
     }
 }
@@ -887,12 +894,13 @@ pub fn run(a: YcsbArgs) -> Result<()> {
             "inec-coherent"
                 | "inec-incoherent"
                 | "inec-coherent-etcd"
+                | "inec-whole"
                 | "memcached"
                 | "memcached-x3"
         ) {
             bail!(
                 "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
-                 memcached or memcached-x3"
+                 inec-whole, memcached or memcached-x3"
             );
         }
     }

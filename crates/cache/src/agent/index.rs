@@ -463,14 +463,23 @@ impl StripeIndex {
         self.entries.iter()
     }
 
-    /// Bytes of value held (coded, replicated) and bytes of records stored for them over all
-    /// positions (coded, replicated).
-    pub fn footprint(&self) -> [u64; 4] {
-        let mut f = [0u64; 4];
-        for e in self.entries.values() {
-            let i = usize::from(e.kind == Kind::Replica);
-            f[i] += e.value_bytes;
-            f[2 + i] += e.charge_bytes * e.positions as u64;
+    /// Bytes of value held (coded, replicated), bytes of records stored for them over all
+    /// positions (coded, replicated), bytes of whole values and of their records at their
+    /// home (the parity pages covering them are counted by the members that keep them).
+    pub fn footprint(&self) -> [u64; 6] {
+        let mut f = [0u64; 6];
+        for (key, e) in &self.entries {
+            match e.kind {
+                Kind::Coded | Kind::Replica => {
+                    let i = usize::from(e.kind == Kind::Replica);
+                    f[i] += e.value_bytes;
+                    f[2 + i] += e.charge_bytes * e.positions as u64;
+                }
+                Kind::Whole => {
+                    f[4] += e.value_bytes;
+                    f[5] += (record::OVERHEAD_BYTES + key.len()) as u64 + e.value_bytes;
+                }
+            }
         }
         f
     }

@@ -47,8 +47,11 @@ pub struct LoopWrite {
     entry: Entry,
     old: Option<Entry>,
     watermark: u64,
-    /// The record of each position (taken when its request is built).
+    /// The record of each position (taken when its request is built); for a whole value,
+    /// only the home's, taken when its slot was written.
     records: Vec<Option<Vec<u8>>>,
+    /// A whole value's delta for each parity position of its page's stripe (taken when sent).
+    deltas: Vec<Option<Request>>,
     /// (node, position) of every record to send.
     pub remote: Vec<(usize, usize)>,
     /// When the write began: led without a break since then, the node may write it again.
@@ -102,12 +105,15 @@ impl LoopWrite {
 
     /// The `Put` of the record at `position` (one of [`LoopWrite::remote`], asked once).
     pub fn request(&mut self, position: usize) -> Request {
-        let put = Request::Put {
-            stripe: self.stripe as u32,
-            watermark: self.watermark,
-            record: self.records[position].take().unwrap_or_default(),
+        let req = match self.deltas.get_mut(position).and_then(Option::take) {
+            Some(delta) => delta,
+            None => Request::Put {
+                stripe: self.stripe as u32,
+                watermark: self.watermark,
+                record: self.records[position].take().unwrap_or_default(),
+            },
         };
-        crate::carrier::peer::fenced(self.fence, put)
+        crate::carrier::peer::fenced(self.fence, req)
     }
 }
 
@@ -145,9 +151,6 @@ impl Node {
             return LoopWriteStart::Worker;
         }
         let (kind, positions, charge) = self.layout_of(stripe, key, value);
-        if kind == Kind::Whole {
-            return LoopWriteStart::Worker;
-        }
         let now_us = time::now_micros();
         let reserved = {
             let mut g = lock(&self.stripes[stripe]);
@@ -193,12 +196,32 @@ impl Node {
             old,
             watermark,
             records: Vec::new(),
+            deltas: Vec::new(),
             remote: Vec::new(),
             started: std::time::Instant::now(),
             id,
             epoch,
             _key_guard: guard,
         };
+        if kind == Kind::Whole {
+            // The home's slot written here, then a delta to each parity position of its page.
+            let rec = record::encode(&self.header(key, &w.entry, 0), value);
+            self.local_messages
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let written = lock(&self.store).put_whole(stripe as u32, &rec, watermark);
+            let Ok(Some(written)) = written else {
+                self.loop_write_abandon(w);
+                return LoopWriteStart::Worker;
+            };
+            bump(&self.counters.whole_writes);
+            w.records = vec![None];
+            w.deltas = (0..self.n()).map(|_| None).collect();
+            for (node, i, delta) in self.whole_deltas(stripe, key, &w.entry, &written, watermark) {
+                w.deltas[i] = Some(delta);
+                w.remote.push((node, i));
+            }
+            return LoopWriteStart::Send(Box::new(w));
+        }
         match self.records_of(key, &w.entry, value) {
             Ok(r) => w.records = r.into_iter().map(Some).collect(),
             Err(_) => {

@@ -599,17 +599,17 @@ impl Node {
     }
 
     /// Items and value bytes of the stripes this node leads; evictions; footprint
-    /// (value bytes coded, replicated; record bytes coded, replicated).
-    pub fn agent_totals(&self) -> (u64, u64, u64, [u64; 4]) {
+    /// (`StripeIndex::footprint`).
+    pub fn agent_totals(&self) -> (u64, u64, u64, [u64; 6]) {
         let (mut items, mut bytes, mut evictions) = (0, 0, 0);
-        let mut fp = [0u64; 4];
+        let mut fp = [0u64; 6];
         for s in &self.stripes {
             if let Some(ix) = lock(s).as_ref() {
                 items += ix.len() as u64;
                 evictions += ix.evictions;
                 let f = ix.footprint();
-                bytes += f[0] + f[1];
-                for i in 0..4 {
+                bytes += f[0] + f[1] + f[4];
+                for i in 0..6 {
                     fp[i] += f[i];
                 }
             }

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use crate::agent::index::Entry;
 use crate::carrier::peer::{Request, Response};
-use crate::member::whole::{self, Piece};
+use crate::member::whole::{self, Piece, SlotWrite};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind, WholeAt};
 
@@ -95,6 +95,18 @@ impl Node {
         ok
     }
 
+    /// The whole layout's memory here: slab pages, bytes of the slots in use, parity pages,
+    /// and the page size.
+    pub fn whole_memory(&self) -> (u64, u64, u64, u64) {
+        let store = lock(&self.store);
+        (
+            store.slab.pages() as u64,
+            store.slab.used_bytes,
+            store.parity.len() as u64,
+            store.slab.page_bytes() as u64,
+        )
+    }
+
     /// Writes a whole value's record into this node's slab and sends each parity position of
     /// its page the delta with the value's location: `Ok` once every one applied it.
     pub(crate) fn write_whole(
@@ -119,30 +131,10 @@ impl Node {
             }
         };
         drop(rec);
-        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
-        let (t, d, q) = whole::page_of(self.cfg.id, written.at.page, k, nodes);
-        let at = written.at.to_bytes();
-        let calls: Vec<(usize, Request)> = (k..n)
-            .map(|i| {
-                // Parity position i of page stripe t is position i − d of this stripe.
-                let position = i - d;
-                let meta = record::encode(&self.header(key, e, position), &at);
-                (
-                    (t + i) % nodes,
-                    Request::Delta {
-                        stripe: stripe as u32,
-                        watermark,
-                        record: meta,
-                        page_stripe: t as u32,
-                        position: i as u8,
-                        page: q,
-                        data: d as u8,
-                        seq: written.seq,
-                        offset: written.at.offset,
-                        delta: written.delta.clone(),
-                    },
-                )
-            })
+        let calls: Vec<(usize, Request)> = self
+            .whole_deltas(stripe, key, e, &written, watermark)
+            .into_iter()
+            .map(|(node, _, req)| (node, req))
             .collect();
         let asked: Vec<usize> = calls.iter().map(|(node, _)| *node).collect();
         let mut refused = None;
@@ -166,6 +158,44 @@ impl Node {
             (Some(why), None) => Err(WholeFail::Refused(why)),
             (_, Some(why)) => Err(WholeFail::InDoubt(why)),
         }
+    }
+
+    /// The deltas of a slot written at this node (the home), one per parity position of its
+    /// page's stripe: (node, parity position in the page stripe, request). Each carries the
+    /// value's location as the receiver's record of the key (at its position in `stripe`).
+    pub(crate) fn whole_deltas(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        written: &SlotWrite,
+        watermark: u64,
+    ) -> Vec<(usize, usize, Request)> {
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (t, d, q) = whole::page_of(self.cfg.id, written.at.page, k, nodes);
+        let at = written.at.to_bytes();
+        (k..n)
+            .map(|i| {
+                // Parity position i of page stripe t is position i − d of this stripe.
+                let meta = record::encode(&self.header(key, e, i - d), &at);
+                (
+                    (t + i) % nodes,
+                    i,
+                    Request::Delta {
+                        stripe: stripe as u32,
+                        watermark,
+                        record: meta,
+                        page_stripe: t as u32,
+                        position: i as u8,
+                        page: q,
+                        data: d as u8,
+                        seq: written.seq,
+                        offset: written.at.offset,
+                        delta: written.delta.clone(),
+                    },
+                )
+            })
+            .collect()
     }
 
     /// Reads a whole value: the home's record, or (home down, record damaged, or

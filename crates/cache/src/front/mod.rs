@@ -2103,6 +2103,27 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "record_bytes_replicated", fp[3]);
     compose::stat(out, "bytes_per_value_byte_coded", ratio(fp[2], fp[0]));
     compose::stat(out, "bytes_per_value_byte_replicated", ratio(fp[3], fp[1]));
+    // The whole layout: this node's values and their records in its slab, the slab's pages
+    // and the parity pages it keeps for other homes' pages (about the cluster's ratio: every
+    // node is a home and keeps m parity pages per k data pages).
+    let (slab_pages, slot_bytes, parity_pages, page_bytes) = node.whole_memory();
+    compose::stat(out, "layout", node.cfg.layout);
+    compose::stat(out, "whole_below_bytes", node.cfg.whole_below_bytes);
+    compose::stat(out, "value_bytes_whole", fp[4]);
+    compose::stat(out, "record_bytes_whole", fp[5]);
+    compose::stat(out, "whole_slot_bytes", slot_bytes);
+    compose::stat(out, "whole_slab_pages", slab_pages);
+    compose::stat(out, "whole_parity_pages", parity_pages);
+    compose::stat(out, "whole_page_bytes", page_bytes);
+    compose::stat(
+        out,
+        "bytes_per_value_byte_whole",
+        ratio((slab_pages + parity_pages) * page_bytes, fp[4]),
+    );
+    compose::stat(out, "whole_writes", g(&c.whole_writes));
+    compose::stat(out, "whole_fallbacks", g(&c.whole_fallbacks));
+    compose::stat(out, "whole_rebuilds", g(&c.whole_rebuilds));
+    compose::stat(out, "whole_cut_retries", g(&c.whole_cut_retries));
     compose::reply(out, Reply::End);
 }
 

@@ -404,3 +404,42 @@ fn racing_repairs() -> (usize, usize) {
     hub.clear();
     (failed, wrong)
 }
+
+/// A `set` at the home on the event loop: the slot written, then one delta to each of the m
+/// parity positions of its page's stripe, and committed once each acked (no other message).
+#[test]
+fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = (0..)
+        .map(|i| format!("l{i}").into_bytes())
+        .find(|k| nodes[0].placement.stripe_of(k) == 0)
+        .expect("a key of stripe 0");
+    // The first write of the stripe builds its index (on a worker).
+    assert!(matches!(
+        set(&nodes[0], &key, &[1; 10]),
+        AgentResult::Stored { .. }
+    ));
+    let id = nodes[0].next_request_id();
+    let crate::agent::LoopWriteStart::Send(mut w) =
+        nodes[0].loop_write_start(&key, 3, 0, &[5; 900], id)
+    else {
+        panic!("the loop writes a whole value");
+    };
+    assert_eq!(w.remote.len(), 2, "m = 2 deltas");
+    for (node, position) in w.remote.clone() {
+        let req = w.request(position);
+        assert!(
+            matches!(req, crate::carrier::peer::Request::Delta { .. }),
+            "{req:?}"
+        );
+        let reply = nodes[node].handle_peer(req);
+        assert!(nodes[0].loop_write_acked(Some(reply)));
+    }
+    let cas = nodes[0].loop_write_finish(*w).expect("committed");
+    match get(&nodes[4], &key) {
+        AgentResult::Value { value, cas: c, .. } => assert_eq!((value, c), (vec![5; 900], cas)),
+        other => panic!("{other:?}"),
+    }
+    check_parity(&nodes);
+    hub.clear();
+}
