@@ -54,35 +54,39 @@ pub enum Kind {
     Whole,
 }
 
-/// Where the home's record of a whole-layout value lies: its slab page, the offset in the page
-/// and the record's length. The data of the record a parity position holds for the value: 12
-/// bytes, `page`, `offset`, `len` as u32 little-endian.
+/// Where the home's record of a whole-layout value lies: its slab page, the offset in the page,
+/// the record's length and the size of its slot (its page's size class). The data of the
+/// record a parity position holds for the value: 16 bytes, `page`, `offset`, `len`, `slot` as
+/// u32 little-endian.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct WholeAt {
     pub page: u32,
     pub offset: u32,
     pub len: u32,
+    pub slot: u32,
 }
 
 impl WholeAt {
-    pub const BYTES: usize = 12;
+    pub const BYTES: usize = 16;
 
-    pub fn to_bytes(self) -> [u8; 12] {
-        let mut b = [0; 12];
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0; 16];
         b[0..4].copy_from_slice(&self.page.to_le_bytes());
         b[4..8].copy_from_slice(&self.offset.to_le_bytes());
         b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..16].copy_from_slice(&self.slot.to_le_bytes());
         b
     }
 
     pub fn from_bytes(b: &[u8]) -> Option<WholeAt> {
-        if b.len() != 12 {
+        if b.len() != 16 {
             return None;
         }
         Some(WholeAt {
             page: u32_at(b, 0),
             offset: u32_at(b, 4),
             len: u32_at(b, 8),
+            slot: u32_at(b, 12),
         })
     }
 }
@@ -287,9 +291,10 @@ mod tests {
             page: 7,
             offset: 0x0102_0304,
             len: 99,
+            slot: 104,
         };
         assert_eq!(WholeAt::from_bytes(&at.to_bytes()), Some(at));
-        assert_eq!(WholeAt::from_bytes(&[0; 11]), None);
+        assert_eq!(WholeAt::from_bytes(&[0; 15]), None);
         let h = Header {
             kind: Kind::Whole,
             ..header()

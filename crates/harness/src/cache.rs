@@ -66,8 +66,9 @@ pub struct CacheOptions {
     #[arg(long, default_value_t = 65536)]
     #[serde(default = "default_whole_below")]
     pub whole_below: usize,
-    /// Slab page size of the whole layout, in KiB (memcached's item page: 1024).
-    #[arg(long, default_value_t = 1024)]
+    /// Slab page size of the whole layout, in KiB (memcached's is 1024; smaller pages leave
+    /// less of the last page of each page stripe unused, and its parity with it).
+    #[arg(long, default_value_t = 256)]
     #[serde(default = "default_page_kib")]
     pub page_kib: usize,
     /// Heartbeat period in ms.
@@ -101,7 +102,7 @@ fn default_whole_below() -> usize {
 }
 
 fn default_page_kib() -> usize {
-    1024
+    256
 }
 
 /// The machine's cores (`-t`'s default), 1 when they cannot be read.
