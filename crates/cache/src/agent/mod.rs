@@ -488,6 +488,13 @@ impl Node {
                 if e.version != version {
                     return AgentResult::Exists;
                 }
+                if e.kind == Kind::Whole && position != 0 {
+                    // A location record, at the parity positions of the value's page.
+                    return match self.whole_location_record(stripe, &key, &e, position as usize) {
+                        Some(rec) => AgentResult::Record(rec),
+                        None => AgentResult::NotFound,
+                    };
+                }
                 if position as usize >= e.positions {
                     return AgentResult::NotFound;
                 }

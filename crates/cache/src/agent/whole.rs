@@ -9,6 +9,7 @@
 //! of the stripe is down or lost its pages in a restart. The next write at the home brings the
 //! value back whole.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -241,6 +242,22 @@ impl Node {
         }
     }
 
+    /// The location record of a whole value at `position` of its stripe, if that position is
+    /// one of the parity positions of the value's page (recovery of a restarted member).
+    pub(crate) fn whole_location_record(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        position: usize,
+    ) -> Option<Vec<u8>> {
+        let at = self.whole_location(stripe, key, e).ok()?;
+        let home = self.placement.node_of(stripe, 0);
+        let (_, d, _) = whole::page_of(home, at.page, self.k(), self.cfg.node_count);
+        ((self.k() - d..self.n() - d).contains(&position))
+            .then(|| record::encode(&self.header(key, e, position), &at.to_bytes()))
+    }
+
     /// Where the home's record of a whole value lies, from a parity position's record of it.
     fn whole_location(&self, stripe: usize, key: &[u8], e: &Entry) -> Result<WholeAt, String> {
         let calls: Vec<(usize, Request)> = (1..self.n())
@@ -278,15 +295,32 @@ impl Node {
     }
 
     /// The bytes of slot `at` of node `home`, rebuilt from the same range of the other pages
-    /// of its page's stripe, over a consistent cut (`member::whole::consistent`): read again
-    /// while the parity pages disagree with the data pages (deltas in flight).
+    /// of its page's stripe.
     pub(crate) fn rebuild_whole(&self, home: usize, at: WholeAt) -> Result<Vec<u8>, String> {
+        let (t, lost, q) = whole::page_of(home, at.page, self.k(), self.cfg.node_count);
+        let (bytes, _) = self.rebuild_piece(t, lost, q, at.offset, at.len)?;
+        bump(&self.counters.whole_rebuilds);
+        Ok(bytes)
+    }
+
+    /// A byte range of position `target` of page `q` of page stripe `t`, rebuilt from the
+    /// same range at the other positions over a consistent cut
+    /// (`member::whole::consistent`), read again while the parity pages disagree with the data
+    /// pages (deltas in flight). With the seqs the rebuilt piece agrees with: for a data
+    /// position its page's seq, for a parity position one per data position.
+    pub(crate) fn rebuild_piece(
+        &self,
+        t: usize,
+        target: usize,
+        q: u32,
+        offset: u32,
+        len: u32,
+    ) -> Result<(Vec<u8>, Vec<u64>), String> {
         let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
-        let (t, lost, q) = whole::page_of(home, at.page, k, nodes);
         let mut last = String::new();
         for _ in 0..CUT_TRIES {
             let calls: Vec<(usize, Request)> = (0..n)
-                .filter(|&p| p != lost && self.is_up((t + p) % nodes))
+                .filter(|&p| p != target && self.is_up((t + p) % nodes))
                 .map(|p| {
                     (
                         (t + p) % nodes,
@@ -295,8 +329,8 @@ impl Node {
                             page_stripe: t as u32,
                             position: p as u8,
                             page: q,
-                            offset: at.offset,
-                            len: at.len,
+                            offset,
+                            len,
                         },
                     )
                 })
@@ -309,7 +343,7 @@ impl Node {
             let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
             for (p, r) in positions.into_iter().zip(self.call(calls)) {
                 if let Ok(Response::Range { seqs, bytes: b }) = r {
-                    if b.len() == at.len as usize {
+                    if b.len() == len as usize {
                         pieces.push(Piece { position: p, seqs });
                         bytes[p] = Some(b);
                     }
@@ -325,14 +359,24 @@ impl Node {
                     }
                 })
                 .collect();
-            let mut out = vec![0u8; at.len as usize];
+            let mut out = vec![0u8; len as usize];
             match self
                 .codec
-                .reconstruct(&chunks, &[lost], &mut [out.as_mut_slice()])
+                .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
             {
                 Ok(()) => {
-                    bump(&self.counters.whole_rebuilds);
-                    return Ok(out);
+                    let kept =
+                        |p: usize| pieces.iter().find(|x| x.position == p && keep.contains(&p));
+                    let parity_seq =
+                        |d: usize| (k..n).find_map(|p| kept(p).map(|x| x.seqs[d])).unwrap_or(0);
+                    let seqs = if target < k {
+                        vec![parity_seq(target)]
+                    } else {
+                        (0..k)
+                            .map(|d| kept(d).map_or_else(|| parity_seq(d), |x| x.seqs[0]))
+                            .collect()
+                    };
+                    return Ok((out, seqs));
                 }
                 Err(err) => last = err.to_string(),
             }
@@ -340,8 +384,111 @@ impl Node {
             std::thread::sleep(CUT_WAIT);
         }
         Err(format!(
-            "page {q} of page stripe {t} has no consistent cut to rebuild position {lost} \
+            "page {q} of page stripe {t} has no consistent cut to rebuild position {target} \
              from: {last}"
         ))
+    }
+
+    /// After a restart (`--recover`): rebuilds every page this node held — its slab pages as a
+    /// home and its parity pages — from the other positions of their page stripes, then takes
+    /// the slots of its whole values in the rebuilt slab as their records (found from the
+    /// location records of its stripe's members). Deltas that arrive meanwhile are kept and
+    /// applied to their page once it is rebuilt. Rate-limited like the rest of recovery; on
+    /// success the node writes whole values again. Returns bytes rebuilt.
+    pub(crate) fn rebuild_pages(&self) -> Result<u64, String> {
+        let (k, n, nodes, me) = (self.k(), self.n(), self.cfg.node_count, self.cfg.id);
+        let page_bytes = self.cfg.page_bytes;
+        if self.placement.slots_of(me) != n {
+            lock(&self.store).finish_rebuild();
+            return Ok(0);
+        }
+        let started = std::time::Instant::now();
+        let mut done = 0u64;
+        for i in 0..n {
+            let t = (me + nodes - i) % nodes;
+            let calls: Vec<(usize, Request)> = (0..n)
+                .filter(|&p| p != i)
+                .map(|p| {
+                    (
+                        (t + p) % nodes,
+                        Request::Pages {
+                            stripe: t as u32,
+                            page_stripe: t as u32,
+                            position: p as u8,
+                        },
+                    )
+                })
+                .collect();
+            let pages = self
+                .call(calls)
+                .into_iter()
+                .filter_map(|r| match r {
+                    Ok(Response::Range { seqs, .. }) => seqs.first().copied(),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0) as u32;
+            for q in 0..pages {
+                let (bytes, seqs) = self.rebuild_piece(t, i, q, 0, page_bytes as u32)?;
+                let mut store = lock(&self.store);
+                if i < k {
+                    store.install_page(whole::home_page(i, q, k), &bytes, seqs[0]);
+                } else {
+                    store.install_parity((t as u32, i as u8, q), &bytes, &seqs);
+                }
+                drop(store);
+                done += page_bytes as u64;
+                self.counters
+                    .recovery_bytes
+                    .fetch_add(page_bytes as u64, Ordering::Relaxed);
+                let due = Duration::from_secs_f64(
+                    done as f64 / self.cfg.recovery_bytes_per_s.max(1) as f64,
+                );
+                if let Some(wait) = due.checked_sub(started.elapsed()) {
+                    std::thread::sleep(wait);
+                }
+            }
+        }
+        // The slots of this node's whole values, from its stripe's location records.
+        let calls: Vec<(usize, Request)> = self
+            .placement
+            .members(me)
+            .into_iter()
+            .filter(|&node| node != me)
+            .map(|node| (node, Request::List { stripe: me as u32 }))
+            .collect();
+        let mut newest: HashMap<Vec<u8>, (u64, Option<WholeAt>)> = HashMap::new();
+        for r in self.call(calls) {
+            let Ok(Response::Headers(records, _)) = r else {
+                continue;
+            };
+            for bytes in records {
+                let Ok((h, data)) = record::parse(&bytes) else {
+                    continue;
+                };
+                let at = (h.kind == Kind::Whole && h.chunk_index != 0)
+                    .then(|| WholeAt::from_bytes(data))
+                    .flatten();
+                let e = newest.entry(h.key).or_insert((0, None));
+                if h.version > e.0 || (h.version == e.0 && e.1.is_none()) {
+                    *e = (h.version, at);
+                }
+            }
+        }
+        let mut store = lock(&self.store);
+        let mut linked = 0;
+        for (key, (version, at)) in newest {
+            if let Some(at) = at {
+                linked += u64::from(store.link_whole(me as u32, &key, version, at));
+            }
+        }
+        store.finish_rebuild();
+        drop(store);
+        self.whole_lost[me].store(false, Ordering::Relaxed);
+        log::info!(
+            "node {me}: pages rebuilt ({} MiB), {linked} whole values found in them",
+            done >> 20
+        );
+        Ok(done)
     }
 }

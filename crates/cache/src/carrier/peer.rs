@@ -264,6 +264,14 @@ pub enum Request {
         offset: u32,
         len: u32,
     },
+    /// How many pages of page stripe `page_stripe` the receiver holds at `position`: answered
+    /// with a [`Response::Range`] of one seq, the count, and no bytes (a node rebuilding its
+    /// pages after a restart).
+    Pages {
+        stripe: u32,
+        page_stripe: u32,
+        position: u8,
+    },
 }
 
 /// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
@@ -323,7 +331,8 @@ impl Request {
             | Request::List { stripe }
             | Request::Flip { stripe, .. }
             | Request::Delta { stripe, .. }
-            | Request::Range { stripe, .. } => Some(*stripe),
+            | Request::Range { stripe, .. }
+            | Request::Pages { stripe, .. } => Some(*stripe),
             Request::Fenced { req, .. } => req.stripe(),
             Request::Heartbeat { .. } | Request::Flush { .. } | Request::Agent(_) => None,
         }
@@ -781,6 +790,13 @@ fn encode_request_to(w: &mut W, req: &Request) {
             w.u8(12).u32(*stripe).u32(*page_stripe).u8(*position);
             w.u32(*page).u32(*offset).u32(*len);
         }
+        Request::Pages {
+            stripe,
+            page_stripe,
+            position,
+        } => {
+            w.u8(13).u32(*stripe).u32(*page_stripe).u8(*position);
+        }
     }
 }
 
@@ -859,6 +875,11 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 page: r.u32()?,
                 offset: r.u32()?,
                 len: r.u32()?,
+            },
+            13 => Request::Pages {
+                stripe: r.u32()?,
+                page_stripe: r.u32()?,
+                position: r.u8()?,
             },
             _ => return Err(Short),
         })
@@ -1367,6 +1388,11 @@ mod tests {
                 page: 6,
                 offset: 12,
                 len: 700,
+            },
+            Request::Pages {
+                stripe: 2,
+                page_stripe: 2,
+                position: 8,
             },
         ];
         let mut frames = vec![0xee];

@@ -94,6 +94,16 @@ impl Node {
     pub(crate) fn recover(&self) {
         std::thread::sleep(self.cfg.heartbeat * 3);
         let me = self.cfg.id;
+        // The whole layout's pages first: the values whose records they hold need no other
+        // rebuild, and the node's parity pages cover the pages of other homes again.
+        if lock(&self.store).whole_lost {
+            if let Err(e) = self.rebuild_pages() {
+                log::error!(
+                    "node {me}: the whole layout's pages were not rebuilt ({e}); this node \
+                     writes no value whole and serves no page range until it restarts"
+                );
+            }
+        }
         let started = Instant::now();
         let mut bytes_done: u64 = 0;
         for s in self.placement.stripes_of(me) {

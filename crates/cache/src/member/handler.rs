@@ -59,14 +59,17 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             store.touch(stripe, &key, version, exptime);
             Response::Ack
         }
-        Request::List { stripe } => Response::Headers(
-            store
+        // Headers, and the whole layout's location records whole (a node rebuilding its
+        // slab after a restart finds its values in it from them).
+        Request::List { stripe } => {
+            let mut records: Vec<Vec<u8>> = store
                 .list(stripe)
                 .iter()
                 .map(|h| record::encode(h, &[]))
-                .collect(),
-            store.tombstones(stripe),
-        ),
+                .collect();
+            records.extend(store.location_records(stripe));
+            Response::Headers(records, store.tombstones(stripe))
+        }
         Request::Flip {
             stripe,
             position,
@@ -113,6 +116,14 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
         } => match store.range((page_stripe, position, page), offset, len) {
             Ok((seqs, bytes)) => Response::Range { seqs, bytes },
             Err(e) => Response::Nack(e),
+        },
+        Request::Pages {
+            page_stripe,
+            position,
+            ..
+        } => Response::Range {
+            seqs: vec![store.pages_of(page_stripe, position) as u64],
+            bytes: Vec::new(),
         },
         other => Response::Nack(format!("not a chunk request: {other:?}")),
     }

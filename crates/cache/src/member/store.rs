@@ -11,6 +11,14 @@ use std::collections::{HashMap, VecDeque};
 use crate::member::whole::{ParityPages, Slab, SlotWrite, PAGE_BYTES};
 use crate::record::{self, Header, RecordError, WholeAt};
 
+/// A delta kept while rebuilding: (data position, seq, offset, bytes).
+type HeldDelta = (usize, u64, u32, Vec<u8>);
+
+/// The key of this node's slab page `j` in `ChunkStore::rebuilt`.
+fn slab_key(j: u32) -> (u32, u8, u32) {
+    (u32::MAX, u8::MAX, j)
+}
+
 /// Where a record's bytes are: its own allocation, or a slot of the whole layout's slab.
 #[derive(Debug)]
 enum Held {
@@ -89,10 +97,16 @@ pub struct ChunkStore {
     pub slab: Slab,
     /// ... and the parity pages of other homes' pages it keeps (`member::whole`).
     pub parity: ParityPages,
-    /// This process started after a restart (`--recover`): the slab pages and parity pages
-    /// the node held before are gone, so it answers no range of them and applies no delta to
-    /// them (its tolerance for those pages is spent until they are rebuilt).
+    /// This process started after a restart (`--recover`) and has not rebuilt its pages yet
+    /// (`Node::rebuild_pages`): it answers no range of a page not rebuilt, writes no value
+    /// whole, and keeps the deltas that arrive for its parity pages until each page is rebuilt
+    /// (then applies those the rebuilt page does not already hold).
     pub whole_lost: bool,
+    /// Deltas kept while rebuilding, by parity page: (data position, seq, offset, delta).
+    held_deltas: HashMap<(u32, u8, u32), Vec<HeldDelta>>,
+    /// Pages rebuilt so far while rebuilding: parity pages, and slab pages (position 255,
+    /// position 255, page stripe 2^32 − 1, stand for "this node's slab").
+    rebuilt: std::collections::HashSet<(u32, u8, u32)>,
     /// The code parity pages are kept under: its kernel, generator (n × k, row-major) and k.
     whole_code: Option<(codes::Kernel, Vec<u8>, usize)>,
 }
@@ -122,8 +136,99 @@ impl ChunkStore {
             slab: Slab::new(page_bytes),
             parity: ParityPages::default(),
             whole_lost: false,
+            held_deltas: HashMap::new(),
+            rebuilt: std::collections::HashSet::new(),
             whole_code: None,
         }
+    }
+
+    /// How many pages of page stripe `t` this member holds at `position` (a data position:
+    /// its slab's pages of that residue; a parity position: one more than its highest page).
+    pub fn pages_of(&self, t: u32, position: u8) -> u32 {
+        let k = self.slab.residues();
+        if (position as usize) < k {
+            self.slab.pages_of(position as usize)
+        } else {
+            self.parity.pages_of(t, position)
+        }
+    }
+
+    /// Puts back page `j` of this node's slab, rebuilt after a restart.
+    pub fn install_page(&mut self, j: u32, bytes: &[u8], seq: u64) {
+        self.slab.install(j, bytes, seq);
+        self.rebuilt.insert(slab_key(j));
+    }
+
+    /// Puts back a parity page rebuilt after a restart from data pages at `seqs`, then applies
+    /// the deltas kept meanwhile that it does not hold (seq above its data page's).
+    pub fn install_parity(&mut self, key: (u32, u8, u32), bytes: &[u8], seqs: &[u64]) {
+        self.parity.install(key, bytes, seqs);
+        self.rebuilt.insert(key);
+        self.apply_held(key);
+    }
+
+    fn apply_held(&mut self, key: (u32, u8, u32)) {
+        let Some((kernel, generator, k)) = &self.whole_code else {
+            return;
+        };
+        let page_bytes = self.slab.page_bytes();
+        for (d, seq, offset, delta) in self.held_deltas.remove(&key).unwrap_or_default() {
+            let coef = generator[key.1 as usize * k + d];
+            let _ = self
+                .parity
+                .apply(*kernel, key, *k, page_bytes, d, seq, offset, coef, &delta);
+        }
+    }
+
+    /// The rebuild is over: deltas kept for pages that did not exist when it read their
+    /// stripes (every delta such a page ever had arrived since the restart) are applied to
+    /// new pages, and the node's pages are whole again.
+    pub fn finish_rebuild(&mut self) {
+        let keys: Vec<(u32, u8, u32)> = self.held_deltas.keys().copied().collect();
+        for key in keys {
+            self.apply_held(key);
+        }
+        self.rebuilt.clear();
+        self.whole_lost = false;
+    }
+
+    /// Takes the slot `at` of this node's rebuilt slab as holding the home's record of a key of
+    /// `stripe` (of `version`): true when the slot holds exactly that record, which the store
+    /// then serves as its position-0 record.
+    pub fn link_whole(&mut self, stripe: u32, key: &[u8], version: u64, at: WholeAt) -> bool {
+        if at.page as usize >= self.slab.pages()
+            || at.offset as usize + at.len as usize > self.slab.page_bytes()
+        {
+            return false;
+        }
+        let header = match record::parse(self.slab.bytes(at)) {
+            Ok((h, _)) if h.key == key && h.version == version && h.chunk_index == 0 => h,
+            _ => return false,
+        };
+        if self.is_stale(stripe, &header) || !self.slab.claim(at) {
+            return false;
+        }
+        self.put_held(stripe, header, Held::Slab(at), 0);
+        true
+    }
+
+    /// The whole layout's location records of a stripe held here (current ones), as stored.
+    pub fn location_records(&self, stripe: u32) -> Vec<Vec<u8>> {
+        let held = self
+            .slots
+            .iter()
+            .filter(|((s, p), _)| *s == stripe && *p != 0);
+        held.flat_map(|(_, m)| m.values())
+            .filter_map(|slot| match &slot.cur {
+                Held::Heap(bytes)
+                    if record::parse_header(bytes)
+                        .is_ok_and(|(h, _)| h.kind == record::Kind::Whole) =>
+                {
+                    Some(bytes.clone())
+                }
+                _ => None,
+            })
+            .collect()
     }
 
     /// Sets the size of slab and parity pages (before anything is stored).
@@ -162,9 +267,6 @@ impl ChunkStore {
         offset: u32,
         delta: &[u8],
     ) -> Result<(), String> {
-        if self.whole_lost {
-            return Err("this node's parity pages were lost in a restart".into());
-        }
         let Some((kernel, generator, k)) = &self.whole_code else {
             return Err("this member keeps no parity pages (no code set)".into());
         };
@@ -181,6 +283,19 @@ impl ChunkStore {
         }
         let coef = generator[p * k + d];
         let page_bytes = self.slab.page_bytes();
+        let key = (page_stripe, position, page);
+        if self.whole_lost && !self.rebuilt.contains(&key) {
+            // Kept until the page is rebuilt (`install_parity`).
+            if offset as usize + delta.len() > page_bytes {
+                return Err(format!("delta out of bounds: {offset}+{}", delta.len()));
+            }
+            self.held_deltas
+                .entry(key)
+                .or_default()
+                .push((d, seq, offset, delta.to_vec()));
+            self.put_held(stripe, header, Held::Heap(record), watermark);
+            return Ok(());
+        }
         self.parity.apply(
             *kernel,
             (page_stripe, position, page),
@@ -205,14 +320,20 @@ impl ChunkStore {
         offset: u32,
         len: u32,
     ) -> Result<(Vec<u64>, Vec<u8>), String> {
-        if self.whole_lost {
-            return Err("this node's pages were lost in a restart".into());
-        }
         let Some((_, generator, k)) = &self.whole_code else {
             return Err("this member keeps no pages (no code set)".into());
         };
         let (k, n) = (*k, generator.len() / *k);
         let p = position as usize;
+        let rebuilt = if p < k {
+            self.rebuilt
+                .contains(&slab_key(crate::member::whole::home_page(p, page, k)))
+        } else {
+            self.rebuilt.contains(&(page_stripe, position, page))
+        };
+        if self.whole_lost && !rebuilt {
+            return Err("this node's pages were lost in a restart and are being rebuilt".into());
+        }
         let out = if p < k {
             self.slab
                 .range(crate::member::whole::home_page(p, page, k), offset, len)

@@ -70,7 +70,9 @@ pub fn classes(page_bytes: usize) -> Vec<usize> {
 
 #[derive(Debug)]
 struct Page {
-    class: usize,
+    /// The page's size class; `None` for a page restored after a restart that holds no live
+    /// slot yet (its bytes are known, its slots are not: any class may carve it).
+    class: Option<usize>,
     bytes: Box<[u8]>,
     /// Deltas made on this page.
     seq: u64,
@@ -150,17 +152,21 @@ impl Slab {
                 .unwrap_or(self.pages.len() % self.residues),
         };
         while self.free[class][r].is_empty() {
-            let size = self.classes[class];
-            let page = self.pages.len() as u32;
-            let slots = self.page_bytes / size;
-            self.pages.push(Page {
-                class,
-                bytes: vec![0; self.page_bytes].into_boxed_slice(),
-                seq: 0,
-            });
-            // Popped from the end: the page's first slot first.
-            self.free[class][page as usize % self.residues]
-                .extend((0..slots).rev().map(|i| (page, (i * size) as u32)));
+            // A restored page no class has taken yet, of the residue wanted, else a new page.
+            let page = match (0..self.pages.len())
+                .find(|&j| j % self.residues == r && self.pages[j].class.is_none())
+            {
+                Some(j) => j,
+                None => {
+                    self.pages.push(Page {
+                        class: None,
+                        bytes: vec![0; self.page_bytes].into_boxed_slice(),
+                        seq: 0,
+                    });
+                    self.pages.len() - 1
+                }
+            };
+            self.carve(page, class);
         }
         let (page, offset) = self.free[class][r].pop().expect("a free slot");
         self.used_bytes += self.classes[class] as u64;
@@ -172,9 +178,76 @@ impl Slab {
         })
     }
 
+    /// Gives page `page` (classless) to `class`: its slots join the class's free list.
+    fn carve(&mut self, page: usize, class: usize) {
+        let size = self.classes[class];
+        let slots = self.page_bytes / size;
+        self.pages[page].class = Some(class);
+        // Popped from the end: the page's first slot first.
+        self.free[class][page % self.residues]
+            .extend((0..slots).rev().map(|i| (page as u32, (i * size) as u32)));
+    }
+
+    /// Puts back page `j` as rebuilt after a restart (its bytes and seq), classless until a
+    /// live slot in it is claimed ([`Slab::claim`]) or a class carves it; pages below it that
+    /// are missing become zero pages.
+    pub fn install(&mut self, j: u32, bytes: &[u8], seq: u64) {
+        assert_eq!(bytes.len(), self.page_bytes, "a whole page");
+        while self.pages.len() <= j as usize {
+            self.pages.push(Page {
+                class: None,
+                bytes: vec![0; self.page_bytes].into_boxed_slice(),
+                seq: 0,
+            });
+        }
+        let page = &mut self.pages[j as usize];
+        assert!(page.class.is_none(), "a page installed over a page in use");
+        page.bytes.copy_from_slice(bytes);
+        page.seq = seq;
+    }
+
+    /// Takes the slot `at` of a restored page as in use (a live record lies there): the page
+    /// gets the slot's class if it had none. False when the slot does not fit the page (another
+    /// class, or out of range).
+    pub fn claim(&mut self, at: WholeAt) -> bool {
+        let Some(class) = self.classes.iter().position(|&c| c == at.slot as usize) else {
+            return false;
+        };
+        let j = at.page as usize;
+        if j >= self.pages.len() || !(at.offset as usize).is_multiple_of(at.slot as usize) {
+            return false;
+        }
+        match self.pages[j].class {
+            None => self.carve(j, class),
+            Some(c) if c == class => {}
+            Some(_) => return false,
+        }
+        let list = &mut self.free[class][j % self.residues];
+        let Some(i) = list
+            .iter()
+            .position(|&(p, o)| p == at.page && o == at.offset)
+        else {
+            return false;
+        };
+        list.swap_remove(i);
+        self.used_bytes += at.slot as u64;
+        true
+    }
+
+    /// Pages (`j mod k` = `d`) this slab has of data position `d`.
+    pub fn pages_of(&self, d: usize) -> u32 {
+        if self.pages.len() > d {
+            (self.pages.len() - d).div_ceil(self.residues) as u32
+        } else {
+            0
+        }
+    }
+
     /// Gives a slot back. Its bytes stay as they are (parity covers them).
     pub fn free(&mut self, at: WholeAt) {
-        let class = self.pages[at.page as usize].class;
+        let class = self.pages[at.page as usize]
+            .class
+            .expect("a slot in use is in a carved page");
         self.used_bytes -= self.classes[class] as u64;
         self.free[class][at.page as usize % self.residues].push((at.page, at.offset));
     }
@@ -318,6 +391,33 @@ impl ParityPages {
         }
         kernel.mul_add(coef, delta, &mut p.bytes[start..start + delta.len()]);
         Ok(true)
+    }
+
+    /// Puts back a parity page rebuilt after a restart, agreeing with data pages at `seqs`.
+    pub fn install(&mut self, key: (u32, u8, u32), bytes: &[u8], seqs: &[u64]) {
+        self.pages.insert(
+            key,
+            ParityPage {
+                bytes: bytes.to_vec().into_boxed_slice(),
+                applied: seqs
+                    .iter()
+                    .map(|&floor| Applied {
+                        floor,
+                        above: BTreeSet::new(),
+                    })
+                    .collect(),
+            },
+        );
+    }
+
+    /// Pages held at (page stripe, parity position): one more than the highest held.
+    pub fn pages_of(&self, t: u32, position: u8) -> u32 {
+        self.pages
+            .keys()
+            .filter(|(pt, pp, _)| *pt == t && *pp == position)
+            .map(|(_, _, q)| q + 1)
+            .max()
+            .unwrap_or(0)
     }
 
     /// A range of a parity page with, per data position, the seq of the data page it agrees
