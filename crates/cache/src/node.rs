@@ -168,6 +168,9 @@ pub struct Counters {
     /// Writes asked to be whole but stored split (a member down or without its pages, this
     /// node standing in for the home, a record larger than a page).
     pub whole_fallbacks: AtomicU64,
+    /// Deltas queued for a parity position that did not acknowledge them, and sent again.
+    pub whole_deltas_queued: AtomicU64,
+    pub whole_deltas_redelivered: AtomicU64,
     pub forced_degraded_reads: AtomicU64,
     pub chunks_repaired: AtomicU64,
     pub chunks_written_back: AtomicU64,
@@ -299,6 +302,10 @@ pub struct Node {
     /// this node's own when it started with `--recover`): no whole value is written where
     /// it would need it.
     pub(crate) whole_lost: Vec<AtomicBool>,
+    /// Deltas a parity position did not acknowledge (down, stalled, or a write given up on
+    /// the loop), sent again once it is up: a parity page missing one agrees with no data
+    /// page, and is left out of every repair, until it arrives (`Node::redeliver_deltas`).
+    pub(crate) whole_pending: Mutex<Vec<(usize, Request)>>,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
     /// The next request id this node gives a client's write (`agent::once`).
@@ -398,6 +405,7 @@ impl Node {
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
             whole_lost,
+            whole_pending: Mutex::new(Vec::new()),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,

@@ -419,6 +419,58 @@ fn round_trip_triec() {
     round_trip("rs:6,3", "triec", 9, 5);
 }
 
+/// Values of 0 B..1 MiB with `--layout whole` (those larger than a 256 KiB slab page split)
+/// through every node, read back through every other node, each also read forced degraded
+/// (rebuilt from its page's stripe); the whole ones are read at their home without a peer
+/// message.
+#[test]
+fn round_trip_whole() {
+    let c = Cluster::up_with("rs:6,3", "rs", 9, &["--layout", "whole"]);
+    let n = c.clients.len();
+    let mut rng = SmallRng::seed_from_u64(11);
+    let mut sizes = vec![0usize, 1, 95, 96, 97, 1023, 1024, 8192, 200_000, 1 << 20];
+    while sizes.len() < 24 {
+        sizes.push(rng.gen_range(0..=(64 << 10)));
+    }
+    let mut clients: Vec<Client> = (0..n).map(|i| c.client(i)).collect();
+    let mut values = Vec::new();
+    for (i, &len) in sizes.iter().enumerate() {
+        let key = format!("whole:{i}");
+        let v = random_value(&mut rng, len);
+        assert_eq!(
+            clients[i % n].set(&key, &v),
+            "STORED\r\n",
+            "{key} ({len} bytes)"
+        );
+        values.push((key, v));
+    }
+    let big = sizes.iter().filter(|&&len| len + 100 > 256 << 10).count() as u64;
+    assert_eq!(c.sum_stat("whole_writes"), sizes.len() as u64 - big);
+    assert_eq!(c.sum_stat("whole_fallbacks"), big);
+    for (i, (key, v)) in values.iter().enumerate() {
+        for (j, cl) in clients.iter_mut().enumerate() {
+            if j != i % n {
+                assert!(cl.get(key) == Got::Hit(v.clone()), "{key} through node {j}");
+            }
+        }
+        let got = clients[(i + 1) % n].mg_degraded(key, 0);
+        assert!(got == Got::Hit(v.clone()), "degraded read of {key}");
+    }
+    assert!(c.sum_stat("whole_rebuilds") >= sizes.len() as u64 - big);
+    // A get at the key's home: no peer message.
+    let placement = cache::cluster::placement::Placement::new(n, n);
+    let (key, v) = &values[8 - 1];
+    let mut home = c.client(placement.stripe_of(key.as_bytes()));
+    let peer = || c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent");
+    let before = peer();
+    assert!(home.get(key) == Got::Hit(v.clone()));
+    assert_eq!(peer(), before, "a get at the home");
+    // A set at the home: one delta to each of the m parity positions, and their acks.
+    let before = peer();
+    assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
+    assert_eq!(peer() - before, 2 * 3, "a set at the home");
+}
+
 /// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,
 /// so a reader can tell exactly which write it got and that every byte is right.
 fn versioned_value(key: usize, idx: u64) -> Vec<u8> {
@@ -611,7 +663,19 @@ fn reads_degraded(c: &Cluster) -> u64 {
 
 #[test]
 fn sigkill_up_to_m_nodes_under_load_then_recover() {
-    let c = Cluster::up("rs:6,3", "rs", 9);
+    sigkill_under_load_then_recover(&[]);
+}
+
+/// The same with every value whole at its home (`--layout whole`): the homes killed are
+/// stood in for with values rebuilt from their pages' stripes, the writes made meanwhile are
+/// stored split, and the restarted homes rebuild their pages and serve their values from them.
+#[test]
+fn sigkill_up_to_m_nodes_under_load_then_recover_whole() {
+    sigkill_under_load_then_recover(&["--layout", "whole"]);
+}
+
+fn sigkill_under_load_then_recover(extra: &[&str]) {
+    let c = Cluster::up_with("rs:6,3", "rs", 9, extra);
     // Clients talk to nodes 0, 5..8; nodes 1, 2, 3 (agents of stripes 1, 2, 3) are killed.
     let load = Load::start(&c, &[0, 5, 6, 7, 8]);
     std::thread::sleep(Duration::from_millis(500));
@@ -635,6 +699,13 @@ fn sigkill_up_to_m_nodes_under_load_then_recover() {
     // Recovery rebuilt the records of the restarted nodes: reads that need them are not
     // degraded (each restarted node holds a data chunk of every stripe).
     assert_eq!(reads_degraded(&c), 0, "recovered records are used");
+    if extra.contains(&"whole") {
+        assert!(c.sum_stat("whole_writes") > 0, "values were written whole");
+        assert!(
+            c.sum_stat("whole_fallbacks") > 0,
+            "writes while members were down went split"
+        );
+    }
 }
 
 /// Under the same writer and readers, agents stall (SIGSTOP) for longer than the down-after
@@ -643,7 +714,18 @@ fn sigkill_up_to_m_nodes_under_load_then_recover() {
 /// stalled nodes missed are filled in, and every value reads back through every node.
 #[test]
 fn agents_stalled_under_load_never_return_stale_values() {
-    let c = Cluster::up("rs:6,3", "rs", 9);
+    agents_stalled_under_load(&[]);
+}
+
+/// The same with every value whole at its home: the deltas the stalled nodes missed as parity
+/// positions are sent again once they are back.
+#[test]
+fn agents_stalled_under_load_never_return_stale_values_whole() {
+    agents_stalled_under_load(&["--layout", "whole"]);
+}
+
+fn agents_stalled_under_load(extra: &[&str]) {
+    let c = Cluster::up_with("rs:6,3", "rs", 9, extra);
     let load = Load::start(&c, &[0, 5, 6, 7, 8]);
     std::thread::sleep(Duration::from_millis(500));
     // Each stall outlasts the 5 s a peer call waits for a stalled node, so that the others
@@ -706,6 +788,14 @@ fn agents_stalled_under_load_never_return_stale_values() {
     read_back(&c, &w);
     // Every record is whole again: no read is degraded.
     assert_eq!(reads_degraded(&c), 0, "holes were filled");
+    if extra.contains(&"whole") {
+        assert!(c.sum_stat("whole_writes") > 0, "values were written whole");
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while c.sum_stat("whole_deltas_pending") != 0 {
+        assert!(Instant::now() < deadline, "missed deltas not sent again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -52,6 +52,9 @@ pub struct LoopWrite {
     records: Vec<Option<Vec<u8>>>,
     /// A whole value's delta for each parity position of its page's stripe (taken when sent).
     deltas: Vec<Option<Request>>,
+    /// A whole value's slot as written: its deltas are queued to be sent again if the write
+    /// does not finish here (a parity page missing one would agree with no data page).
+    written: Option<crate::member::whole::SlotWrite>,
     /// (node, position) of every record to send.
     pub remote: Vec<(usize, usize)>,
     /// When the write began: led without a break since then, the node may write it again.
@@ -197,6 +200,7 @@ impl Node {
             watermark,
             records: Vec::new(),
             deltas: Vec::new(),
+            written: None,
             remote: Vec::new(),
             started: std::time::Instant::now(),
             id,
@@ -220,6 +224,7 @@ impl Node {
                 w.deltas[i] = Some(delta);
                 w.remote.push((node, i));
             }
+            w.written = Some(written);
             return LoopWriteStart::Send(Box::new(w));
         }
         match self.records_of(key, &w.entry, value) {
@@ -308,6 +313,14 @@ impl Node {
         Some(version)
     }
 
+    /// A whole write that does not finish on the loop: its deltas go to the queue of those to
+    /// send again (the parity positions that applied one ignore it).
+    fn loop_write_requeue(&self, w: &LoopWrite) {
+        if let Some(written) = &w.written {
+            self.queue_deltas(w.stripe, &w.key, &w.entry, written, w.watermark, |_| true);
+        }
+    }
+
     /// Undoes a write in doubt ([`Node::loop_write_sent`], then no ack): its bytes released and
     /// the key's previous entry back, its version held open until the key is written again
     /// (`StripeIndex::hold_open`). The members that stored its record then keep the one it
@@ -315,6 +328,7 @@ impl Node {
     /// finished, the version would let them drop it, and every read of the key would fail
     /// until it was written again. (A rebuilt index starts with nothing in flight.)
     pub fn loop_write_doubt(&self, w: LoopWrite) {
+        self.loop_write_requeue(&w);
         log::debug!(
             "stripe {}: {} v{} in doubt on the loop",
             w.stripe,
@@ -335,6 +349,7 @@ impl Node {
     /// released, the key's previous entry back, its version finished, or held open if its
     /// records left (a worker writes it again under a later version, which releases it).
     pub fn loop_write_abandon(&self, w: LoopWrite) {
+        self.loop_write_requeue(&w);
         let (positions, charge, version) =
             (w.entry.positions, w.entry.charge_bytes, w.entry.version);
         let sent = self.loop_write_sent(&w);

@@ -139,26 +139,79 @@ impl Node {
             .collect();
         let asked: Vec<usize> = calls.iter().map(|(node, _)| *node).collect();
         let mut refused = None;
-        let mut unanswered = None;
+        let mut missed = Vec::new();
         for (node, r) in asked.into_iter().zip(self.call(calls)) {
             match r {
                 Ok(Response::Ack) => {}
                 Ok(Response::Nack(why)) => {
-                    if why.contains("lost in a restart") {
-                        self.whole_lost[node].store(true, Ordering::Relaxed);
-                    }
                     refused = Some(format!("node {node} refused a delta: {why}"));
                 }
                 Ok(other) => refused = Some(format!("node {node} answered {other:?}")),
-                Err(err) => unanswered = Some(err.to_string()),
+                Err(_) => missed.push(node),
             }
         }
         bump(&self.counters.whole_writes);
-        match (refused, unanswered) {
-            (None, None) => Ok(()),
-            (Some(why), None) => Err(WholeFail::Refused(why)),
-            (_, Some(why)) => Err(WholeFail::InDoubt(why)),
+        if !missed.is_empty() {
+            // Sent again once their nodes are up; the value is stored as a split write with
+            // holes is, while at most m positions of the stripe are down.
+            self.queue_deltas(stripe, key, e, &written, watermark, |node| {
+                missed.contains(&node)
+            });
         }
+        if let Some(why) = refused {
+            return Err(WholeFail::Refused(why));
+        }
+        if !missed.is_empty() && self.down_positions(stripe) > self.parity() {
+            return Err(WholeFail::InDoubt(format!(
+                "nodes {missed:?} did not answer their deltas and {} positions of stripe \
+                 {stripe} are down",
+                self.down_positions(stripe)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Queues the deltas of a written slot for the parity nodes `which` picks, to be sent
+    /// again once they are up ([`Node::redeliver_deltas`]; one already applied is ignored).
+    pub(crate) fn queue_deltas(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        written: &SlotWrite,
+        watermark: u64,
+        which: impl Fn(usize) -> bool,
+    ) {
+        let mut pending = lock(&self.whole_pending);
+        for (node, _, req) in self.whole_deltas(stripe, key, e, written, watermark) {
+            if which(node) {
+                pending.push((node, req));
+                bump(&self.counters.whole_deltas_queued);
+            }
+        }
+    }
+
+    /// Deltas waiting to be sent again.
+    pub fn whole_deltas_pending(&self) -> usize {
+        lock(&self.whole_pending).len()
+    }
+
+    /// Sends the queued deltas to the nodes that are up again; keeps those still unanswered.
+    pub fn redeliver_deltas(&self) {
+        let todo: Vec<(usize, Request)> = std::mem::take(&mut *lock(&self.whole_pending));
+        let (send, keep): (Vec<_>, Vec<_>) = todo.into_iter().partition(|(n, _)| self.is_up(*n));
+        let mut again = keep;
+        if !send.is_empty() {
+            let nodes: Vec<usize> = send.iter().map(|(n, _)| *n).collect();
+            let copies = send.clone();
+            for ((node, r), (_, req)) in nodes.into_iter().zip(self.call(send)).zip(copies) {
+                match r {
+                    Ok(_) => bump(&self.counters.whole_deltas_redelivered),
+                    Err(_) => again.push((node, req)),
+                }
+            }
+        }
+        lock(&self.whole_pending).extend(again);
     }
 
     /// The deltas of a slot written at this node (the home), one per parity position of its
@@ -209,6 +262,7 @@ impl Node {
         degrade: Option<u8>,
     ) -> Result<Vec<u8>, String> {
         let home = self.placement.node_of(stripe, 0);
+        let mut damaged = false;
         if degrade != Some(0) && self.is_up(home) {
             let get = Request::Get {
                 stripe: stripe as u32,
@@ -222,7 +276,10 @@ impl Node {
                         return Ok(data.to_vec())
                     }
                     Ok(_) => bump(&self.counters.version_mismatches),
-                    Err(_) => bump(&self.counters.crc_errors),
+                    Err(_) => {
+                        bump(&self.counters.crc_errors);
+                        damaged = true;
+                    }
                 }
             }
         }
@@ -230,7 +287,17 @@ impl Node {
         let at = self.whole_location(stripe, key, e)?;
         let rec = self.rebuild_whole(home, at)?;
         match record::parse(&rec) {
-            Ok((h, data)) if h.version == e.version && h.key == key => Ok(data.to_vec()),
+            Ok((h, data)) if h.version == e.version && h.key == key => {
+                // A damaged slot at this node is mended in place (a slot left damaged would
+                // also spoil the delta of the next record written there).
+                if damaged
+                    && home == self.cfg.id
+                    && lock(&self.store).mend_whole(stripe as u32, key, e.version, &rec)
+                {
+                    bump(&self.counters.chunks_written_back);
+                }
+                Ok(data.to_vec())
+            }
             Ok((h, _)) => Err(format!(
                 "the slot of {} v{} rebuilt from its page's stripe holds v{} of {}",
                 String::from_utf8_lossy(key),

@@ -367,6 +367,7 @@ impl Node {
                 std::thread::sleep(Duration::from_secs(1));
                 me.sweep();
                 me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
+                me.redeliver_deltas();
             })
             .expect("spawn expiry thread");
         if self.coord.is_some() {

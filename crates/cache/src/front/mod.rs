@@ -2124,6 +2124,13 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_fallbacks", g(&c.whole_fallbacks));
     compose::stat(out, "whole_rebuilds", g(&c.whole_rebuilds));
     compose::stat(out, "whole_cut_retries", g(&c.whole_cut_retries));
+    compose::stat(out, "whole_deltas_queued", g(&c.whole_deltas_queued));
+    compose::stat(
+        out,
+        "whole_deltas_redelivered",
+        g(&c.whole_deltas_redelivered),
+    );
+    compose::stat(out, "whole_deltas_pending", node.whole_deltas_pending());
     compose::reply(out, Reply::End);
 }
 

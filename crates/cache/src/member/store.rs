@@ -192,6 +192,25 @@ impl ChunkStore {
         self.whole_lost = false;
     }
 
+    /// Writes a record rebuilt from its page's stripe back into its slot at this home, in
+    /// place and without a delta: the parity pages already cover those bytes (the slot's
+    /// own were damaged). Only over the slot that holds the key's record of that version, of
+    /// that length; true when mended.
+    pub fn mend_whole(&mut self, stripe: u32, key: &[u8], version: u64, bytes: &[u8]) -> bool {
+        let Some(slot) = self.slot(stripe, 0, key) else {
+            return false;
+        };
+        let (Held::Slab(at), true) = (&slot.cur, slot.cur_version == version) else {
+            return false;
+        };
+        if at.len as usize != bytes.len() {
+            return false;
+        }
+        let at = *at;
+        self.slab.bytes_mut(at).copy_from_slice(bytes);
+        true
+    }
+
     /// Takes the slot `at` of this node's rebuilt slab as holding the home's record of a key of
     /// `stripe` (of `version`): true when the slot holds exactly that record, which the store
     /// then serves as its position-0 record.

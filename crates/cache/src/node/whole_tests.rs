@@ -229,8 +229,8 @@ fn a_dead_home_is_read_through_its_pages_stripes() {
     hub.clear();
 }
 
-/// A bit flipped in a home's slot (behind its parity's back) is caught by the record's CRC and
-/// the value rebuilt from its page's stripe.
+/// A bit flipped in a home's slot (behind its parity's back) is caught by the record's CRC, the
+/// value rebuilt from its page's stripe and the slot mended in place.
 #[test]
 fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
     let (hub, nodes) = cluster(Layout::Whole);
@@ -248,6 +248,17 @@ fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
     let c = &nodes[0].counters;
     assert_eq!(c.crc_errors.load(Ordering::Relaxed), 1);
     assert_eq!(c.whole_rebuilds.load(Ordering::Relaxed), 1);
+    // Mended in place: the next read is not degraded, and the parity still matches the pages
+    // (so the next record written into that slot sends a right delta).
+    assert_eq!(c.chunks_written_back.load(Ordering::Relaxed), 1);
+    expect_value(get(&nodes[3], &key), &value, "read after the mend");
+    assert_eq!(c.crc_errors.load(Ordering::Relaxed), 1);
+    check_parity(&nodes);
+    assert!(matches!(
+        set(&nodes[0], &key, &[7; 650]),
+        AgentResult::Stored { .. }
+    ));
+    check_parity(&nodes);
     hub.clear();
 }
 
@@ -540,5 +551,53 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
         }
     }
     assert!(nodes[1].counters.whole_rebuilds.load(Ordering::Relaxed) > rebuilt);
+    hub.clear();
+}
+
+/// A parity position that does not answer its delta (cut off from the home) is marked down,
+/// the write is stored (at most m positions down), and the delta is sent again once the node
+/// is back: its parity page then holds every delta again.
+#[test]
+fn a_delta_a_parity_position_missed_is_sent_again() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = (0..)
+        .map(|i| format!("m{i}").into_bytes())
+        .find(|k| nodes[0].placement.stripe_of(k) == 0)
+        .expect("a key of stripe 0");
+    assert!(matches!(
+        set(&nodes[0], &key, &[1; 500]),
+        AgentResult::Stored { .. }
+    ));
+    // Page 0 of node 0 is data position 0 of page stripe 0: parity at nodes 2 and 3.
+    hub.cut(0, 2);
+    let res = set(&nodes[0], &key, &[2; 500]);
+    assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+    assert_eq!(nodes[0].whole_deltas_pending(), 1);
+    let (seqs, _) = lock(&nodes[2].store)
+        .range((0, 2, 0), 0, 1)
+        .expect("a range");
+    let (data_seqs, _) = lock(&nodes[0].store)
+        .range((0, 0, 0), 0, 1)
+        .expect("a range");
+    assert_ne!(seqs[0], data_seqs[0], "node 2's parity page misses a delta");
+    nodes[0].redeliver_deltas();
+    assert_eq!(
+        nodes[0].whole_deltas_pending(),
+        1,
+        "kept while node 2 is down"
+    );
+    hub.heal();
+    rounds(&nodes);
+    nodes[0].redeliver_deltas();
+    assert_eq!(nodes[0].whole_deltas_pending(), 0);
+    assert_eq!(
+        nodes[0]
+            .counters
+            .whole_deltas_redelivered
+            .load(Ordering::Relaxed),
+        1
+    );
+    check_parity(&nodes);
+    expect_value(get(&nodes[1], &key), &[2; 500], "read back");
     hub.clear();
 }
