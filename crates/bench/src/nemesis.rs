@@ -121,6 +121,9 @@ pub struct NemesisArgs {
     /// own on the bridge (`inec cache up --coordinator local`). Default: the majority lease.
     #[arg(long, value_name = "local|etcd://HOST:PORT")]
     pub coordinator: Option<String>,
+    /// The cache's value layout (`inec serve --layout`): split, whole or auto.
+    #[arg(long, default_value = "split", value_parser = ["split", "whole", "auto"])]
+    pub layout: String,
 }
 
 /// One fault as it ran, on the history's clock (ns).
@@ -274,6 +277,7 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
     };
     opts.options.down_after_ms = a.lease_ms;
     opts.options.coordinator.clone_from(&a.coordinator);
+    opts.options.layout.clone_from(&a.layout);
     let dir = std::env::temp_dir().join(format!("inec-nemesis-{}", std::process::id()));
     outln!(
         "starting {n} nodes in network namespaces ({}, {}, leadership: {})",

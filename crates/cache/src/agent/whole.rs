@@ -206,7 +206,11 @@ impl Node {
             let copies = send.clone();
             for ((node, r), (_, req)) in nodes.into_iter().zip(self.call(send)).zip(copies) {
                 match r {
-                    Ok(_) => bump(&self.counters.whole_deltas_redelivered),
+                    Ok(Response::Ack) => bump(&self.counters.whole_deltas_redelivered),
+                    Ok(other) => log::warn!(
+                        "node {}: a delta for node {node} sent again was refused: {other:?}",
+                        self.cfg.id
+                    ),
                     Err(_) => again.push((node, req)),
                 }
             }

@@ -330,11 +330,15 @@ impl Request {
             | Request::Touch { stripe, .. }
             | Request::List { stripe }
             | Request::Flip { stripe, .. }
-            | Request::Delta { stripe, .. }
-            | Request::Range { stripe, .. }
-            | Request::Pages { stripe, .. } => Some(*stripe),
+            | Request::Delta { stripe, .. } => Some(*stripe),
             Request::Fenced { req, .. } => req.stripe(),
-            Request::Heartbeat { .. } | Request::Flush { .. } | Request::Agent(_) => None,
+            // Page reads are not fenced: a repair reads the value's location first (a fenced
+            // `Get`), and a node rebuilding its pages after a restart holds no term.
+            Request::Heartbeat { .. }
+            | Request::Flush { .. }
+            | Request::Agent(_)
+            | Request::Range { .. }
+            | Request::Pages { .. } => None,
         }
     }
 
