@@ -78,8 +78,10 @@ pub struct CacheArgs {
     #[arg(long)]
     pub degraded_form: Option<String>,
     /// Also start an inec local cache (`inec cache up`, run from this `inec` binary) in each
-    /// of these modes, e.g. `--inec coherent,incoherent`; keys go straight to their stripe's
-    /// agent (`--route hash` is the cache's own placement hash).
+    /// of these modes, e.g. `--inec coherent,incoherent,whole`: `coherent` and `incoherent`
+    /// with the paper's layout (`--layout split`), `whole` coherent with every value whole at
+    /// its home (`--layout whole`); keys go straight to their stripe's agent (`--route hash`
+    /// is the cache's own placement hash).
     #[arg(long = "inec", value_delimiter = ',')]
     pub inec_modes: Vec<String>,
     /// The code of the inec caches.
@@ -597,8 +599,8 @@ pub fn run(a: CacheArgs) -> Result<()> {
         let per_slot = (a.keys as usize).div_ceil(nodes) * (a.value_bytes.div_ceil(k) + 256);
         let need_mib = (per_slot * n).div_ceil(1 << 20);
         for mode in &a.inec_modes {
-            if mode != "coherent" && mode != "incoherent" {
-                bail!("--inec {mode:?}: expected coherent or incoherent");
+            if !["coherent", "incoherent", "whole"].contains(&mode.as_str()) {
+                bail!("--inec {mode:?}: expected coherent, incoherent or whole");
             }
             let mut o = InecOptions {
                 nodes: a.inec_nodes,
@@ -606,10 +608,11 @@ pub fn run(a: CacheArgs) -> Result<()> {
                     &exe,
                     &a.inec_code,
                     &a.inec_scheme,
-                    mode,
+                    if mode == "whole" { "coherent" } else { mode },
                     a.inec_memory_mib.unwrap_or(need_mib * 2 + 16) as u64,
                 )
             };
+            o.options.layout = if mode == "whole" { "whole" } else { "split" }.into();
             if let Some(loops) = a.inec_loops {
                 o.options.threads = Some(loops);
             }

@@ -122,7 +122,7 @@ pub struct NemesisArgs {
     #[arg(long, value_name = "local|etcd://HOST:PORT")]
     pub coordinator: Option<String>,
     /// The cache's value layout (`inec serve --layout`): split, whole or auto.
-    #[arg(long, default_value = "split", value_parser = ["split", "whole", "auto"])]
+    #[arg(long, default_value = "auto", value_parser = ["split", "whole", "auto"])]
     pub layout: String,
 }
 

@@ -53,10 +53,17 @@ impl Cluster {
     ) -> Cluster {
         let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
         let dir = tempfile::tempdir().unwrap();
+        // These tests are of the paper's layout unless they ask for another.
+        let layout: &[&str] = if extra.contains(&"--layout") {
+            &[]
+        } else {
+            &["--layout", "split"]
+        };
         let out = Command::new(INEC)
             .envs(env.iter().copied())
             .args(["cache", "up", "--dir"])
             .arg(dir.path())
+            .args(layout)
             .args([
                 "--code",
                 code,

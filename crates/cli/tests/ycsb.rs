@@ -88,6 +88,8 @@ fn every_system_in_one_run_checks_clean() {
             "0",
             "--degraded-ratio",
             "0.2",
+            "--systems",
+            "inec-coherent,inec-incoherent,inec-whole,memcached,memcached-x3",
         ],
         dir.path(),
     );
@@ -101,6 +103,7 @@ fn every_system_in_one_run_checks_clean() {
         [
             "inec-coherent",
             "inec-incoherent",
+            "inec-whole",
             "memcached",
             "memcached-x3"
         ]
@@ -190,7 +193,7 @@ fn every_system_in_one_run_checks_clean() {
     assert!(dir.path().join("cdf-A-degraded_read.svg").exists());
     assert!(dir.path().join("timeline-A-inec-coherent.svg").exists());
     let jsonl = std::fs::read_to_string(dir.path().join("results.jsonl")).unwrap();
-    assert_eq!(jsonl.lines().count(), 5, "run info + 4 systems");
+    assert_eq!(jsonl.lines().count(), 6, "run info + 5 systems");
 }
 
 /// `--route any`: every connection may carry any key, so most requests reach a node that is

@@ -59,11 +59,12 @@ pub struct CacheOptions {
     /// How values are laid out: split (the paper's: k chunks plus parity per value), whole
     /// (each value whole at its home, parity across values: docs/cache.md, "The whole
     /// layout"), or auto (whole below --whole-below bytes, split at or above).
-    #[arg(long, default_value = "split", value_parser = ["split", "whole", "auto"])]
+    #[arg(long, default_value = "auto", value_parser = ["split", "whole", "auto"])]
     #[serde(default = "default_layout")]
     pub layout: String,
-    /// With --layout auto: values shorter than this many bytes are whole.
-    #[arg(long, default_value_t = 65536)]
+    /// With --layout auto: values shorter than this many bytes are whole (docs/cache.md, "The
+    /// layout threshold, measured").
+    #[arg(long, default_value_t = 32768)]
     #[serde(default = "default_whole_below")]
     pub whole_below: usize,
     /// Slab page size of the whole layout, in KiB (memcached's is 1024; smaller pages leave
@@ -93,12 +94,13 @@ pub struct CacheOptions {
     pub coordinator: Option<String>,
 }
 
+/// The layout of a cache whose state file predates layouts: split.
 fn default_layout() -> String {
     "split".into()
 }
 
 fn default_whole_below() -> usize {
-    65536
+    32768
 }
 
 fn default_page_kib() -> usize {

@@ -30,7 +30,8 @@ pub struct YcsbArgs {
     pub workload: Vec<String>,
     /// Systems, in the order they run: `inec-coherent`, `inec-incoherent`, `inec-coherent-etcd`
     /// (coherent, stripe leadership from a local etcd: `--coordinator local`, the `etcd`
-    /// build), `inec-whole` (coherent, `--layout whole`: each value whole at its home, parity
+    /// build), all three with the paper's layout (`--layout split`: each value cut into k
+    /// chunks), `inec-whole` (coherent, `--layout whole`: each value whole at its home, parity
     /// across values), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
     /// nodes, each key written to 3 of them by the client).
     #[arg(
@@ -402,9 +403,13 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             if name.ends_with("-etcd") {
                 o.options.coordinator = Some("local".into());
             }
-            if name == "inec-whole" {
-                o.options.layout = "whole".into();
+            // The paper's systems keep its layout; `inec-whole` every value whole.
+            o.options.layout = if name == "inec-whole" {
+                "whole"
+            } else {
+                "split"
             }
+            .into();
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
             let route = match a.route.as_str() {
