@@ -31,6 +31,10 @@ pub struct Entry {
     pub holes: u64,
     /// The request ids of the key's last writes, this version's first (`record::Trail`).
     pub trail: record::Trail,
+    /// A whole value's location at its home, when this index knows it (the write that
+    /// stored it, or a location record an index rebuild read): a repair then needs not ask
+    /// the parity positions for it.
+    pub whole_at: Option<record::WholeAt>,
     lru_tick: u64,
 }
 
@@ -57,6 +61,7 @@ impl Entry {
             charge_bytes,
             holes: 0,
             trail: [0; record::TRAIL],
+            whole_at: None,
             lru_tick: 0,
         }
     }

@@ -224,6 +224,7 @@ impl Node {
                 w.deltas[i] = Some(delta);
                 w.remote.push((node, i));
             }
+            w.entry.whole_at = Some(written.at);
             w.written = Some(written);
             return LoopWriteStart::Send(Box::new(w));
         }

@@ -260,12 +260,18 @@ impl Node {
             .count();
         log::debug!("stripe {stripe}: index rebuilt from {asked:?}, {heard:?} answered");
         ix.unheard = unheard;
+        // Whole values' locations, from the location records the answers carry whole.
+        let mut locations: HashMap<(Vec<u8>, u64), record::WholeAt> = HashMap::new();
         for r in replies {
             if let Ok(Response::Headers(hs, tombs)) = r {
-                headers.extend(
-                    hs.iter()
-                        .filter_map(|h| record::parse(h).ok().map(|(h, _)| h)),
-                );
+                for (h, data) in hs.iter().filter_map(|h| record::parse(h).ok()) {
+                    if h.kind == Kind::Whole && h.chunk_index != 0 {
+                        if let Some(at) = record::WholeAt::from_bytes(data) {
+                            locations.insert((h.key.clone(), h.version), at);
+                        }
+                    }
+                    headers.push(h);
+                }
                 for (key, version) in tombs {
                     ix.observe_version(version);
                     let at = deleted.entry(key).or_insert(0);
@@ -321,6 +327,7 @@ impl Node {
                 index::position_mask(positions) & !a.held
             };
             entry.trail = a.trail;
+            entry.whole_at = locations.get(&(key.clone(), a.version)).copied();
             log::debug!(
                 "stripe {stripe}: {} v{} adopted (held {:#b})",
                 String::from_utf8_lossy(&key),

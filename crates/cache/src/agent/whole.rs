@@ -109,7 +109,7 @@ impl Node {
     }
 
     /// Writes a whole value's record into this node's slab and sends each parity position of
-    /// its page the delta with the value's location: `Ok` once every one applied it.
+    /// its page the delta with the value's location: its location once every one applied it.
     pub(crate) fn write_whole(
         &self,
         stripe: usize,
@@ -117,7 +117,7 @@ impl Node {
         e: &Entry,
         value: &[u8],
         watermark: u64,
-    ) -> Result<(), WholeFail> {
+    ) -> Result<WholeAt, WholeFail> {
         let rec = record::encode(&self.header(key, e, 0), value);
         let written = match lock(&self.store).put_whole(stripe as u32, &rec, watermark) {
             Ok(Some(w)) => w,
@@ -168,7 +168,7 @@ impl Node {
                 self.down_positions(stripe)
             )));
         }
-        Ok(())
+        Ok(written.at)
     }
 
     /// Queues the deltas of a written slot for the parity nodes `which` picks, to be sent
@@ -288,7 +288,10 @@ impl Node {
             }
         }
         bump(&self.counters.degraded_reads);
-        let at = self.whole_location(stripe, key, e)?;
+        let at = match e.whole_at {
+            Some(at) => at,
+            None => self.whole_location(stripe, key, e)?,
+        };
         let rec = self.rebuild_whole(home, at)?;
         match record::parse(&rec) {
             Ok((h, data)) if h.version == e.version && h.key == key => {

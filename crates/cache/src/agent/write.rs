@@ -185,7 +185,8 @@ impl Node {
         if kind == Kind::Whole {
             entry.holes = 0;
             match self.write_whole(stripe, key, &entry, value, watermark) {
-                Ok(()) => {
+                Ok(at) => {
+                    entry.whole_at = Some(at);
                     log::debug!(
                         "stripe {stripe}: {} v{version} written whole (request {id:x})",
                         String::from_utf8_lossy(key)
