@@ -247,7 +247,7 @@ impl StripeIndex {
         now_secs: i64,
         now_us: u64,
         oldest_live_us: u64,
-    ) -> Result<Option<Entry>, (Gone, Entry)> {
+    ) -> Result<Option<Entry>, (Gone, Box<Entry>)> {
         let Some(e) = self.entries.get(key) else {
             return Ok(None);
         };
@@ -263,7 +263,7 @@ impl StripeIndex {
         };
         if let Some(g) = gone {
             let e = self.remove(key).expect("present");
-            return Err((g, e));
+            return Err((g, Box::new(e)));
         }
         self.bump(key);
         Ok(self.entries.get(key).cloned())
