@@ -40,6 +40,9 @@ pub struct DemoArgs {
     /// Engine mode: coherent or incoherent.
     #[arg(long, default_value = "coherent")]
     pub mode: String,
+    /// Value layout: auto (whole below 32 KiB, split above), whole or split (docs/cache.md).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "whole", "split"])]
+    pub layout: String,
     /// Nodes (default: the chunks per stripe of the code, 9 for rs:6,3).
     #[arg(long)]
     pub nodes: Option<usize>,
@@ -261,11 +264,12 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
         1,
         total_steps,
         &format!(
-            "starting a local cache: {nodes} nodes, {code}, scheme {}, {} (inec cache up)",
-            a.scheme, a.mode
+            "starting a local cache: {nodes} nodes, {code}, scheme {}, {}, layout {} (inec cache \
+             up)",
+            a.scheme, a.mode, a.layout
         ),
     )?;
-    let opts = InecOptions {
+    let mut opts = InecOptions {
         nodes: Some(nodes),
         ..InecOptions::new(
             exe,
@@ -275,6 +279,7 @@ pub fn run(a: DemoArgs, exe: &Path) -> Result<()> {
             memory_mib as u64,
         )
     };
+    opts.options.layout.clone_from(&a.layout);
     let mut cache = InecCache::start_in(&opts, &dir).context("starting the cache")?;
     outln!(
         "      cluster directory {} (node logs), node pids {:?}",
@@ -946,8 +951,8 @@ fn finish(
         .row([
             "cluster".to_string(),
             format!(
-                "{nodes} nodes, {code}, scheme {}, {}",
-                opts.options.scheme, opts.options.mode
+                "{nodes} nodes, {code}, scheme {}, {}, layout {}",
+                opts.options.scheme, opts.options.mode, opts.options.layout
             ),
         ])
         .row([
