@@ -432,7 +432,18 @@ fn round_trip_triec() {
 /// message.
 #[test]
 fn round_trip_whole() {
-    let c = Cluster::up_with("rs:6,3", "rs", 9, &["--layout", "whole"]);
+    round_trip_whole_with("rs:6,3", "rs", 9);
+}
+
+/// The same under LRC(6,2,2): the local parity positions apply the deltas of their group's
+/// data positions only (the others' coefficient is 0), and repairs read a local group.
+#[test]
+fn round_trip_whole_lrc() {
+    round_trip_whole_with("lrc:6,2,2", "lrc", 10);
+}
+
+fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
+    let c = Cluster::up_with(code, scheme, chunks, &["--layout", "whole"]);
     let n = c.clients.len();
     let mut rng = SmallRng::seed_from_u64(11);
     let mut sizes = vec![0usize, 1, 95, 96, 97, 1023, 1024, 8192, 200_000, 1 << 20];
@@ -465,17 +476,22 @@ fn round_trip_whole() {
     }
     assert!(c.sum_stat("whole_rebuilds") >= sizes.len() as u64 - big);
     // A get at the key's home: no peer message.
-    let placement = cache::cluster::placement::Placement::new(n, n);
+    let placement = cache::cluster::placement::Placement::new(n, chunks);
     let (key, v) = &values[8 - 1];
     let mut home = c.client(placement.stripe_of(key.as_bytes()));
     let peer = || c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent");
     let before = peer();
     assert!(home.get(key) == Got::Hit(v.clone()));
     assert_eq!(peer(), before, "a get at the home");
-    // A set at the home: one delta to each of the m parity positions, and their acks.
+    // A set at the home: one delta to each of the parity positions, and their acks.
+    let code: codes::Code = code.parse().unwrap();
     let before = peer();
     assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
-    assert_eq!(peer() - before, 2 * 3, "a set at the home");
+    assert_eq!(
+        peer() - before,
+        2 * code.parity_count() as u64,
+        "a set at the home"
+    );
 }
 
 /// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,
