@@ -131,6 +131,43 @@ impl Node {
         {
             return LoopRead::Worker;
         }
+        // A value whole at this node (a whole value at its home, or this node's replica): read
+        // from the store under its lock, checked and copied out once.
+        if let [p] = positions[..] {
+            if self.placement.node_of(stripe, p) == self.cfg.id {
+                self.local_messages.fetch_add(1, Ordering::Relaxed);
+                let value = {
+                    let mut store = lock(&self.store);
+                    if store.admit(stripe as u32, self.fence(stripe)).is_err() {
+                        return LoopRead::Worker;
+                    }
+                    match store
+                        .get(stripe as u32, p as u8, key, e.version)
+                        .map(record::parse)
+                    {
+                        Some(Ok((h, data))) if h.key == key && h.chunk_index as usize == p => {
+                            data.to_vec()
+                        }
+                        Some(Err(_)) => {
+                            bump(&self.counters.crc_errors);
+                            return LoopRead::Worker;
+                        }
+                        _ => return LoopRead::Worker,
+                    }
+                };
+                if !self.leads(stripe) {
+                    bump(&self.counters.lease_lost_ops);
+                    return LoopRead::Worker;
+                }
+                return LoopRead::Value(LoopValue {
+                    key: key.to_vec(),
+                    flags: e.flags,
+                    cas: e.version,
+                    exptime: e.exptime,
+                    value,
+                });
+            }
+        }
         let mut pending = LoopPending {
             stripe,
             fence: self.fence(stripe),
