@@ -93,6 +93,8 @@ pub struct NodeConfig {
     pub whole_below_bytes: usize,
     /// Bytes of a slab page of the whole layout.
     pub page_bytes: usize,
+    /// How much each slab size class grows over the one below it (`--slab-growth-factor`).
+    pub slab_growth: f64,
 }
 
 #[derive(Clone, Debug)]
@@ -371,7 +373,7 @@ impl Node {
         {
             let mut store = lock(&parts.store);
             store.set_code(codec.kernel(), cfg.code);
-            store.set_page_bytes(cfg.page_bytes);
+            store.set_slab(cfg.page_bytes, cfg.slab_growth);
             store.whole_lost = recover;
         }
         let whole_lost = (0..cfg.node_count)

@@ -103,6 +103,15 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             layout: o.layout.parse().map_err(|e: String| anyhow!(e))?,
             whole_below_bytes: o.whole_below,
             page_bytes: o.page_kib.max(1) << 10,
+            slab_growth: match o.slab_growth_factor.parse::<f64>() {
+                Ok(f) if f > 1.0 && f <= 2.0 => f,
+                _ => {
+                    return Err(anyhow!(
+                        "--slab-growth-factor {:?}: expected a number above 1 and at most 2",
+                        o.slab_growth_factor
+                    ))
+                }
+            },
         },
         client: me.client,
         peers: members.iter().map(|m| m.peer).collect(),

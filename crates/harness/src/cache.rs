@@ -72,6 +72,12 @@ pub struct CacheOptions {
     #[arg(long, default_value_t = 256)]
     #[serde(default = "default_page_kib")]
     pub page_kib: usize,
+    /// How much each slab size class of the whole layout grows over the one below it
+    /// (memcached's -f): smaller wastes less of each slot, larger keeps fewer partly filled
+    /// pages when values have many sizes.
+    #[arg(long, default_value = "1.04")]
+    #[serde(default = "default_slab_growth")]
+    pub slab_growth_factor: String,
     /// Heartbeat period in ms.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
@@ -105,6 +111,10 @@ fn default_whole_below() -> usize {
 
 fn default_page_kib() -> usize {
     256
+}
+
+fn default_slab_growth() -> String {
+    "1.04".into()
 }
 
 /// The machine's cores (`-t`'s default), 1 when they cannot be read.
@@ -141,6 +151,7 @@ impl CacheOptions {
             ("--layout", self.layout.clone()),
             ("--whole-below", self.whole_below.to_string()),
             ("--page-kib", self.page_kib.to_string()),
+            ("--slab-growth-factor", self.slab_growth_factor.clone()),
             ("--heartbeat-ms", self.heartbeat_ms.to_string()),
             ("--down-after-ms", self.down_after_ms.to_string()),
             ("--recovery-mbps", self.recovery_mbps.to_string()),

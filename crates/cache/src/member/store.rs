@@ -250,17 +250,16 @@ impl ChunkStore {
             .collect()
     }
 
-    /// Sets the size of slab and parity pages (before anything is stored).
-    pub fn set_page_bytes(&mut self, page_bytes: usize) {
-        if page_bytes != self.slab.page_bytes() {
-            assert!(
-                self.slab.pages() == 0 && self.parity.is_empty(),
-                "page size set on a store that holds pages"
-            );
-            let k = self.slab.residues();
-            self.slab = Slab::new(page_bytes);
-            self.slab.set_residues(k);
-        }
+    /// Sets the size of slab and parity pages and the growth of the slab's size classes
+    /// (before anything is stored).
+    pub fn set_slab(&mut self, page_bytes: usize, growth: f64) {
+        assert!(
+            self.slab.pages() == 0 && self.parity.is_empty(),
+            "the slab set on a store that holds pages"
+        );
+        let k = self.slab.residues();
+        self.slab = Slab::with_growth(page_bytes, growth);
+        self.slab.set_residues(k);
     }
 
     /// The code this member's parity pages are kept under.

@@ -108,6 +108,7 @@ pub(crate) fn config(id: usize) -> NodeConfig {
         layout: crate::agent::whole::Layout::Split,
         whole_below_bytes: 65536,
         page_bytes: 1 << 20,
+        slab_growth: crate::member::whole::GROWTH,
     }
 }
 
