@@ -126,10 +126,7 @@ impl Node {
                     "a newer record of the key is held".into(),
                 ))
             }
-            Err(why) => {
-                self.whole_lost[self.cfg.id].store(true, Ordering::Relaxed);
-                return Err(WholeFail::Refused(why));
-            }
+            Err(why) => return Err(WholeFail::Refused(why)),
         };
         drop(rec);
         let calls: Vec<(usize, Request)> = self

@@ -20,6 +20,28 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
     };
     if let Some(stripe) = req.stripe() {
         if let Err(seen) = store.admit(stripe, token) {
+            // A delta of an older term still changes the parity page: the home's page has
+            // changed already, and a parity page must follow its data pages whoever wrote
+            // them. Only the value's location record is refused.
+            if let Request::Delta {
+                page_stripe,
+                position,
+                page,
+                data,
+                seq,
+                offset,
+                delta,
+                ..
+            } = &req
+            {
+                let _ = store.apply_page_delta(
+                    (*page_stripe, *position, *page),
+                    *data,
+                    *seq,
+                    *offset,
+                    delta,
+                );
+            }
             return Response::Nack(peer::fenced_out(stripe, token, seen));
         }
     }
@@ -243,5 +265,65 @@ mod tests {
             panic!("refused");
         };
         assert_eq!(why, "stripe 0: term 8 is fenced out by term 9");
+    }
+
+    /// A delta of an older term is refused as a record (its location is not stored) but still
+    /// applied to the parity page, which must follow the home's page whoever wrote it.
+    #[test]
+    fn a_fenced_out_delta_still_changes_the_parity_page() {
+        let mut store = ChunkStore::with_page_bytes(4096);
+        store.set_code(codes::Kernel::reference(), "rs:2,1".parse().unwrap());
+        let record = record::encode(
+            &record::Header {
+                kind: record::Kind::Whole,
+                chunk_index: 2,
+                written_around: false,
+                key: b"k".to_vec(),
+                version: 5,
+                value_bytes: 3,
+                flags: 0,
+                exptime: 0,
+                trail: [0; record::TRAIL],
+            },
+            &[0; record::WholeAt::BYTES],
+        );
+        let delta = |seq| Request::Delta {
+            stripe: 0,
+            watermark: 0,
+            record: record.clone(),
+            page_stripe: 0,
+            position: 2,
+            page: 0,
+            data: 1,
+            seq,
+            offset: 8,
+            delta: vec![0xff; 4],
+        };
+        assert!(matches!(
+            answer_chunk(&mut store, peer::fenced(9, list(0))),
+            Response::Headers(..)
+        ));
+        let r = answer_chunk(&mut store, peer::fenced(3, delta(1)));
+        assert!(
+            matches!(&r, Response::Nack(why) if why.contains("fenced out")),
+            "{r:?}"
+        );
+        let (seqs, bytes) = store.range((0, 2, 0), 0, 16).unwrap();
+        assert_eq!(
+            seqs,
+            vec![0, 1],
+            "the delta of data position 1 applied once"
+        );
+        assert!(bytes[8..12].iter().all(|&b| b != 0) && bytes[..8].iter().all(|&b| b == 0));
+        assert!(
+            store.get(0, 2, b"k", 5).is_none(),
+            "no location record stored"
+        );
+        // Admitted: the record is stored too.
+        assert_eq!(
+            answer_chunk(&mut store, peer::fenced(9, delta(2))),
+            Response::Ack
+        );
+        assert!(store.get(0, 2, b"k", 5).is_some());
     }
 }

@@ -279,6 +279,25 @@ impl ChunkStore {
         stripe: u32,
         watermark: u64,
         record: Vec<u8>,
+        key: (u32, u8, u32),
+        data: u8,
+        seq: u64,
+        offset: u32,
+        delta: &[u8],
+    ) -> Result<(), String> {
+        let (header, _) = record::parse(&record).map_err(|e| e.to_string())?;
+        if header.kind != record::Kind::Whole {
+            return Err(format!("a delta's record is {:?}, not whole", header.kind));
+        }
+        self.apply_page_delta(key, data, seq, offset, delta)?;
+        self.put_held(stripe, header, Held::Heap(record), watermark);
+        Ok(())
+    }
+
+    /// The page part of a delta: `g[position][data] · delta` added at `offset` of the parity
+    /// page, once per (`data`, `seq`); kept for later while the page is being rebuilt.
+    pub fn apply_page_delta(
+        &mut self,
         (page_stripe, position, page): (u32, u8, u32),
         data: u8,
         seq: u64,
@@ -295,37 +314,25 @@ impl ChunkStore {
                 "a delta for data position {d} at position {p}: parity positions are {k}..{n}"
             ));
         }
-        let (header, _) = record::parse(&record).map_err(|e| e.to_string())?;
-        if header.kind != record::Kind::Whole {
-            return Err(format!("a delta's record is {:?}, not whole", header.kind));
-        }
         let coef = generator[p * k + d];
         let page_bytes = self.slab.page_bytes();
         let key = (page_stripe, position, page);
+        if offset as usize + delta.len() > page_bytes {
+            return Err(format!(
+                "delta out of bounds: bytes {offset}..{} of a {page_bytes}-byte page",
+                offset as usize + delta.len()
+            ));
+        }
         if self.whole_lost && !self.rebuilt.contains(&key) {
             // Kept until the page is rebuilt (`install_parity`).
-            if offset as usize + delta.len() > page_bytes {
-                return Err(format!("delta out of bounds: {offset}+{}", delta.len()));
-            }
             self.held_deltas
                 .entry(key)
                 .or_default()
                 .push((d, seq, offset, delta.to_vec()));
-            self.put_held(stripe, header, Held::Heap(record), watermark);
             return Ok(());
         }
-        self.parity.apply(
-            *kernel,
-            (page_stripe, position, page),
-            k,
-            page_bytes,
-            d,
-            seq,
-            offset,
-            coef,
-            delta,
-        )?;
-        self.put_held(stripe, header, Held::Heap(record), watermark);
+        self.parity
+            .apply(*kernel, key, k, page_bytes, d, seq, offset, coef, delta)?;
         Ok(())
     }
 
