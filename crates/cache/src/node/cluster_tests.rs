@@ -12,13 +12,21 @@ use crate::cluster::coord::mem::{MemCoord, MemHandle};
 /// Nodes 0..3 of an rs:2,1 cache (one position per node; values under 16 bytes replicated on
 /// two positions), started long enough ago to vote, each having heard the others once.
 fn cluster() -> (Arc<MemHub>, Vec<Arc<Node>>) {
+    mem_cluster(3, super::tests::config)
+}
+
+/// `count` nodes over one `MemHub`, configured by `config`, started long enough ago to vote,
+/// each having heard the others once.
+pub(super) fn mem_cluster(
+    count: usize,
+    config: impl Fn(usize) -> super::NodeConfig,
+) -> (Arc<MemHub>, Vec<Arc<Node>>) {
     let term = super::tests::TERM;
-    let hub = MemHub::new(3);
-    let nodes: Vec<Arc<Node>> = (0..3)
+    let hub = MemHub::new(count);
+    let nodes: Vec<Arc<Node>> = (0..count)
         .map(|id| {
-            let cfg = super::tests::config(id);
             let link = hub.link(id);
-            let mut node = Node::new(cfg, link.clone(), link);
+            let mut node = Node::new(config(id), link.clone(), link);
             node.started = Instant::now()
                 .checked_sub(2 * term)
                 .expect("the clock has run for 20 s");
@@ -33,7 +41,7 @@ fn cluster() -> (Arc<MemHub>, Vec<Arc<Node>>) {
 }
 
 /// A heartbeat round at every node, twice (grants are counted from the round after).
-fn rounds(nodes: &[Arc<Node>]) {
+pub(super) fn rounds(nodes: &[Arc<Node>]) {
     for _ in 0..2 {
         for n in nodes {
             n.heartbeat_round();

@@ -16,38 +16,18 @@ const NODES: usize = 5;
 const PAGE: usize = 4096;
 
 fn cluster(layout: Layout) -> (Arc<MemHub>, Vec<Arc<Node>>) {
-    let term = super::tests::TERM;
-    let hub = MemHub::new(NODES);
-    let nodes: Vec<Arc<Node>> = (0..NODES)
-        .map(|id| {
-            let mut cfg = super::tests::config(id);
-            cfg.node_count = NODES;
-            cfg.code = "rs:2,2".parse().expect("code");
-            cfg.layout = layout;
-            cfg.page_bytes = PAGE;
-            cfg.whole_below_bytes = 1000;
-            let link = hub.link(id);
-            let mut node = Node::new(cfg, link.clone(), link);
-            node.started = Instant::now()
-                .checked_sub(2 * term)
-                .expect("the clock has run for 20 s");
-            Arc::new(node)
-        })
-        .collect();
-    for n in &nodes {
-        hub.attach(Arc::clone(n));
-    }
-    rounds(&nodes);
-    (hub, nodes)
+    super::cluster_tests::mem_cluster(NODES, |id| {
+        let mut cfg = super::tests::config(id);
+        cfg.node_count = NODES;
+        cfg.code = "rs:2,2".parse().expect("code");
+        cfg.layout = layout;
+        cfg.page_bytes = PAGE;
+        cfg.whole_below_bytes = 1000;
+        cfg
+    })
 }
 
-fn rounds(nodes: &[Arc<Node>]) {
-    for _ in 0..2 {
-        for n in nodes {
-            n.heartbeat_round();
-        }
-    }
-}
+use super::cluster_tests::rounds;
 
 fn set(node: &Node, key: &[u8], value: &[u8]) -> AgentResult {
     node.route_key(
@@ -73,6 +53,15 @@ fn get(node: &Node, key: &[u8]) -> AgentResult {
         },
         key,
     )
+}
+
+/// `n` keys of stripe `stripe` (home: node `stripe`), named `prefix` and a number.
+fn keys_of(nodes: &[Arc<Node>], stripe: usize, prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    (0..)
+        .map(|i| format!("{prefix}{i}").into_bytes())
+        .filter(|k| nodes[0].placement.stripe_of(k) == stripe)
+        .take(n)
+        .collect()
 }
 
 fn value_of(key: usize, round: usize) -> Vec<u8> {
@@ -179,11 +168,7 @@ fn whole_values_are_written_and_read_through_every_node() {
 #[test]
 fn a_dead_home_is_read_through_its_pages_stripes() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let keys: Vec<Vec<u8>> = (0..200)
-        .map(|i| format!("d{i}").into_bytes())
-        .filter(|k| nodes[0].placement.stripe_of(k) == 0)
-        .take(25)
-        .collect();
+    let keys = keys_of(&nodes, 0, "d", 25);
     for (i, key) in keys.iter().enumerate() {
         assert!(matches!(
             set(&nodes[1], key, &value_of(i, 0)),
@@ -234,10 +219,7 @@ fn a_dead_home_is_read_through_its_pages_stripes() {
 #[test]
 fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = (0..)
-        .map(|i| format!("f{i}").into_bytes())
-        .find(|k| nodes[0].placement.stripe_of(k) == 0)
-        .expect("a key of stripe 0");
+    let key = keys_of(&nodes, 0, "f", 1).remove(0);
     let value = vec![0x3c; 700];
     assert!(matches!(
         set(&nodes[0], &key, &value),
@@ -307,10 +289,7 @@ fn the_layout_picks_whole_or_split_by_value_size() {
 #[test]
 fn a_read_at_the_home_sends_no_message() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = (0..)
-        .map(|i| format!("h{i}").into_bytes())
-        .find(|k| nodes[0].placement.stripe_of(k) == 0)
-        .expect("a key of stripe 0");
+    let key = keys_of(&nodes, 0, "h", 1).remove(0);
     assert!(matches!(
         set(&nodes[0], &key, &[9; 300]),
         AgentResult::Stored { .. }
@@ -350,13 +329,7 @@ fn overwrites_racing_repairs_of_values_on_the_same_pages_read_right() {
 /// Reads that failed and that returned wrong bytes, with the rule on or off.
 fn racing_repairs() -> (usize, usize) {
     let (hub, nodes) = cluster(Layout::Whole);
-    let of = |s: usize, n: usize| -> Vec<Vec<u8>> {
-        (0..)
-            .map(|i| format!("r{s}-{i}").into_bytes())
-            .filter(|k| nodes[0].placement.stripe_of(k) == s)
-            .take(n)
-            .collect()
-    };
+    let of = |s: usize, n: usize| keys_of(&nodes, s, &format!("r{s}-"), n);
     let victims = of(0, 30);
     let writers: Vec<Vec<u8>> = of(1, 30).into_iter().chain(of(4, 30)).collect();
     for (i, key) in victims.iter().chain(&writers).enumerate() {
@@ -421,10 +394,7 @@ fn racing_repairs() -> (usize, usize) {
 #[test]
 fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = (0..)
-        .map(|i| format!("l{i}").into_bytes())
-        .find(|k| nodes[0].placement.stripe_of(k) == 0)
-        .expect("a key of stripe 0");
+    let key = keys_of(&nodes, 0, "l", 1).remove(0);
     // The first write of the stripe builds its index (on a worker).
     assert!(matches!(
         set(&nodes[0], &key, &[1; 10]),
@@ -560,10 +530,7 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
 #[test]
 fn a_delta_a_parity_position_missed_is_sent_again() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = (0..)
-        .map(|i| format!("m{i}").into_bytes())
-        .find(|k| nodes[0].placement.stripe_of(k) == 0)
-        .expect("a key of stripe 0");
+    let key = keys_of(&nodes, 0, "m", 1).remove(0);
     assert!(matches!(
         set(&nodes[0], &key, &[1; 500]),
         AgentResult::Stored { .. }
