@@ -300,9 +300,10 @@ pub struct Node {
     pub(crate) oldest_live_us: AtomicU64,
     pub counters: Counters,
     pub(crate) local_messages: AtomicU64,
-    /// Per node: it lost its whole-layout pages in a restart (learned from its refusals, or
-    /// this node's own when it started with `--recover`): no whole value is written where
-    /// it would need it.
+    /// Per node: it lost its whole-layout pages in a restart and has not rebuilt them (only
+    /// this node's own entry is ever set: from `--recover` until `Node::rebuild_pages` is
+    /// done; a peer rebuilding its pages keeps the deltas sent to it): no whole value is
+    /// written where it would need it.
     pub(crate) whole_lost: Vec<AtomicBool>,
     /// Deltas a parity position did not acknowledge (down, stalled, or a write given up on
     /// the loop), sent again once it is up: a parity page missing one agrees with no data
