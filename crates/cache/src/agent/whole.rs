@@ -68,6 +68,9 @@ pub(crate) enum WholeFail {
 /// data pages (deltas in flight), and how long it waits between reads.
 const CUT_TRIES: usize = 50;
 const CUT_WAIT: Duration = Duration::from_millis(2);
+/// How often a page rebuild after a restart tries a page again (100 ms apart) when one read of
+/// it found no consistent cut.
+const PAGE_TRIES: usize = 50;
 
 impl Node {
     /// Whether a value of `value_bytes` under `key` is written whole now: the layout asks
@@ -500,7 +503,18 @@ impl Node {
                 .max()
                 .unwrap_or(0) as u32;
             for q in 0..pages {
-                let (bytes, seqs) = self.rebuild_piece(t, i, q, 0, page_bytes as u32)?;
+                // A page under steady writes may show no consistent cut for a while: patience.
+                let mut tries = 0;
+                let (bytes, seqs) = loop {
+                    match self.rebuild_piece(t, i, q, 0, page_bytes as u32) {
+                        Ok(piece) => break piece,
+                        Err(e) if tries >= PAGE_TRIES => return Err(e),
+                        Err(_) => {
+                            tries += 1;
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                };
                 let mut store = lock(&self.store);
                 if i < k {
                     store.install_page(whole::home_page(i, q, k), &bytes, seqs[0]);
