@@ -300,11 +300,10 @@ pub struct Node {
     pub(crate) oldest_live_us: AtomicU64,
     pub counters: Counters,
     pub(crate) local_messages: AtomicU64,
-    /// Per node: it lost its whole-layout pages in a restart and has not rebuilt them (only
-    /// this node's own entry is ever set: from `--recover` until `Node::rebuild_pages` is
-    /// done; a peer rebuilding its pages keeps the deltas sent to it): no whole value is
-    /// written where it would need it.
-    pub(crate) whole_lost: Vec<AtomicBool>,
+    /// This node lost its whole-layout pages in a restart and has not rebuilt them yet (from
+    /// `--recover` until `Node::rebuild_pages` is done; the store's `whole_lost`, readable
+    /// without its lock): it writes no value whole.
+    pub(crate) pages_lost: AtomicBool,
     /// Deltas a parity position did not acknowledge (down, stalled, or a write given up on
     /// the loop), sent again once it is up: a parity page missing one agrees with no data
     /// page, and is left out of every repair, until it arrives (`Node::redeliver_deltas`).
@@ -377,9 +376,7 @@ impl Node {
             store.set_slab(cfg.page_bytes, cfg.slab_growth);
             store.whole_lost = recover;
         }
-        let whole_lost = (0..cfg.node_count)
-            .map(|i| AtomicBool::new(recover && i == cfg.id))
-            .collect();
+
         let lease_members = (0..cfg.node_count)
             .map(|s| lease::member_nodes((0..n).map(|p| placement.node_of(s, p))))
             .collect();
@@ -407,7 +404,7 @@ impl Node {
             oldest_live_us: AtomicU64::new(0),
             counters: Counters::default(),
             local_messages: AtomicU64::new(0),
-            whole_lost,
+            pages_lost: AtomicBool::new(recover),
             whole_pending: Mutex::new(Vec::new()),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),

@@ -6,8 +6,8 @@
 //!
 //! The home is the node that orders the key's writes: a write made while another node stands
 //! in for it is stored in the split layout (`Node::whole_ok`), and so is one while any member
-//! of the stripe is down or lost its pages in a restart. The next write at the home brings the
-//! value back whole.
+//! of the stripe is down, or while the home rebuilds its pages after a restart. The next
+//! write at the home brings the value back whole.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -57,8 +57,8 @@ impl std::fmt::Display for Layout {
 
 /// How a whole write failed.
 pub(crate) enum WholeFail {
-    /// Before anything was sent, or refused by a member that lost its pages: the value is
-    /// written in the split layout instead.
+    /// The slot could not be written, or a member refused its delta (a malformed one, or
+    /// fenced out): the value is written in the split layout instead.
     Refused(String),
     /// Some member did not apply its delta: the write may or may not have taken effect.
     InDoubt(String),
@@ -74,9 +74,9 @@ const PAGE_TRIES: usize = 50;
 
 impl Node {
     /// Whether a value of `value_bytes` under `key` is written whole now: the layout asks
-    /// for it, this node is the stripe's home (its designated agent) and has its pages, the
-    /// cluster has a node per position, every member of the stripe is up and none is known to
-    /// have lost its pages, and the record fits a slab page.
+    /// for it, this node is the stripe's home (its designated agent) and has its pages (not
+    /// rebuilding them after a restart), the cluster has a node per position, every member of
+    /// the stripe is up, and the record fits a slab page.
     pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
         let wanted = match self.cfg.layout {
             Layout::Split => false,
@@ -89,10 +89,8 @@ impl Node {
         let ok = self.placement.node_of(stripe, 0) == self.cfg.id
             && self.placement.slots_of(self.cfg.id) == self.n()
             && record::OVERHEAD_BYTES + key.len() + value_bytes <= self.cfg.page_bytes
-            && (0..self.n()).all(|p| {
-                let node = self.placement.node_of(stripe, p);
-                self.is_up(node) && !self.whole_lost[node].load(Ordering::Relaxed)
-            });
+            && !self.pages_lost.load(Ordering::Relaxed)
+            && (0..self.n()).all(|p| self.is_up(self.placement.node_of(stripe, p)));
         if !ok {
             bump(&self.counters.whole_fallbacks);
         }
@@ -569,7 +567,7 @@ impl Node {
         }
         store.finish_rebuild();
         drop(store);
-        self.whole_lost[me].store(false, Ordering::Relaxed);
+        self.pages_lost.store(false, Ordering::Relaxed);
         log::info!(
             "node {me}: pages rebuilt ({} MiB), {linked} whole values found in them",
             done >> 20

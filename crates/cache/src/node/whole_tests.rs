@@ -489,7 +489,7 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
     check_parity(&nodes);
     // It may write whole again (it leads its stripe once its lease allows: the real-process
     // tests cover that, on a 1 s down-after time instead of this cluster's 10 s).
-    assert!(!nodes[2].whole_lost[2].load(Ordering::Relaxed));
+    assert!(!nodes[2].pages_lost.load(Ordering::Relaxed));
     // Node 2's values are in its rebuilt slab, served by the node itself.
     let mine: Vec<usize> = (0..keys.len())
         .filter(|&i| nodes[0].placement.stripe_of(&keys[i]) == 2)
