@@ -656,12 +656,22 @@ impl Load {
 }
 
 /// Full read-back through every node: the last acknowledged write (or the one in flight).
+/// A miss fails at once (a value lost); a `SERVER_ERROR` (a refusal while the nodes' views
+/// settle after a fault heals) is asked again for up to 5 s, each one printed, before it fails.
 fn read_back(c: &Cluster, w: &[Writes]) {
     for node in 0..9 {
         let mut cl = c.client(node);
         for (key, &(acked, inflight)) in w.iter().enumerate() {
-            let Got::Hit(v) = cl.get(&format!("w{key}")) else {
-                panic!("w{key} not readable through node {node}");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            let v = loop {
+                match cl.get(&format!("w{key}")) {
+                    Got::Hit(v) => break v,
+                    Got::Error(e) if Instant::now() < deadline => {
+                        eprintln!("read-back of w{key} through node {node}: {e}; asking again");
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    other => panic!("w{key} not readable through node {node}: {other:?}"),
+                }
             };
             let (k, idx) = decode_idx(&v).unwrap();
             assert_eq!(k, key);
@@ -1550,6 +1560,7 @@ fn a_silent_cut_between_the_agent_and_its_successor_serves_nothing_stale() {
     harness::netns::heal(1, 0).unwrap();
     std::thread::sleep(Duration::from_millis(2000));
     let w = load.finish();
+    c.wait_whole();
     read_back(&c, &w);
 }
 
