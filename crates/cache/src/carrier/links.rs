@@ -167,6 +167,7 @@ impl Links {
         if link.out_pos == link.out.len() {
             link.out.clear();
             link.out_pos = 0;
+            super::shrink_idle(&mut link.out);
         }
         Vec::new()
     }
@@ -223,6 +224,7 @@ impl Links {
             pos += 4 + len;
         }
         link.inbuf.drain(..pos);
+        super::shrink_idle(&mut link.inbuf);
         if broken {
             answers.extend(self.drop_link(registry, at));
         }

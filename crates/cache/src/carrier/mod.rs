@@ -4,6 +4,40 @@
 //! node's chunk records and takes its outputs), and nodes in one process for tests ([`mem`]).
 
 pub(crate) mod links;
+
+/// A connection's buffer that a burst grew past this keeps its memory only while in use.
+pub const IDLE_BUFFER_MAX: usize = 64 << 10;
+
+/// Gives back the memory of an empty connection buffer grown past [`IDLE_BUFFER_MAX`] (a
+/// burst of large frames or pipelined requests): a cache of many connections otherwise keeps
+/// each one's largest burst for good. The next burst grows it again.
+pub fn shrink_idle(buf: &mut Vec<u8>) {
+    if buf.is_empty() && buf.capacity() > IDLE_BUFFER_MAX {
+        *buf = Vec::new();
+    }
+}
 pub mod mem;
 pub mod peer;
 pub mod plans;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_empty_buffer_past_the_limit_gives_its_memory_back() {
+        let mut big = Vec::with_capacity(IDLE_BUFFER_MAX + 1);
+        big.push(1u8);
+        shrink_idle(&mut big);
+        assert!(
+            big.capacity() > IDLE_BUFFER_MAX,
+            "a buffer in use keeps its memory"
+        );
+        big.clear();
+        shrink_idle(&mut big);
+        assert_eq!(big.capacity(), 0);
+        let mut small: Vec<u8> = Vec::with_capacity(IDLE_BUFFER_MAX);
+        shrink_idle(&mut small);
+        assert_eq!(small.capacity(), IDLE_BUFFER_MAX);
+    }
+}

@@ -1468,6 +1468,8 @@ fn service(
         if c.out_pos == c.out.len() {
             c.out.clear();
             c.out_pos = 0;
+            crate::carrier::shrink_idle(&mut c.out);
+            crate::carrier::shrink_idle(&mut c.inbuf);
         } else if c.out_pos > (1 << 20) {
             c.out.drain(..c.out_pos);
             c.out_pos = 0;

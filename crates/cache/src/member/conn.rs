@@ -136,6 +136,7 @@ impl PeerConn {
             }
         }
         self.inbuf.drain(..at);
+        crate::carrier::shrink_idle(&mut self.inbuf);
         while self.out_pos < self.out.len() {
             match self.stream.write(&self.out[self.out_pos..]) {
                 Ok(0) => return false,
@@ -148,6 +149,7 @@ impl PeerConn {
         if self.out_pos == self.out.len() {
             self.out.clear();
             self.out_pos = 0;
+            crate::carrier::shrink_idle(&mut self.out);
         }
         // The peer closed its side: done once nothing is under way or left to send.
         !(self.eof && !self.busy && self.out.is_empty())

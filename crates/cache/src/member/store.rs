@@ -22,7 +22,7 @@ fn slab_key(j: u32) -> (u32, u8, u32) {
 /// Where a record's bytes are: its own allocation, or a slot of the whole layout's slab.
 #[derive(Debug)]
 enum Held {
-    Heap(Vec<u8>),
+    Heap(Box<[u8]>),
     Slab(WholeAt),
 }
 
@@ -53,7 +53,9 @@ fn release(slab: &mut Slab, h: Held) {
 struct Slot {
     cur_version: u64,
     cur: Held,
-    prev: Option<(u64, Held)>,
+    /// The record it replaced (boxed: most slots have none, and a slot is in every key's
+    /// table entry at each position).
+    prev: Option<Box<(u64, Held)>>,
 }
 
 type SlotKey = (u32, u8, Vec<u8>);
@@ -61,7 +63,7 @@ type SlotKey = (u32, u8, Vec<u8>);
 /// The records held at one (stripe, position), by key: a lookup by `&[u8]` needs no copy of
 /// the key, and a member holds few (stripe, position) pairs (one per stripe it is a member of,
 /// in the usual placement), so a key's slots across positions are found by visiting them.
-type Slots = HashMap<Vec<u8>, Slot>;
+type Slots = HashMap<Box<[u8]>, Slot>;
 
 /// The outcome of a put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -243,7 +245,7 @@ impl ChunkStore {
                     if record::parse_header(bytes)
                         .is_ok_and(|(h, _)| h.kind == record::Kind::Whole) =>
                 {
-                    Some(bytes.clone())
+                    Some(bytes.to_vec())
                 }
                 _ => None,
             })
@@ -290,7 +292,12 @@ impl ChunkStore {
             return Err(format!("a delta's record is {:?}, not whole", header.kind));
         }
         self.apply_page_delta(key, data, seq, offset, delta)?;
-        self.put_held(stripe, header, Held::Heap(record), watermark);
+        self.put_held(
+            stripe,
+            header,
+            Held::Heap(record.into_boxed_slice()),
+            watermark,
+        );
         Ok(())
     }
 
@@ -433,7 +440,12 @@ impl ChunkStore {
         watermark: u64,
     ) -> Result<PutOutcome, RecordError> {
         let (header, _) = record::parse(&bytes)?;
-        Ok(self.put_held(stripe, header, Held::Heap(bytes), watermark))
+        Ok(self.put_held(
+            stripe,
+            header,
+            Held::Heap(bytes.into_boxed_slice()),
+            watermark,
+        ))
     }
 
     /// Stores the record of a whole-layout value at its home, in a slab slot: the slot's
@@ -509,7 +521,7 @@ impl ChunkStore {
         }
         let key: SlotKey = (stripe, header.chunk_index, tomb.1);
         let held = self.slots.entry((stripe, key.1)).or_default();
-        let outcome = match held.get_mut(&key.2) {
+        let outcome = match held.get_mut(key.2.as_slice()) {
             Some(slot) if slot.cur_version > version => {
                 log::debug!(
                     "stripe {stripe}: record {} v{version} at position {} older than v{}",
@@ -529,11 +541,12 @@ impl ChunkStore {
             Some(slot) => {
                 let old = std::mem::replace(&mut slot.cur, bytes);
                 self.bytes += slot.cur.len() as u64;
-                if let Some((_, p)) = slot.prev.take() {
+                if let Some(b) = slot.prev.take() {
+                    let (_, p) = *b;
                     self.bytes -= p.len() as u64;
                     release(&mut self.slab, p);
                 }
-                slot.prev = Some((slot.cur_version, old));
+                slot.prev = Some(Box::new((slot.cur_version, old)));
                 slot.cur_version = version;
                 self.pending_prev
                     .entry(stripe)
@@ -545,7 +558,7 @@ impl ChunkStore {
                 self.bytes += bytes.len() as u64;
                 self.count += 1;
                 held.insert(
-                    key.2,
+                    key.2.into_boxed_slice(),
                     Slot {
                         cur_version: version,
                         cur: bytes,
@@ -569,9 +582,14 @@ impl ChunkStore {
                 break;
             }
             let ((s, p, key), v) = q.pop_front().expect("front");
-            if let Some(slot) = self.slots.get_mut(&(s, p)).and_then(|m| m.get_mut(&key)) {
+            if let Some(slot) = self
+                .slots
+                .get_mut(&(s, p))
+                .and_then(|m| m.get_mut(key.as_slice()))
+            {
                 if slot.cur_version == v {
-                    if let Some((_, p)) = slot.prev.take() {
+                    if let Some(b) = slot.prev.take() {
+                        let (_, p) = *b;
                         self.bytes -= p.len() as u64;
                         release(&mut self.slab, p);
                     }
@@ -586,7 +604,7 @@ impl ChunkStore {
         if slot.cur_version == version {
             return Some(bytes_of(&self.slab, &slot.cur));
         }
-        match &slot.prev {
+        match slot.prev.as_deref() {
             Some((v, p)) if *v == version => Some(bytes_of(&self.slab, p)),
             _ => None,
         }
@@ -623,7 +641,8 @@ impl ChunkStore {
             slots += 1;
             bytes += slot.cur.len() as u64;
             freed.push(slot.cur);
-            if let Some((_, p)) = slot.prev {
+            if let Some(b) = slot.prev {
+                let (_, p) = *b;
                 bytes += p.len() as u64;
                 freed.push(p);
             }
@@ -651,7 +670,7 @@ impl ChunkStore {
             };
             if let Ok((mut header, data)) = record::parse(cur) {
                 header.exptime = exptime;
-                *cur = record::encode(&header, data);
+                *cur = record::encode(&header, data).into_boxed_slice();
             }
         }
     }
@@ -664,7 +683,7 @@ impl ChunkStore {
             if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &slot.cur)) {
                 out.push(h);
             }
-            if let Some((_, p)) = &slot.prev {
+            if let Some((_, p)) = slot.prev.as_deref() {
                 if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, p)) {
                     out.push(h);
                 }
