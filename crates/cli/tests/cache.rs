@@ -483,8 +483,25 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
     let before = peer();
     assert!(home.get(key) == Got::Hit(v.clone()));
     assert_eq!(peer(), before, "a get at the home");
-    // A set at the home: one delta to each of the parity positions, and their acks.
+    // A forced-degraded read at the home runs on its event loop: the value's range asked of
+    // every other position of its page's stripe (`Range`), their replies, no fallback.
     let code: codes::Code = code.parse().unwrap();
+    let (before, loop_reads, fallbacks) = (
+        peer(),
+        c.sum_stat("loop_reads"),
+        c.sum_stat("loop_read_fallbacks"),
+    );
+    assert!(home.mg_degraded(key, 0) == Got::Hit(v.clone()));
+    // The read may finish on the first k consistent pieces; the last replies still come.
+    let want = 2 * (code.n() as u64 - 1);
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while peer() - before < want && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(peer() - before, want, "a degraded read");
+    assert_eq!(c.sum_stat("loop_reads") - loop_reads, 1);
+    assert_eq!(c.sum_stat("loop_read_fallbacks"), fallbacks);
+    // A set at the home: one delta to each of the parity positions, and their acks.
     let before = peer();
     assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
     assert_eq!(

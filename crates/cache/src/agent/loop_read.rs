@@ -16,6 +16,7 @@ use std::sync::atomic::Ordering;
 use crate::agent::index::Entry;
 use crate::carrier::peer::{Request, Response};
 use crate::cluster::stripe;
+use crate::member::whole::{self, Piece};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind};
 use crate::time;
@@ -59,11 +60,39 @@ pub struct LoopPending {
     have: Vec<Option<(Vec<u8>, std::ops::Range<usize>)>>,
     /// (node, position) of every chunk still to be fetched, in position order.
     pub remote: Vec<(usize, usize)>,
+    /// A forced-degraded read of a whole value: the range it rebuilds (its positions are
+    /// those of the page's stripe).
+    range: Option<Box<RangeRead>>,
+}
+
+/// A whole value's record rebuilt on the loop: the same byte range of the other positions of
+/// its page's stripe, combined over a consistent cut (`Node::combine_range`).
+#[derive(Debug)]
+struct RangeRead {
+    /// Page stripe, the lost position (the home's), page in the stripe, and the range.
+    t: usize,
+    target: usize,
+    q: u32,
+    offset: u32,
+    len: u32,
+    pieces: Vec<Piece>,
+    /// The range's bytes by position, as they came.
+    bytes: Vec<Option<Vec<u8>>>,
 }
 
 impl LoopPending {
     /// The request for the chunk at `position` (one of [`LoopPending::remote`]).
     pub fn request(&self, position: usize) -> Request {
+        if let Some(r) = &self.range {
+            return Request::Range {
+                stripe: r.t as u32,
+                page_stripe: r.t as u32,
+                position: position as u8,
+                page: r.q,
+                offset: r.offset,
+                len: r.len,
+            };
+        }
         let get = Request::Get {
             stripe: self.stripe as u32,
             position: position as u8,
@@ -77,6 +106,19 @@ impl LoopPending {
 impl Node {
     /// Starts a plain read of `key` (no touch, no forced degradation) on the client loop.
     pub fn loop_read_start(&self, key: &[u8]) -> LoopRead {
+        self.loop_read_begin(key, None)
+    }
+
+    /// Starts a forced-degraded read (`mg <key> v Oinec-degrade-<position>`) on the client
+    /// loop. Only that of a whole value at this node, its home, with position 0 forced lost:
+    /// its record is rebuilt from the same range of its page's stripe, asked of the other
+    /// positions by the loop (`Range`, one each); any other goes to a worker, as does one
+    /// whose pieces hold no consistent cut (deltas in flight: the worker reads again).
+    pub fn loop_read_start_degraded(&self, key: &[u8], position: u8) -> LoopRead {
+        self.loop_read_begin(key, Some(position))
+    }
+
+    fn loop_read_begin(&self, key: &[u8], degrade: Option<u8>) -> LoopRead {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
             return match self.agent_of(stripe) {
@@ -107,6 +149,9 @@ impl Node {
             // Expired or flushed: the worker deletes its records.
             Err(_) => return LoopRead::Worker,
         };
+        if let Some(position) = degrade {
+            return self.loop_range_read(stripe, key, e, position);
+        }
         let positions: Vec<usize> = match e.kind {
             // This node's own replica, when it holds one.
             Kind::Replica => {
@@ -175,6 +220,7 @@ impl Node {
             have: vec![None; positions.iter().max().map_or(0, |&p| p + 1)],
             remote: Vec::new(),
             entry: e,
+            range: None,
         };
         for p in positions {
             let node = self.placement.node_of(stripe, p);
@@ -197,14 +243,63 @@ impl Node {
         LoopRead::Fetch(pending)
     }
 
+    /// A forced-degraded read of position `degrade` of `e` (see
+    /// [`Node::loop_read_start_degraded`]).
+    fn loop_range_read(&self, stripe: usize, key: &[u8], e: Entry, degrade: u8) -> LoopRead {
+        let home = self.placement.node_of(stripe, 0);
+        let (Kind::Whole, 0, Some(at)) = (e.kind, degrade, e.whole_at) else {
+            return LoopRead::Worker;
+        };
+        if home != self.cfg.id {
+            return LoopRead::Worker;
+        }
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (t, target, q) = whole::page_of(home, at.page, k, nodes);
+        let remote: Vec<(usize, usize)> = (0..n)
+            .filter(|&p| p != target)
+            .map(|p| ((t + p) % nodes, p))
+            .filter(|&(node, _)| node != self.cfg.id && self.is_up(node))
+            .collect();
+        if remote.len() < k {
+            return LoopRead::Worker;
+        }
+        LoopRead::Fetch(LoopPending {
+            stripe,
+            fence: self.fence(stripe),
+            key: key.to_vec(),
+            entry: e,
+            have: Vec::new(),
+            remote,
+            range: Some(Box::new(RangeRead {
+                t,
+                target,
+                q,
+                offset: at.offset,
+                len: at.len,
+                pieces: Vec::new(),
+                bytes: vec![None; n],
+            })),
+        })
+    }
+
     /// Takes the reply to the request for `position` (`None`: the member did not answer):
-    /// false when the read cannot finish on the loop (a missing or bad chunk).
+    /// false when the read cannot finish on the loop (a missing or bad chunk). A range read
+    /// keeps every piece that came whole and decides when all are in.
     pub fn loop_read_chunk(
         &self,
         pending: &mut LoopPending,
         position: usize,
         reply: Option<Response>,
     ) -> bool {
+        if let Some(r) = pending.range.as_mut() {
+            if let Some(Response::Range { seqs, bytes }) = reply {
+                if bytes.len() == r.len as usize && position < r.bytes.len() {
+                    r.pieces.push(Piece { position, seqs });
+                    r.bytes[position] = Some(bytes);
+                }
+            }
+            return true;
+        }
         let Some(Response::Record(Some(bytes))) = reply else {
             return false;
         };
@@ -230,14 +325,42 @@ impl Node {
         }
     }
 
+    /// Whether a range read already holds a consistent cut of k pieces: it finishes then,
+    /// without waiting for the slowest positions (their replies, when they come, are dropped).
+    pub fn loop_read_enough(&self, pending: &LoopPending) -> bool {
+        pending
+            .range
+            .as_ref()
+            .is_some_and(|r| whole::consistent(&r.pieces, self.k()).len() >= self.k())
+    }
+
     /// The value once every chunk is in, if this node still leads the stripe (otherwise
     /// another node may have led it meanwhile, and the worker's path decides).
-    pub fn loop_read_finish(&self, pending: LoopPending) -> Option<LoopValue> {
+    pub fn loop_read_finish(&self, mut pending: LoopPending) -> Option<LoopValue> {
         if !self.leads(pending.stripe) {
             bump(&self.counters.lease_lost_ops);
             return None;
         }
         let e = &pending.entry;
+        if let Some(r) = pending.range.take() {
+            let (rec, _) = self
+                .combine_range(r.target, r.len, &r.pieces, &r.bytes)
+                .ok()?;
+            let value = match record::parse(&rec) {
+                Ok((h, data)) if h.version == e.version && h.key == pending.key => data.to_vec(),
+                _ => return None,
+            };
+            bump(&self.counters.forced_degraded_reads);
+            bump(&self.counters.degraded_reads);
+            bump(&self.counters.whole_rebuilds);
+            return Some(LoopValue {
+                flags: e.flags,
+                cas: e.version,
+                exptime: e.exptime,
+                value,
+                key: pending.key,
+            });
+        }
         fn chunk(c: &Option<(Vec<u8>, std::ops::Range<usize>)>) -> Option<&[u8]> {
             c.as_ref().map(|(record, data)| &record[data.clone()])
         }

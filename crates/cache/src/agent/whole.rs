@@ -388,7 +388,7 @@ impl Node {
         offset: u32,
         len: u32,
     ) -> Result<(Vec<u8>, Vec<u64>), String> {
-        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (n, nodes) = (self.n(), self.cfg.node_count);
         let mut last = String::new();
         for _ in 0..CUT_TRIES {
             let calls: Vec<(usize, Request)> = (0..n)
@@ -421,36 +421,9 @@ impl Node {
                     }
                 }
             }
-            let keep = whole::consistent(&pieces, k);
-            let chunks: Vec<Option<&[u8]>> = (0..n)
-                .map(|p| {
-                    if keep.contains(&p) {
-                        bytes[p].as_deref()
-                    } else {
-                        None
-                    }
-                })
-                .collect();
-            let mut out = vec![0u8; len as usize];
-            match self
-                .codec
-                .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
-            {
-                Ok(()) => {
-                    let kept =
-                        |p: usize| pieces.iter().find(|x| x.position == p && keep.contains(&p));
-                    let parity_seq =
-                        |d: usize| (k..n).find_map(|p| kept(p).map(|x| x.seqs[d])).unwrap_or(0);
-                    let seqs = if target < k {
-                        vec![parity_seq(target)]
-                    } else {
-                        (0..k)
-                            .map(|d| kept(d).map_or_else(|| parity_seq(d), |x| x.seqs[0]))
-                            .collect()
-                    };
-                    return Ok((out, seqs));
-                }
-                Err(err) => last = err.to_string(),
+            match self.combine_range(target, len, &pieces, &bytes) {
+                Ok(done) => return Ok(done),
+                Err(err) => last = err,
             }
             bump(&self.counters.whole_cut_retries);
             std::thread::sleep(CUT_WAIT);
@@ -459,6 +432,45 @@ impl Node {
             "page {q} of page stripe {t} has no consistent cut to rebuild position {target} \
              from: {last}"
         ))
+    }
+
+    /// Position `target`'s bytes of one range of a page stripe, from the same range read at
+    /// other positions (`bytes`, by position; `pieces`, their seqs), combined over a consistent
+    /// cut (`member::whole::consistent`); with the seqs the result agrees with (for a data
+    /// position its page's seq, for a parity position one per data position). An error when
+    /// the pieces hold no consistent cut of k (deltas in flight, or too few answered).
+    pub(crate) fn combine_range(
+        &self,
+        target: usize,
+        len: u32,
+        pieces: &[Piece],
+        bytes: &[Option<Vec<u8>>],
+    ) -> Result<(Vec<u8>, Vec<u64>), String> {
+        let (k, n) = (self.k(), self.n());
+        let keep = whole::consistent(pieces, k);
+        let chunks: Vec<Option<&[u8]>> = (0..n)
+            .map(|p| {
+                if keep.contains(&p) {
+                    bytes.get(p).and_then(|b| b.as_deref())
+                } else {
+                    None
+                }
+            })
+            .collect();
+        let mut out = vec![0u8; len as usize];
+        self.codec
+            .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
+            .map_err(|e| e.to_string())?;
+        let kept = |p: usize| pieces.iter().find(|x| x.position == p && keep.contains(&p));
+        let parity_seq = |d: usize| (k..n).find_map(|p| kept(p).map(|x| x.seqs[d])).unwrap_or(0);
+        let seqs = if target < k {
+            vec![parity_seq(target)]
+        } else {
+            (0..k)
+                .map(|d| kept(d).map_or_else(|| parity_seq(d), |x| x.seqs[0]))
+                .collect()
+        };
+        Ok((out, seqs))
     }
 
     /// After a restart (`--recover`): rebuilds every page this node held — its slab pages as a

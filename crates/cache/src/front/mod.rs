@@ -214,8 +214,14 @@ enum ReplyTo {
 }
 
 enum LoopOp {
-    /// `get`/`gets` of one key (`Node::loop_read_start`).
-    Read { read: LoopPending, to: ReplyTo },
+    /// `get`/`gets` of one key (`Node::loop_read_start`), or a client's forced-degraded
+    /// `mg` (`Node::loop_read_start_degraded`: `meta` is the command, its reply composed from
+    /// its flags).
+    Read {
+        read: LoopPending,
+        to: ReplyTo,
+        meta: Option<Box<OwnedCommand>>,
+    },
     /// `set` (`Node::loop_write_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
     /// A `get`, `gets` or `set` sent to the key's agent, another node: one step, whose answer
@@ -268,6 +274,15 @@ impl LoopOp {
         }
     }
 
+    /// Whether the op may finish before every step is answered (a range read holding a
+    /// consistent cut).
+    fn enough(&self, node: &Node) -> bool {
+        match self {
+            LoopOp::Read { read, .. } => node.loop_read_enough(read),
+            _ => false,
+        }
+    }
+
     /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
     fn take(&mut self, node: &Node, position: usize, reply: Option<peer::Response>) -> bool {
         match self {
@@ -301,12 +316,29 @@ impl LoopOp {
         let c = &node.counters;
         let mut out = Vec::new();
         match self {
-            LoopOp::Read { read, to } => {
+            LoopOp::Read { read, to, meta } => {
                 let Some(v) = node.loop_read_finish(read) else {
                     bump(&c.loop_read_fallbacks);
                     return None;
                 };
                 bump(&c.loop_reads);
+                if let Some(Command::MetaGet(m)) = meta.as_deref().map(OwnedCommand::as_command) {
+                    bump(&c.cmd_get);
+                    bump(&c.get_hits);
+                    let ret = MetaReturn {
+                        size: Some(v.value.len() as u64),
+                        client_flags: Some(v.flags),
+                        ttl: Some(time::ttl(v.exptime, time::now_secs())),
+                        cas: Some(v.cas),
+                    };
+                    let status = if m.flags.return_value {
+                        MetaStatus::Va
+                    } else {
+                        MetaStatus::Hd
+                    };
+                    compose::meta(&mut out, status, &m, &ret, &v.value);
+                    return Some(out);
+                }
                 match to {
                     ReplyTo::Client { with_cas, .. } => {
                         bump(&c.cmd_get);
@@ -555,7 +587,7 @@ impl LoopOps {
     /// The request's end, if it has come: every reply in, or a failure.
     fn settle(&mut self, node: &Node, id: u64) -> Option<Done> {
         let pr = self.pending.get(&id)?;
-        let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len();
+        let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len() || pr.op.enough(node);
         if !pr.failed && !complete {
             return None;
         }
@@ -738,6 +770,7 @@ fn start_peer_request(
             LoopRead::Fetch(read) => Some(LoopOp::Read {
                 read,
                 to: ReplyTo::Peer,
+                meta: None,
             }),
             LoopRead::Worker | LoopRead::Forward(_) => None,
         },
@@ -1338,6 +1371,35 @@ fn service(
                             c.closing = true;
                             None
                         }
+                        // A forced-degraded read of a whole value at its home: its range
+                        // rebuilt on the loop (the benchmarks' degraded reads).
+                        Command::MetaGet(m)
+                            if m.flags.ttl.is_none()
+                                && !ops.links.is_empty()
+                                && degrade_of(m.flags.opaque).is_some() =>
+                        {
+                            let position = degrade_of(m.flags.opaque).expect("checked");
+                            let key = m.key_bytes();
+                            match node.loop_read_start_degraded(&key, position) {
+                                LoopRead::Fetch(read) => {
+                                    let request = command.to_owned_command();
+                                    let op = LoopOp::Read {
+                                        read,
+                                        to: ReplyTo::Client {
+                                            with_cas: false,
+                                            noreply: false,
+                                        },
+                                        meta: Some(Box::new(request.clone())),
+                                    };
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c, token, node, hand, ops, registry, op, request, once,
+                                    );
+                                    None
+                                }
+                                _ => Some((command.to_owned_command(), Once::default())),
+                            }
+                        }
                         Command::Get(g)
                             if g.keys.len() == 1
                                 && g.exptime.is_none()
@@ -1369,7 +1431,11 @@ fn service(
                                     None
                                 }
                                 LoopRead::Fetch(read) => {
-                                    let op = LoopOp::Read { read, to };
+                                    let op = LoopOp::Read {
+                                        read,
+                                        to,
+                                        meta: None,
+                                    };
                                     let request = command.to_owned_command();
                                     let once = Once::default();
                                     start_client_op(
