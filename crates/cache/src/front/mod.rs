@@ -546,6 +546,9 @@ struct LoopOps {
     next_id: u64,
     /// How long a request waits for a member before a worker takes it over.
     patience: Duration,
+    /// Requests of links that failed when written before the end of a pass
+    /// ([`LoopOps::flush_now`]), for the pass's end to take as unanswered.
+    early_failures: Answers,
 }
 
 /// The end of a loop request: a reply for the connection, or the request handed to a worker.
@@ -632,6 +635,13 @@ impl LoopOps {
                 },
             )),
         }
+    }
+
+    /// Writes what the links hold now rather than at the end of the pass: a degraded read's
+    /// requests leave before the pass serves its other connections.
+    fn flush_now(&mut self, registry: &Registry) {
+        let failed = self.links.flush(registry);
+        self.early_failures.extend(failed);
     }
 
     /// Takes replies (or failures) of the loop's peer connections.
@@ -1097,6 +1107,7 @@ impl EventLoop {
             pending: HashMap::new(),
             next_id: 0,
             patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
+            early_failures: Vec::new(),
         };
         // Ends that came after this pass's connections were served (a failed flush): the next
         // pass delivers them and serves their connections, without waiting.
@@ -1265,7 +1276,8 @@ impl EventLoop {
                 }
             }
             // This pass's requests to each member leave in one write per member.
-            let failed = ops.links.flush(self.poll.registry());
+            let mut failed = ops.links.flush(self.poll.registry());
+            failed.append(&mut ops.early_failures);
             // Only failures come of a failed write: those requests go to a worker, but a
             // forwarded write that may have left is answered as in doubt, and its connection
             // served next pass.
@@ -1395,6 +1407,7 @@ fn service(
                                     start_client_op(
                                         c, token, node, hand, ops, registry, op, request, once,
                                     );
+                                    ops.flush_now(registry);
                                     None
                                 }
                                 _ => Some((command.to_owned_command(), Once::default())),
