@@ -2255,6 +2255,7 @@ mod tests {
                 pending: HashMap::new(),
                 next_id: 0,
                 patience: Duration::from_secs(1),
+                early_failures: Vec::new(),
             };
             ops.pending.insert(
                 0,
