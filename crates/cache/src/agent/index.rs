@@ -278,7 +278,8 @@ impl StripeIndex {
         now_us: u64,
         oldest_live_us: u64,
     ) -> Result<Option<Entry>, Gone> {
-        let Some(e) = self.entries.get(key) else {
+        let recent = (self.entries.len() / 8) as u64;
+        let Some(e) = self.entries.get_mut(key) else {
             return Ok(None);
         };
         if crate::time::is_expired(e.exptime, now_secs) {
@@ -287,17 +288,25 @@ impl StripeIndex {
         if oldest_live_us != 0 && oldest_live_us <= now_us && e.stored_at_us <= oldest_live_us {
             return Err(Gone::Flushed);
         }
-        self.bump(key);
-        Ok(self.entries.get(key).cloned())
+        // A read moves the entry to the most recently used end, unless it is already among
+        // the most recently used eighth (as memcached bumps an item at most once a minute): a
+        // hot key's reads then leave the LRU order alone.
+        if self.tick - e.lru_tick > recent {
+            self.tick += 1;
+            let old = std::mem::replace(&mut e.lru_tick, self.tick);
+            let k = self.lru.remove(&old).unwrap_or_else(|| key.to_vec());
+            self.lru.insert(self.tick, k);
+        }
+        Ok(Some(e.clone()))
     }
 
     fn bump(&mut self, key: &[u8]) {
         self.tick += 1;
         let tick = self.tick;
         if let Some(e) = self.entries.get_mut(key) {
-            self.lru.remove(&e.lru_tick);
+            let k = self.lru.remove(&e.lru_tick);
             e.lru_tick = tick;
-            self.lru.insert(tick, key.to_vec());
+            self.lru.insert(tick, k.unwrap_or_else(|| key.to_vec()));
         }
     }
 
@@ -557,6 +566,31 @@ mod tests {
         assert_eq!(victims.len(), 2, "c then a");
         assert_eq!(ix.used_bytes(), &[80, 80, 30]);
         assert!(ix.reserve(1, 101).is_err());
+    }
+
+    /// A read of an entry among the most recently used eighth leaves the LRU order alone;
+    /// a read of an older one makes it the most recently used.
+    #[test]
+    fn reads_of_recent_entries_leave_the_lru_order_alone() {
+        let mut ix = StripeIndex::new(1, 1000);
+        let keys: Vec<Vec<u8>> = (0..16).map(|i| format!("k{i:02}").into_bytes()).collect();
+        for (i, key) in keys.iter().enumerate() {
+            assert!(ix.reserve(1, 10).unwrap().is_empty());
+            ix.commit(key, entry(i as u64 + 1, 1, 10));
+        }
+        let order = |ix: &StripeIndex| -> Vec<Vec<u8>> { ix.lru.values().cloned().collect() };
+        let before = order(&ix);
+        // k15 and k14 are the two most recent (16 / 8 = 2 ticks): reads move nothing.
+        for key in [&keys[15], &keys[14], &keys[15]] {
+            assert!(ix.lookup_live(key, 0, 0, 0).unwrap().is_some());
+        }
+        assert_eq!(order(&ix), before);
+        // k00, the least recently used, read: it moves to the end, k01 is evicted first.
+        assert!(ix.lookup_live(&keys[0], 0, 0, 0).unwrap().is_some());
+        assert_eq!(order(&ix).last(), Some(&keys[0]));
+        assert_eq!(order(&ix).len(), 16);
+        let victims = ix.reserve(1, 850).unwrap();
+        assert_eq!(victims[0].0, keys[1]);
     }
 
     #[test]
