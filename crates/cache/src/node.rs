@@ -167,6 +167,9 @@ pub struct Counters {
     pub whole_writes: AtomicU64,
     pub whole_rebuilds: AtomicU64,
     pub whole_cut_retries: AtomicU64,
+    /// After a restart: pages (slab and parity) rebuilt so far, of how many.
+    pub whole_pages_rebuilt: AtomicU64,
+    pub whole_pages_to_rebuild: AtomicU64,
     /// Writes asked to be whole but stored split (a member down or without its pages, this
     /// node standing in for the home, a record larger than a page).
     pub whole_fallbacks: AtomicU64,

@@ -265,10 +265,15 @@ fn status(dir: &std::path::Path) -> Result<()> {
     outln!("{node:<5} {client:<22} {peer:<22} {pid:<8} {health:<11} recovery")?;
     let nodes = CacheStatus::of(&st.addrs(), &st.pids).nodes;
     for (n, m) in nodes.iter().zip(&st.members) {
+        let stat = |k: &str| n.stats.get(k).and_then(|v| v.parse::<u64>().ok());
+        let pages = match (stat("whole_pages_rebuilt"), stat("whole_pages_to_rebuild")) {
+            (Some(d), Some(t)) if t > 0 => format!(", {d}/{t} pages"),
+            _ => String::new(),
+        };
         let rec = match n.recovery.as_str() {
             "none" | "" => String::new(),
             r => format!(
-                "{r} {}/{} keys {} bytes",
+                "{r} {}/{} keys {} bytes{pages}",
                 n.recovery_keys_done, n.recovery_keys_total, n.recovery_bytes
             ),
         };

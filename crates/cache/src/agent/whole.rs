@@ -488,6 +488,8 @@ impl Node {
         }
         let started = std::time::Instant::now();
         let mut done = 0u64;
+        // How many pages each position holds, first: the progress shown is of them all.
+        let mut pages_at = Vec::with_capacity(n);
         for i in 0..n {
             let t = (me + nodes - i) % nodes;
             let calls: Vec<(usize, Request)> = (0..n)
@@ -512,6 +514,14 @@ impl Node {
                 })
                 .max()
                 .unwrap_or(0) as u32;
+            pages_at.push(pages);
+        }
+        self.counters.whole_pages_to_rebuild.store(
+            pages_at.iter().map(|&p| u64::from(p)).sum(),
+            Ordering::Relaxed,
+        );
+        for (i, &pages) in pages_at.iter().enumerate() {
+            let t = (me + nodes - i) % nodes;
             for q in 0..pages {
                 // A page under steady writes may show no consistent cut for a while: patience.
                 let mut tries = 0;
@@ -532,6 +542,7 @@ impl Node {
                     store.install_parity((t as u32, i as u8, q), &bytes, &seqs);
                 }
                 drop(store);
+                bump(&self.counters.whole_pages_rebuilt);
                 done += page_bytes as u64;
                 self.counters
                     .recovery_bytes

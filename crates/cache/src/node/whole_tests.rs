@@ -486,6 +486,14 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
     assert!(writer.join().unwrap() > 0);
     assert!(!lock(&nodes[2].store).whole_lost, "pages rebuilt");
     assert!(lock(&nodes[2].store).slab.pages() > 0);
+    // Its progress counted every page it rebuilt, of as many as it set out to.
+    let c = &nodes[2].counters;
+    let (rebuilt, to_rebuild) = (
+        c.whole_pages_rebuilt.load(Ordering::Relaxed),
+        c.whole_pages_to_rebuild.load(Ordering::Relaxed),
+    );
+    assert!(to_rebuild > 0);
+    assert_eq!(rebuilt, to_rebuild);
     check_parity(&nodes);
     // It may write whole again (it leads its stripe once its lease allows: the real-process
     // tests cover that, on a 1 s down-after time instead of this cluster's 10 s).
