@@ -311,6 +311,8 @@ pub struct Node {
     /// the loop), sent again once it is up: a parity page missing one agrees with no data
     /// page, and is left out of every repair, until it arrives (`Node::redeliver_deltas`).
     pub(crate) whole_pending: Mutex<Vec<(usize, Request)>>,
+    /// Bytes of the deltas in `whole_pending` (their deltas and records).
+    pub(crate) whole_pending_bytes: AtomicU64,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
     /// The next request id this node gives a client's write (`agent::once`).
@@ -409,6 +411,7 @@ impl Node {
             local_messages: AtomicU64::new(0),
             pages_lost: AtomicBool::new(recover),
             whole_pending: Mutex::new(Vec::new()),
+            whole_pending_bytes: AtomicU64::new(0),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,

@@ -753,8 +753,16 @@ fn sigkill_under_load_then_recover(extra: &[&str]) {
         assert!(c.sum_stat("whole_writes") > 0, "values were written whole");
         assert!(
             c.sum_stat("whole_fallbacks") > 0,
-            "writes while members were down went split"
+            "writes at stand-ins for killed homes went split"
         );
+        // Homes went on writing whole past killed parity positions: their deltas were
+        // queued, and were all delivered once the restarted nodes were up.
+        assert!(c.sum_stat("whole_deltas_queued") > 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while c.sum_stat("whole_deltas_pending") > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(c.sum_stat("whole_deltas_pending"), 0);
     }
 }
 

@@ -5,9 +5,16 @@
 //! from the same byte range of the other pages of the page's stripe.
 //!
 //! The home is the node that orders the key's writes: a write made while another node stands
-//! in for it is stored in the split layout (`Node::whole_ok`), and so is one while any member
-//! of the stripe is down, or while the home rebuilds its pages after a restart. The next
-//! write at the home brings the value back whole.
+//! in for it is stored in the split layout (`Node::whole_ok`), and so is one while the home
+//! rebuilds its pages after a restart. While members of the stripe are down (at most m) whose
+//! processes are gone (their connections refused), the home goes on writing whole: the deltas
+//! of the parity positions that are down wait in a queue and are sent once they are up
+//! ([`Node::redeliver_deltas`]; a restarted node rebuilds its pages and applies those its
+//! rebuild does not already hold); past [`PENDING_MAX_BYTES`] of them, writes go split until
+//! the queue drains. A member down but not refused (stalled, or cut off) may come back with
+//! its pages and without the deltas it missed should the home die meanwhile: writes go split
+//! then, their holes known to the stripe's records. The next write at the home brings a split
+//! value back whole.
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
@@ -71,12 +78,26 @@ const CUT_WAIT: Duration = Duration::from_millis(2);
 /// How often a page rebuild after a restart tries a page again (100 ms apart) when one read of
 /// it found no consistent cut.
 const PAGE_TRIES: usize = 50;
+/// Bytes of deltas a home keeps queued for parity positions that are down: past them, it
+/// writes split while a member of the stripe is down (a node down for long must not make the
+/// queue grow without bound; a split write leaves holes, filled from the stripe).
+pub const PENDING_MAX_BYTES: u64 = 64 << 20;
+
+/// The bytes a queued request holds (a delta's bytes and its record).
+fn queued_bytes(req: &Request) -> u64 {
+    match req {
+        Request::Delta { record, delta, .. } => (record.len() + delta.len()) as u64,
+        _ => 0,
+    }
+}
 
 impl Node {
     /// Whether a value of `value_bytes` under `key` is written whole now: the layout asks
     /// for it, this node is the stripe's home (its designated agent) and has its pages (not
-    /// rebuilding them after a restart), the cluster has a node per position, every member of
-    /// the stripe is up, and the record fits a slab page.
+    /// rebuilding them after a restart), the cluster has a node per position, the record fits
+    /// a slab page, and every member of the stripe is up or, with at most m down and all of
+    /// them refused (not running: they come back as restarted processes, which rebuild their
+    /// pages), the deltas queued for down parity positions are below [`PENDING_MAX_BYTES`].
     pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
         let wanted = match self.cfg.layout {
             Layout::Split => false,
@@ -90,7 +111,17 @@ impl Node {
             && self.placement.slots_of(self.cfg.id) == self.n()
             && record::OVERHEAD_BYTES + key.len() + value_bytes <= self.cfg.page_bytes
             && !self.pages_lost.load(Ordering::Relaxed)
-            && (0..self.n()).all(|p| self.is_up(self.placement.node_of(stripe, p)));
+            && match self.down_positions(stripe) {
+                0 => true,
+                down => {
+                    down <= self.parity()
+                        && self.whole_pending_bytes.load(Ordering::Relaxed) < PENDING_MAX_BYTES
+                        && (0..self.n())
+                            .map(|p| self.placement.node_of(stripe, p))
+                            .filter(|&node| !self.is_up(node))
+                            .all(|node| self.is_refused(node))
+                }
+            };
         if !ok {
             bump(&self.counters.whole_fallbacks);
         }
@@ -130,14 +161,15 @@ impl Node {
             Err(why) => return Err(WholeFail::Refused(why)),
         };
         drop(rec);
-        let calls: Vec<(usize, Request)> = self
+        // Parity positions known down are not asked: their deltas wait in the queue.
+        let (calls, down): (Vec<_>, Vec<_>) = self
             .whole_deltas(stripe, key, e, &written, watermark)
             .into_iter()
             .map(|(node, _, req)| (node, req))
-            .collect();
+            .partition(|(node, _)| self.is_up(*node));
         let asked: Vec<usize> = calls.iter().map(|(node, _)| *node).collect();
         let mut refused = None;
-        let mut missed = Vec::new();
+        let mut missed: Vec<usize> = down.into_iter().map(|(node, _)| node).collect();
         for (node, r) in asked.into_iter().zip(self.call(calls)) {
             match r {
                 Ok(Response::Ack) => {}
@@ -183,6 +215,8 @@ impl Node {
         let mut pending = lock(&self.whole_pending);
         for (node, _, req) in self.whole_deltas(stripe, key, e, written, watermark) {
             if which(node) {
+                self.whole_pending_bytes
+                    .fetch_add(queued_bytes(&req), Ordering::Relaxed);
                 pending.push((node, req));
                 bump(&self.counters.whole_deltas_queued);
             }
@@ -213,7 +247,10 @@ impl Node {
                 }
             }
         }
-        lock(&self.whole_pending).extend(again);
+        let mut pending = lock(&self.whole_pending);
+        pending.extend(again);
+        let bytes = pending.iter().map(|(_, req)| queued_bytes(req)).sum();
+        self.whole_pending_bytes.store(bytes, Ordering::Relaxed);
     }
 
     /// The deltas of a slot written at this node (the home), one per parity position of its

@@ -27,6 +27,13 @@ impl Node {
         node == self.cfg.id || lock(&self.peers)[node].up
     }
 
+    /// Whether `node`'s connection was refused since it last answered: its process is not
+    /// running (a stalled or cut-off node is down without being refused), so it comes back
+    /// only as a new process that has lost its memory.
+    pub fn is_refused(&self, node: usize) -> bool {
+        node != self.cfg.id && lock(&self.peers).leases[node].refused
+    }
+
     /// (up, ready) of every node in this node's view.
     pub fn view(&self) -> Vec<(bool, bool)> {
         let peers = lock(&self.peers);

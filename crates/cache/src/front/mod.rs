@@ -2214,6 +2214,11 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         g(&c.whole_deltas_redelivered),
     );
     compose::stat(out, "whole_deltas_pending", node.whole_deltas_pending());
+    compose::stat(
+        out,
+        "whole_deltas_pending_bytes",
+        node.whole_pending_bytes.load(Ordering::Relaxed),
+    );
     compose::reply(out, Reply::End);
 }
 

@@ -576,3 +576,118 @@ fn a_delta_a_parity_position_missed_is_sent_again() {
     expect_value(get(&nodes[1], &key), &[2; 500], "read back");
     hub.clear();
 }
+
+/// While a member's process is gone (its connection refused), homes go on writing whole: the
+/// deltas of its parity pages wait in their queues, and once it restarts and rebuilds its pages
+/// they are sent again (applied, or dropped where its rebuild holds them); every parity page
+/// then matches its data pages, and every value reads back. A member cut off (down, not
+/// refused) may come back with its pages but without the deltas it missed: writes go split.
+#[test]
+fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut_off() {
+    let (hub, mut nodes) = cluster(Layout::Whole);
+    let keys: Vec<Vec<u8>> = (0..60).map(|i| format!("w{i}").into_bytes()).collect();
+    for (i, key) in keys.iter().enumerate() {
+        let res = set(&nodes[i % NODES], key, &value_of(i, 0));
+        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+    }
+    hub.kill(2);
+    rounds(&nodes);
+    assert!(nodes[0].is_refused(2) && !nodes[0].is_up(2));
+    let fallbacks = |nodes: &[Arc<Node>]| -> u64 {
+        [0, 1, 3, 4]
+            .iter()
+            .map(|&i| nodes[i].counters.whole_fallbacks.load(Ordering::Relaxed))
+            .sum()
+    };
+    let before = fallbacks(&nodes);
+    let others: Vec<usize> = (0..keys.len())
+        .filter(|&i| nodes[0].placement.stripe_of(&keys[i]) != 2)
+        .collect();
+    for &i in &others {
+        let home = nodes[0].placement.stripe_of(&keys[i]);
+        let res = set(&nodes[home], &keys[i], &value_of(i, 1));
+        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+    }
+    assert_eq!(
+        fallbacks(&nodes),
+        before,
+        "written whole while node 2 is down"
+    );
+    let queued: usize = [0, 1, 3, 4]
+        .iter()
+        .map(|&i| nodes[i].whole_deltas_pending())
+        .sum();
+    assert!(queued > 0, "node 2 keeps parity pages of some of them");
+    // Node 2 restarts empty and rebuilds its pages; the queued deltas follow.
+    let mut cfg = nodes[2].cfg.clone();
+    cfg.recover = true;
+    let link = hub.link(2);
+    let mut restarted = Node::new(cfg, link.clone(), link);
+    restarted.started = Instant::now()
+        .checked_sub(2 * super::tests::TERM)
+        .expect("the clock has run for 20 s");
+    nodes[2] = Arc::new(restarted);
+    hub.attach(Arc::clone(&nodes[2]));
+    rounds(&nodes);
+    // Heartbeats go on meanwhile (the stand-in agent's lease needs them).
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beats = {
+        let (nodes, stop) = (nodes.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                rounds(&nodes);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    nodes[2].recover();
+    stop.store(true, Ordering::Relaxed);
+    beats.join().unwrap();
+    rounds(&nodes);
+    for node in &nodes {
+        node.redeliver_deltas();
+        assert_eq!(node.whole_deltas_pending(), 0);
+        assert_eq!(node.whole_pending_bytes.load(Ordering::Relaxed), 0);
+    }
+    check_parity(&nodes);
+    // The values written while node 2 was down read back (node 2's own stripe waits for its
+    // lease, a 10 s term here: its values are checked in its rebuilt slab).
+    for &i in &others {
+        let res = get(&nodes[(i + 2) % NODES], &keys[i]);
+        expect_value(res, &value_of(i, 1), "written while node 2 was down");
+    }
+    for (i, key) in keys.iter().enumerate() {
+        if others.contains(&i) {
+            continue;
+        }
+        let store = lock(&nodes[2].store);
+        let rec = store.get_latest(2, 0, key).expect("the home's record");
+        let (h, value) = crate::record::parse(rec).expect("a record");
+        assert_eq!(
+            (h.key.as_slice(), value),
+            (key.as_slice(), &value_of(i, 0)[..])
+        );
+    }
+    // Node 2 cut off from node 0 (it keeps parity for both of node 0's page residues): the
+    // first write misses its delta (queued), the next one sees node 2 down without a refusal
+    // and goes split.
+    let mine = keys_of(&nodes, 0, "cut", 2);
+    hub.cut(0, 2);
+    let before = nodes[0].counters.whole_fallbacks.load(Ordering::Relaxed);
+    for key in &mine {
+        let res = set(&nodes[0], key, &[7; 300]);
+        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+    }
+    assert!(!nodes[0].is_up(2) && !nodes[0].is_refused(2));
+    assert_eq!(
+        nodes[0].counters.whole_fallbacks.load(Ordering::Relaxed),
+        before + 1,
+        "the second write, split"
+    );
+    hub.heal();
+    rounds(&nodes);
+    for key in &mine {
+        expect_value(get(&nodes[1], key), &[7; 300], "after the cut");
+    }
+    hub.clear();
+}
