@@ -167,6 +167,9 @@ pub struct Counters {
     pub whole_writes: AtomicU64,
     pub whole_rebuilds: AtomicU64,
     pub whole_cut_retries: AtomicU64,
+    /// Queued deltas dropped, not sent: their node restarted after they were made, and its
+    /// page rebuild holds them.
+    pub whole_deltas_superseded: AtomicU64,
     /// After a restart: pages (slab and parity) rebuilt so far, of how many.
     pub whole_pages_rebuilt: AtomicU64,
     pub whole_pages_to_rebuild: AtomicU64,
@@ -310,7 +313,8 @@ pub struct Node {
     /// Deltas a parity position did not acknowledge (down, stalled, or a write given up on
     /// the loop), sent again once it is up: a parity page missing one agrees with no data
     /// page, and is left out of every repair, until it arrives (`Node::redeliver_deltas`).
-    pub(crate) whole_pending: Mutex<Vec<(usize, Request)>>,
+    /// Each with its node and when it was queued (µs since the epoch).
+    pub(crate) whole_pending: Mutex<Vec<(usize, u64, Request)>>,
     /// Bytes of the deltas in `whole_pending` (their deltas and records).
     pub(crate) whole_pending_bytes: AtomicU64,
     /// Peer messages the client loop sent and received (its reads).

@@ -83,6 +83,14 @@ const PAGE_TRIES: usize = 50;
 /// queue grow without bound; a split write leaves holes, filled from the stripe).
 pub const PENDING_MAX_BYTES: u64 = 64 << 20;
 
+/// A queued delta older than its node's incarnation (the start of its process) by more than
+/// this is dropped: the restarted node rebuilds its pages from the data pages after it starts
+/// (and its recovery restores the location records), so that rebuild holds the delta. The
+/// margin allows for the two nodes' clocks to differ by up to 1 s.
+const SUPERSEDED_MARGIN_US: u64 = 1_000_000;
+/// How many queued deltas go to the nodes in one exchange: a restarted node is not flooded.
+const REDELIVER_BATCH: usize = 256;
+
 /// The bytes a queued request holds (a delta's bytes and its record).
 fn queued_bytes(req: &Request) -> u64 {
     match req {
@@ -217,7 +225,7 @@ impl Node {
             if which(node) {
                 self.whole_pending_bytes
                     .fetch_add(queued_bytes(&req), Ordering::Relaxed);
-                pending.push((node, req));
+                pending.push((node, crate::time::now_micros(), req));
                 bump(&self.counters.whole_deltas_queued);
             }
         }
@@ -229,27 +237,45 @@ impl Node {
     }
 
     /// Sends the queued deltas to the nodes that are up again; keeps those still unanswered.
+    /// Those made before their node's process started (by [`SUPERSEDED_MARGIN_US`]) are
+    /// dropped: its page rebuild holds them. The rest go in batches of
+    /// [`REDELIVER_BATCH`], each sent once the one before is answered.
     pub fn redeliver_deltas(&self) {
-        let todo: Vec<(usize, Request)> = std::mem::take(&mut *lock(&self.whole_pending));
-        let (send, keep): (Vec<_>, Vec<_>) = todo.into_iter().partition(|(n, _)| self.is_up(*n));
-        let mut again = keep;
-        if !send.is_empty() {
-            let nodes: Vec<usize> = send.iter().map(|(n, _)| *n).collect();
-            let copies = send.clone();
-            for ((node, r), (_, req)) in nodes.into_iter().zip(self.call(send)).zip(copies) {
+        let todo = std::mem::take(&mut *lock(&self.whole_pending));
+        let incarnations: Vec<u64> = lock(&self.peers)
+            .list
+            .iter()
+            .map(|p| p.incarnation)
+            .collect();
+        let mut again = Vec::new();
+        let mut send = Vec::new();
+        for (node, at, req) in todo {
+            if !self.is_up(node) {
+                again.push((node, at, req));
+            } else if at + SUPERSEDED_MARGIN_US < incarnations[node] {
+                bump(&self.counters.whole_deltas_superseded);
+            } else {
+                send.push((node, at, req));
+            }
+        }
+        while !send.is_empty() {
+            let batch: Vec<(usize, u64, Request)> =
+                send.drain(..send.len().min(REDELIVER_BATCH)).collect();
+            let calls = batch.iter().map(|(n, _, req)| (*n, req.clone())).collect();
+            for ((node, at, req), r) in batch.into_iter().zip(self.call(calls)) {
                 match r {
                     Ok(Response::Ack) => bump(&self.counters.whole_deltas_redelivered),
                     Ok(other) => log::warn!(
                         "node {}: a delta for node {node} sent again was refused: {other:?}",
                         self.cfg.id
                     ),
-                    Err(_) => again.push((node, req)),
+                    Err(_) => again.push((node, at, req)),
                 }
             }
         }
         let mut pending = lock(&self.whole_pending);
         pending.extend(again);
-        let bytes = pending.iter().map(|(_, req)| queued_bytes(req)).sum();
+        let bytes = pending.iter().map(|(_, _, req)| queued_bytes(req)).sum();
         self.whole_pending_bytes.store(bytes, Ordering::Relaxed);
     }
 

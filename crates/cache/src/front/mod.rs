@@ -2206,6 +2206,11 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_rebuilds", g(&c.whole_rebuilds));
     compose::stat(out, "whole_cut_retries", g(&c.whole_cut_retries));
     compose::stat(out, "whole_pages_rebuilt", g(&c.whole_pages_rebuilt));
+    compose::stat(
+        out,
+        "whole_deltas_superseded",
+        g(&c.whole_deltas_superseded),
+    );
     compose::stat(out, "whole_pages_to_rebuild", g(&c.whole_pages_to_rebuild));
     compose::stat(out, "whole_deltas_queued", g(&c.whole_deltas_queued));
     compose::stat(
