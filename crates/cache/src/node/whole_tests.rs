@@ -128,6 +128,40 @@ fn check_parity(nodes: &[Arc<Node>]) {
 /// Values of 0 to 1.5 KB written through every node (each forwarding to the key's home) and
 /// overwritten, read back through every node; the home answers from its slab with no other
 /// node, and every parity page stays the parity of its stripe's data pages.
+/// Replaces node `id` with a new, empty process of it (`--recover`) attached to the hub, its
+/// lease term already run; its incarnation (process start) `later_us` after now.
+fn restart_empty(hub: &Arc<MemHub>, nodes: &mut [Arc<Node>], id: usize, later_us: u64) {
+    let mut cfg = nodes[id].cfg.clone();
+    cfg.recover = true;
+    let link = hub.link(id);
+    let mut restarted = Node::new(cfg, link.clone(), link);
+    restarted.incarnation += later_us;
+    restarted.started = Instant::now()
+        .checked_sub(2 * super::tests::TERM)
+        .expect("the clock has run for 20 s");
+    nodes[id] = Arc::new(restarted);
+    hub.attach(Arc::clone(&nodes[id]));
+    rounds(nodes);
+}
+
+/// Runs `f` while heartbeat rounds go on every 50 ms (the stand-in agents' leases need them).
+fn with_heartbeats<T>(nodes: &[Arc<Node>], f: impl FnOnce() -> T) -> T {
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let beats = {
+        let (nodes, stop) = (nodes.to_vec(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                rounds(&nodes);
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        })
+    };
+    let out = f();
+    stop.store(true, Ordering::Relaxed);
+    beats.join().expect("heartbeats");
+    out
+}
+
 #[test]
 fn whole_values_are_written_and_read_through_every_node() {
     let (hub, nodes) = cluster(Layout::Whole);
@@ -443,16 +477,7 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
     hub.kill(2);
     rounds(&nodes);
     // A new process of node 2, empty.
-    let mut cfg = nodes[2].cfg.clone();
-    cfg.recover = true;
-    let link = hub.link(2);
-    let mut restarted = Node::new(cfg, link.clone(), link);
-    restarted.started = Instant::now()
-        .checked_sub(2 * super::tests::TERM)
-        .expect("the clock has run for 20 s");
-    nodes[2] = Arc::new(restarted);
-    hub.attach(Arc::clone(&nodes[2]));
-    rounds(&nodes);
+    restart_empty(&hub, &mut nodes, 2, 0);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let writer = {
         let (nodes, stop, keys) = (nodes.clone(), Arc::clone(&stop), keys.clone());
@@ -470,19 +495,8 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
             writes
         })
     };
-    // Heartbeats go on meanwhile (the leases of the stand-in agents need them).
-    let beats = {
-        let (nodes, stop) = (nodes.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                rounds(&nodes);
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        })
-    };
-    nodes[2].recover();
+    with_heartbeats(&nodes, || nodes[2].recover());
     stop.store(true, Ordering::Relaxed);
-    beats.join().unwrap();
     assert!(writer.join().unwrap() > 0);
     assert!(!lock(&nodes[2].store).whole_lost, "pages rebuilt");
     assert!(lock(&nodes[2].store).slab.pages() > 0);
@@ -621,31 +635,8 @@ fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut
     // Node 2 restarts empty and rebuilds its pages. Its process starts well after the deltas
     // were queued (its incarnation says so: 2 s on, past the 1 s margin for clocks), so the
     // homes drop them rather than send them: its rebuild holds them.
-    let mut cfg = nodes[2].cfg.clone();
-    cfg.recover = true;
-    let link = hub.link(2);
-    let mut restarted = Node::new(cfg, link.clone(), link);
-    restarted.incarnation += 2_000_000;
-    restarted.started = Instant::now()
-        .checked_sub(2 * super::tests::TERM)
-        .expect("the clock has run for 20 s");
-    nodes[2] = Arc::new(restarted);
-    hub.attach(Arc::clone(&nodes[2]));
-    rounds(&nodes);
-    // Heartbeats go on meanwhile (the stand-in agent's lease needs them).
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let beats = {
-        let (nodes, stop) = (nodes.clone(), Arc::clone(&stop));
-        std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                rounds(&nodes);
-                std::thread::sleep(std::time::Duration::from_millis(50));
-            }
-        })
-    };
-    nodes[2].recover();
-    stop.store(true, Ordering::Relaxed);
-    beats.join().unwrap();
+    restart_empty(&hub, &mut nodes, 2, 2_000_000);
+    with_heartbeats(&nodes, || nodes[2].recover());
     rounds(&nodes);
     let mut superseded = 0;
     for node in &nodes {
