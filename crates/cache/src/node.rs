@@ -14,7 +14,7 @@ use codes::{Code, Codec};
 use graph::Scheme;
 
 use crate::agent::index::StripeIndex;
-use crate::agent::whole::Layout;
+use crate::agent::whole::{Layout, WholeRepair};
 use crate::carrier::peer::{PeerError, PeerTransport, Request, Response};
 use crate::carrier::plans::PlanExec;
 use crate::cluster::coord::{Coordinator, Leadership};
@@ -95,6 +95,8 @@ pub struct NodeConfig {
     pub page_bytes: usize,
     /// How much each slab size class grows over the one below it (`--slab-growth-factor`).
     pub slab_growth: f64,
+    /// `--whole-repair`: how a whole value is rebuilt (`agent::whole`).
+    pub whole_repair: WholeRepair,
 }
 
 #[derive(Clone, Debug)]
@@ -167,6 +169,9 @@ pub struct Counters {
     pub whole_writes: AtomicU64,
     pub whole_rebuilds: AtomicU64,
     pub whole_cut_retries: AtomicU64,
+    /// Whole values a repair plan rebuilt that failed their record's check (read again over a
+    /// direct consistent cut).
+    pub whole_plan_rejected: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.
     pub whole_deltas_superseded: AtomicU64,

@@ -118,6 +118,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
             layout: o.layout.parse().map_err(|e: String| anyhow!(e))?,
             whole_below_bytes: o.whole_below,
             page_bytes: o.page_kib.max(1) << 10,
+            whole_repair: o.whole_repair.parse().map_err(|e: String| anyhow!(e))?,
             slab_growth: match o.slab_growth_factor.parse::<f64>() {
                 Ok(f) if f > 1.0 && f <= 2.0 => f,
                 _ => {

@@ -432,18 +432,30 @@ fn round_trip_triec() {
 /// message.
 #[test]
 fn round_trip_whole() {
-    round_trip_whole_with("rs:6,3", "rs", 9);
+    round_trip_whole_with("rs:6,3", "rs", 9, "plan");
+}
+
+/// The same with `--whole-repair direct`: degraded reads decode a consistent cut of direct
+/// range reads, at the home on its event loop.
+#[test]
+fn round_trip_whole_direct() {
+    round_trip_whole_with("rs:6,3", "rs", 9, "direct");
 }
 
 /// The same under LRC(6,2,2): the local parity positions apply the deltas of their group's
 /// data positions only (the others' coefficient is 0), and repairs read a local group.
 #[test]
 fn round_trip_whole_lrc() {
-    round_trip_whole_with("lrc:6,2,2", "lrc", 10);
+    round_trip_whole_with("lrc:6,2,2", "lrc", 10, "plan");
 }
 
-fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
-    let c = Cluster::up_with(code, scheme, chunks, &["--layout", "whole"]);
+fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize, repair: &str) {
+    let c = Cluster::up_with(
+        code,
+        scheme,
+        chunks,
+        &["--layout", "whole", "--whole-repair", repair],
+    );
     let n = c.clients.len();
     let mut rng = SmallRng::seed_from_u64(11);
     let mut sizes = vec![0usize, 1, 95, 96, 97, 1023, 1024, 8192, 200_000, 1 << 20];
@@ -475,6 +487,18 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
         assert!(got == Got::Hit(v.clone()), "degraded read of {key}");
     }
     assert!(c.sum_stat("whole_rebuilds") >= sizes.len() as u64 - big);
+    // With plans, every whole value's degraded read ran the scheme's repair plan, and what it
+    // rebuilt passed the check (nothing was written meanwhile).
+    let planned = repair == "plan";
+    if planned {
+        assert!(c.sum_stat("degraded_plan_runs") >= sizes.len() as u64 - big);
+        assert_eq!(c.sum_stat("degraded_plan_fallbacks"), 0, "plan fallbacks");
+        assert_eq!(
+            c.sum_stat("whole_plan_rejected"),
+            0,
+            "plan results rejected"
+        );
+    }
     // A get at the key's home: no peer message.
     let placement = cache::cluster::placement::Placement::new(n, chunks);
     let (key, v) = &values[8 - 1];
@@ -483,15 +507,212 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
     let before = peer();
     assert!(home.get(key) == Got::Hit(v.clone()));
     assert_eq!(peer(), before, "a get at the home");
-    // A forced-degraded read at the home runs on its event loop: the value's range asked of
-    // every other position of its page's stripe (`Range`), their replies, no fallback.
     let code: codes::Code = code.parse().unwrap();
+    if planned {
+        // A forced-degraded read at the home: one plan run, no message of the cache's own
+        // (the plan's frames are the engine's).
+        let (before, runs) = (peer(), c.sum_stat("degraded_plan_runs"));
+        assert!(home.mg_degraded(key, 0) == Got::Hit(v.clone()));
+        assert_eq!(peer(), before, "a degraded read on the plan");
+        assert_eq!(c.sum_stat("degraded_plan_runs") - runs, 1);
+    } else {
+        degraded_read_on_the_loop(&c, &mut home, key, v, &code);
+    }
+    // A set at the home: one delta to each of the parity positions, and their acks.
+    let before = peer();
+    assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
+    assert_eq!(
+        peer() - before,
+        2 * code.parity_count() as u64,
+        "a set at the home"
+    );
+}
+
+/// Whole values' degraded reads run every scheme's repair plan on the engine (the plan's chunk
+/// the value's byte range): for PPR, ECPipe and TriEC (RS and LRC: `round_trip_whole*`),
+/// values of several sizes read forced degraded through every node, each a plan run, none
+/// falling back or failing its check.
+#[test]
+fn whole_degraded_reads_run_every_schemes_plan() {
+    for scheme in ["ppr", "ecpipe", "triec"] {
+        let c = Cluster::up_with("rs:6,3", scheme, 9, &["--layout", "whole"]);
+        let mut rng = SmallRng::seed_from_u64(21);
+        let mut clients: Vec<Client> = (0..9).map(|i| c.client(i)).collect();
+        let values: Vec<(String, Vec<u8>)> = [1usize, 100, 1000, 8192, 50_000]
+            .iter()
+            .enumerate()
+            .map(|(i, &len)| (format!("{scheme}-whole-{i}"), random_value(&mut rng, len)))
+            .collect();
+        for (i, (key, v)) in values.iter().enumerate() {
+            assert_eq!(clients[i % 9].set(key, v), "STORED\r\n", "{scheme} {key}");
+        }
+        assert_eq!(c.sum_stat("whole_writes"), values.len() as u64, "{scheme}");
+        let mut reads = 0;
+        for (key, v) in &values {
+            for cl in clients.iter_mut() {
+                assert!(
+                    cl.mg_degraded(key, 0) == Got::Hit(v.clone()),
+                    "{scheme}: {key}"
+                );
+                reads += 1;
+            }
+        }
+        assert_eq!(
+            c.sum_stat("degraded_plan_runs"),
+            reads,
+            "{scheme}: plan runs"
+        );
+        assert_eq!(
+            c.sum_stat("degraded_plan_fallbacks"),
+            0,
+            "{scheme}: fallbacks"
+        );
+        assert_eq!(c.sum_stat("whole_plan_rejected"), 0, "{scheme}: rejected");
+    }
+}
+
+/// Overwrites race the repair plans of whole values that share their pages (real processes):
+/// every member applies each delta 4 ms late (test-only), so the data pages of homes that
+/// write run ahead of their parity pages; meanwhile forced-degraded reads at node 0, the home
+/// of the victims, rebuild them on the engine from the same pages. Every read returns the right
+/// bytes, and some plan results failed the record's check (a torn cut) and were read again
+/// over a consistent cut. With the check switched off (test-only), torn results reach the
+/// read, which fails.
+#[test]
+fn overwrites_racing_plan_repairs_of_whole_values_read_right() {
+    let (failed, wrong, rejected) = racing_plan_repairs(false);
+    assert_eq!((failed, wrong), (0, 0), "reads failed, wrong");
+    assert!(rejected > 0, "some plan result was torn and rejected");
+    let (failed, wrong, _) = racing_plan_repairs(true);
+    eprintln!("check off: {failed} reads failed, {wrong} wrong");
+    assert!(
+        failed + wrong > 0,
+        "without the check, a torn result is served or fails"
+    );
+}
+
+/// Reads that failed and that returned wrong bytes, and plan results rejected, with the plan
+/// check on (`unchecked` false) or off.
+fn racing_plan_repairs(unchecked: bool) -> (usize, usize, u64) {
+    let mut env = vec![(cache::member::handler::DELTA_DELAY_ENV, "4")];
+    if unchecked {
+        env.push((cache::agent::whole::PLAN_UNCHECKED_ENV, "1"));
+    }
+    let c = Cluster::up_env("rs:6,3", "rs", 9, &["--layout", "whole"], &env);
+    let placement = cache::cluster::placement::Placement::new(9, 9);
+    let keys_of = |home: usize, count: usize| -> Vec<String> {
+        (0..)
+            .map(|i| format!("race{home}-{i}"))
+            .filter(|k| placement.stripe_of(k.as_bytes()) == home)
+            .take(count)
+            .collect()
+    };
+    let value = |key: &str, round: u64| -> Vec<u8> {
+        let mut v = format!("{key}/{round}/").into_bytes();
+        let seed = v
+            .iter()
+            .fold(round, |a, &b| a.wrapping_mul(31).wrapping_add(b as u64));
+        let mut rng = SmallRng::seed_from_u64(seed);
+        while v.len() < 8000 {
+            v.push(rng.gen());
+        }
+        v
+    };
+    // Home node 0's page j is data position j % 6 of page stripe 9 - j % 6 (pages 1..5), whose
+    // position 0 is page 0 of node 9 - j % 6: the victims fill node 0's pages 0..5, and the
+    // writers of nodes 4..8 overwrite values in the slots of the same offsets of their page 0.
+    let victims = keys_of(0, 31 * 6);
+    let mut home0 = c.client(0);
+    for k in &victims {
+        assert_eq!(home0.set(k, &value(k, 0)), "STORED\r\n");
+    }
+    let writers: Vec<(usize, Vec<String>)> = (1..9).map(|h| (h, keys_of(h, 8))).collect();
+    for (h, keys) in &writers {
+        let mut cl = c.client(*h);
+        for k in keys {
+            assert_eq!(cl.set(k, &value(k, 0)), "STORED\r\n");
+        }
+    }
+    let stop = AtomicBool::new(false);
+    let (mut failed, mut wrong) = (0, 0);
+    std::thread::scope(|s| {
+        // One writer per home but node 0: its values overwritten in turn, for ever.
+        for (h, keys) in &writers {
+            let (c, stop) = (&c, &stop);
+            s.spawn(move || {
+                let mut cl = c.client(*h);
+                for round in 1u64.. {
+                    for k in keys {
+                        if stop.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        let _ = cl.set(k, &value(k, round));
+                    }
+                }
+            });
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let rejected = || {
+            c.client(0).stats("inec")["whole_plan_rejected"]
+                .parse::<u64>()
+                .unwrap()
+        };
+        'reads: while Instant::now() < deadline {
+            for k in &victims {
+                match home0.mg_degraded(k, 0) {
+                    Got::Hit(v) if v == value(k, 0) => {}
+                    Got::Hit(_) => wrong += 1,
+                    other => {
+                        if failed == 0 {
+                            let what = match other {
+                                Got::Error(e) => e,
+                                _ => "a miss".into(),
+                            };
+                            eprintln!("a read of {k} failed: {what}");
+                        }
+                        failed += 1
+                    }
+                }
+            }
+            let enough = if unchecked {
+                failed + wrong > 0
+            } else {
+                rejected() >= 3
+            };
+            if enough {
+                break 'reads;
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let rejected = c.sum_stat("whole_plan_rejected");
+    eprintln!(
+        "racing plan repairs (check {}): {} plan runs, {rejected} rejected, {} fallbacks, \
+         {failed} failed, {wrong} wrong",
+        if unchecked { "off" } else { "on" },
+        c.sum_stat("degraded_plan_runs"),
+        c.sum_stat("degraded_plan_fallbacks"),
+    );
+    (failed, wrong, rejected)
+}
+
+/// A forced-degraded read at the home (`--whole-repair direct`) runs on its event loop: the
+/// value's range asked of every other position of its page's stripe (`Range`), their replies,
+/// no fallback.
+fn degraded_read_on_the_loop(
+    c: &Cluster,
+    home: &mut Client,
+    key: &str,
+    v: &[u8],
+    code: &codes::Code,
+) {
+    let peer = || c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent");
     let (before, loop_reads, fallbacks) = (
         peer(),
         c.sum_stat("loop_reads"),
         c.sum_stat("loop_read_fallbacks"),
     );
-    assert!(home.mg_degraded(key, 0) == Got::Hit(v.clone()));
+    assert!(home.mg_degraded(key, 0) == Got::Hit(v.to_vec()));
     // The read may finish on the first k consistent pieces; the last replies still come.
     let want = 2 * (code.n() as u64 - 1);
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -501,14 +722,6 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize) {
     assert_eq!(peer() - before, want, "a degraded read");
     assert_eq!(c.sum_stat("loop_reads") - loop_reads, 1);
     assert_eq!(c.sum_stat("loop_read_fallbacks"), fallbacks);
-    // A set at the home: one delta to each of the parity positions, and their acks.
-    let before = peer();
-    assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
-    assert_eq!(
-        peer() - before,
-        2 * code.parity_count() as u64,
-        "a set at the home"
-    );
 }
 
 /// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,

@@ -78,6 +78,13 @@ pub struct CacheOptions {
     #[arg(long, default_value = "1.04")]
     #[serde(default = "default_slab_growth")]
     pub slab_growth_factor: String,
+    /// How a whole value is rebuilt while its home is down or its slot damaged: plan (the
+    /// scheme's repair plan on the engine, its chunk the value's byte range, checked by the
+    /// record's CRC and read again directly if the check fails) or direct (the agent reads
+    /// that range of every other page of the page's stripe and decodes a consistent cut).
+    #[arg(long, default_value = "plan", value_parser = ["plan", "direct"])]
+    #[serde(default = "default_whole_repair")]
+    pub whole_repair: String,
     /// Heartbeat period in ms.
     #[arg(long, default_value_t = 100)]
     pub heartbeat_ms: u64,
@@ -111,6 +118,10 @@ fn default_whole_below() -> usize {
 
 fn default_page_kib() -> usize {
     256
+}
+
+fn default_whole_repair() -> String {
+    "plan".into()
 }
 
 fn default_slab_growth() -> String {
@@ -152,6 +163,7 @@ impl CacheOptions {
             ("--whole-below", self.whole_below.to_string()),
             ("--page-kib", self.page_kib.to_string()),
             ("--slab-growth-factor", self.slab_growth_factor.clone()),
+            ("--whole-repair", self.whole_repair.clone()),
             ("--heartbeat-ms", self.heartbeat_ms.to_string()),
             ("--down-after-ms", self.down_after_ms.to_string()),
             ("--recovery-mbps", self.recovery_mbps.to_string()),

@@ -14,6 +14,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::agent::index::Entry;
+use crate::agent::whole::WholeRepair;
 use crate::carrier::peer::{Request, Response};
 use crate::cluster::stripe;
 use crate::member::whole::{self, Piece};
@@ -250,7 +251,9 @@ impl Node {
         let (Kind::Whole, 0, Some(at)) = (e.kind, degrade, e.whole_at) else {
             return LoopRead::Worker;
         };
-        if home != self.cfg.id {
+        // With repairs on the engine's plans the worker runs the plan (it waits for it).
+        let planned = self.cfg.whole_repair == WholeRepair::Plan && self.plans.is_some();
+        if home != self.cfg.id || planned {
             return LoopRead::Worker;
         }
         let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);

@@ -26,6 +26,38 @@ use crate::member::whole::{self, Piece, SlotWrite};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind, WholeAt};
 
+/// Test-only: switches off the check of what a repair plan rebuilt of a whole value
+/// (`INEC_TEST_WHOLE_PLAN_UNCHECKED=1`, honoured with `--debug-commands` only), so that a test
+/// can show the check is what keeps a torn rebuild from being served.
+pub const PLAN_UNCHECKED_ENV: &str = "INEC_TEST_WHOLE_PLAN_UNCHECKED";
+
+fn whole_plan_check_off() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *OFF.get_or_init(|| std::env::var(PLAN_UNCHECKED_ENV).is_ok_and(|v| v == "1"))
+}
+
+/// How a whole value is rebuilt while its home is down or its slot damaged (`--whole-repair`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WholeRepair {
+    /// The scheme's repair plan on the engine, its chunk the value's byte range; what it
+    /// rebuilt is checked and, if it fails, read again as `Direct` does.
+    Plan,
+    /// The agent reads the range of every other position of the page's stripe (on its event
+    /// loop when it can) and decodes a consistent cut of k.
+    Direct,
+}
+
+impl std::str::FromStr for WholeRepair {
+    type Err = String;
+    fn from_str(s: &str) -> Result<WholeRepair, String> {
+        match s {
+            "plan" => Ok(WholeRepair::Plan),
+            "direct" => Ok(WholeRepair::Direct),
+            _ => Err(format!("unknown whole repair {s:?} (plan or direct)")),
+        }
+    }
+}
+
 /// Which layout new values get (`--layout`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Layout {
@@ -353,7 +385,10 @@ impl Node {
             Some(at) => at,
             None => self.whole_location(stripe, key, e)?,
         };
-        let rec = self.rebuild_whole(home, at)?;
+        let rec = match self.plan_rebuild_whole(home, at, key, e.version) {
+            Some(rec) => rec,
+            None => self.rebuild_whole(home, at)?,
+        };
         match record::parse(&rec) {
             Ok((h, data)) if h.version == e.version && h.key == key => {
                 // A damaged slot at this node is mended in place (a slot left damaged would
@@ -427,6 +462,82 @@ impl Node {
             String::from_utf8_lossy(key),
             e.version
         ))
+    }
+
+    /// The record of `key` v`version` in slot `at` of node `home`, rebuilt at this node by
+    /// the scheme's repair plan on the engine: the plan's chunk is the slot's byte range, each
+    /// helper reads that range of its page of the page stripe. The helpers' pages are not
+    /// compared (a plan combines what it reads), so the result is taken only if it parses as
+    /// that record: its CRC32C covers the whole slot, so bytes combined across a delta in
+    /// flight (a data page with it, a parity page without) fail it. `None` (counted, the
+    /// reason logged) when there is no engine path, the plan cannot run, or the result fails
+    /// the check: the caller then reads a consistent cut directly ([`Node::rebuild_whole`]).
+    fn plan_rebuild_whole(
+        &self,
+        home: usize,
+        at: WholeAt,
+        key: &[u8],
+        version: u64,
+    ) -> Option<Vec<u8>> {
+        if self.cfg.whole_repair != WholeRepair::Plan {
+            return None;
+        }
+        let x = self.plans.as_ref()?;
+        let (t, target, q) = whole::page_of(home, at.page, self.k(), self.cfg.node_count);
+        let members = self.placement.members(t);
+        // A helper that is down, or up but not ready (it may be rebuilding its pages after a
+        // restart), is treated as lost.
+        let view = self.view();
+        let lost: Vec<usize> = (0..self.n())
+            .filter(|&p| p == target || !view[members[p]].0 || !view[members[p]].1)
+            .collect();
+        let plan_at = crate::carrier::plans::RepairAt {
+            code: self.cfg.code,
+            scheme: self.cfg.scheme,
+            mode: self.cfg.mode,
+            members: &members,
+            agent: self.cfg.id,
+            stripe: t,
+            lost: &lost,
+        };
+        let range = crate::carrier::plans::PageRange {
+            page: q,
+            offset: at.offset,
+            len: at.len,
+        };
+        let fallback = |reason: String| {
+            x.counters
+                .degraded_plan_fallbacks
+                .fetch_add(1, Ordering::Relaxed);
+            log::warn!(
+                "node {}: whole value {} rebuilt from a direct cut instead of on the engine: \
+                 {reason}",
+                self.cfg.id,
+                String::from_utf8_lossy(key)
+            );
+            None
+        };
+        let rec = match x.repair_range(&plan_at, target, range, &|n| self.is_up(n)) {
+            Ok(rec) => rec,
+            Err(e) => return fallback(e.to_string()),
+        };
+        if !(self.cfg.debug_commands && whole_plan_check_off()) {
+            match record::parse(&rec) {
+                Ok((h, _)) if h.version == version && h.key == key => {}
+                _ => {
+                    bump(&self.counters.whole_plan_rejected);
+                    return fallback(format!(
+                        "what the plan rebuilt of page {q} of page stripe {t} is not the record \
+                         (a delta in flight between the pages it read)"
+                    ));
+                }
+            }
+        }
+        x.counters
+            .degraded_plan_runs
+            .fetch_add(1, Ordering::Relaxed);
+        bump(&self.counters.whole_rebuilds);
+        Some(rec)
     }
 
     /// The bytes of slot `at` of node `home`, rebuilt from the same range of the other pages

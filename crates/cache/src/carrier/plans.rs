@@ -63,6 +63,18 @@ pub enum RunKind {
     Read = 0,
     /// A write: the agent supplies the data chunks, members store their chunk as a record.
     Write = 1,
+    /// A degraded read of a whole value: members supply one byte range of a page of the
+    /// payload's page stripe ([`PageRange`]), the agent receives the lost position's range.
+    Range = 2,
+}
+
+/// The byte range of a page a [`RunKind::Range`] run reads at every position of the page
+/// stripe (`RunPayload::stripe`): page `page`, bytes `offset..offset + len`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageRange {
+    pub page: u32,
+    pub offset: u32,
+    pub len: u32,
 }
 
 /// The record fields a write's members store their chunks under.
@@ -90,6 +102,8 @@ pub struct RunPayload {
     pub key: Vec<u8>,
     /// Writes only.
     pub write: Option<WriteMeta>,
+    /// Range runs only.
+    pub range: Option<PageRange>,
     /// The fencing token of the agent's term (`cluster::coord`; 0 without a coordinator): a
     /// member that has seen a newer term of the stripe refuses its part.
     pub fence: u64,
@@ -135,6 +149,7 @@ pub enum ExecError {
 
 const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2 + 8;
 const WRITE_META: usize = 8 + 4 + 8 + 8 + 8 * record::TRAIL;
+const RANGE_META: usize = 4 + 4 + 4;
 
 impl RunPayload {
     pub fn encode(&self) -> Vec<u8> {
@@ -156,6 +171,11 @@ impl RunPayload {
                 b.extend_from_slice(&id.to_le_bytes());
             }
         }
+        if let Some(r) = &self.range {
+            b.extend_from_slice(&r.page.to_le_bytes());
+            b.extend_from_slice(&r.offset.to_le_bytes());
+            b.extend_from_slice(&r.len.to_le_bytes());
+        }
         b
     }
 
@@ -169,6 +189,7 @@ impl RunPayload {
         let kind = match b[0] {
             0 => RunKind::Read,
             1 => RunKind::Write,
+            2 => RunKind::Range,
             _ => return Err(bad()),
         };
         let key_len = u16::from_le_bytes([b[25], b[26]]) as usize;
@@ -176,15 +197,26 @@ impl RunPayload {
             return Err(bad());
         }
         let rest = PAYLOAD_HEAD + key_len;
-        let write = match (kind, b.len().checked_sub(rest)) {
-            (RunKind::Read, Some(0)) => None,
-            (RunKind::Write, Some(WRITE_META)) => Some(WriteMeta {
-                value_bytes: u64_at(rest),
-                flags: u32_at(rest + 8),
-                exptime: u64_at(rest + 12) as i64,
-                watermark: u64_at(rest + 20),
-                trail: std::array::from_fn(|i| u64_at(rest + 28 + 8 * i)),
-            }),
+        let (write, range) = match (kind, b.len().checked_sub(rest)) {
+            (RunKind::Read, Some(0)) => (None, None),
+            (RunKind::Write, Some(WRITE_META)) => (
+                Some(WriteMeta {
+                    value_bytes: u64_at(rest),
+                    flags: u32_at(rest + 8),
+                    exptime: u64_at(rest + 12) as i64,
+                    watermark: u64_at(rest + 20),
+                    trail: std::array::from_fn(|i| u64_at(rest + 28 + 8 * i)),
+                }),
+                None,
+            ),
+            (RunKind::Range, Some(RANGE_META)) => (
+                None,
+                Some(PageRange {
+                    page: u32_at(rest),
+                    offset: u32_at(rest + 4),
+                    len: u32_at(rest + 8),
+                }),
+            ),
             _ => return Err(bad()),
         };
         Ok(RunPayload {
@@ -195,6 +227,7 @@ impl RunPayload {
             class_bytes: u32_at(21),
             key: b[PAYLOAD_HEAD..rest].to_vec(),
             write,
+            range,
             fence: u64_at(27),
         })
     }
@@ -345,6 +378,19 @@ pub struct PlanExec {
     /// Runs given up (a participant went down), by nonce, with when.
     abandoned: Mutex<HashMap<u64, std::time::Instant>>,
     pub counters: PlanCounters,
+}
+
+/// Where a repair plan runs: the code and scheme, the stripe's members by position, the node
+/// the lost positions are rebuilt at, and every position not usable.
+#[derive(Clone, Copy, Debug)]
+pub struct RepairAt<'a> {
+    pub code: Code,
+    pub scheme: Scheme,
+    pub mode: ExecMode,
+    pub members: &'a [usize],
+    pub agent: usize,
+    pub stripe: usize,
+    pub lost: &'a [usize],
 }
 
 #[derive(Debug)]
@@ -652,6 +698,7 @@ impl PlanExec {
             class_bytes: chunk_bytes as u32,
             key: key.to_vec(),
             write: Some(meta),
+            range: None,
             fence: self.fence(stripe),
         }
         .encode();
@@ -715,6 +762,7 @@ impl PlanExec {
             class_bytes: chunk_bytes as u32,
             key: key.to_vec(),
             write: None,
+            range: None,
             fence: self.fence(stripe),
         }
         .encode();
@@ -770,6 +818,78 @@ impl PlanExec {
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<Vec<u8>>, ExecError> {
+        let fence = self.fence(stripe);
+        let at = RepairAt {
+            code,
+            scheme,
+            mode,
+            members,
+            agent,
+            stripe,
+            lost,
+        };
+        self.run_repair(&at, wanted, chunk_bytes, up, |nonce, class| RunPayload {
+            kind: RunKind::Read,
+            nonce,
+            stripe: stripe as u32,
+            version,
+            class_bytes: class as u32,
+            key: key.to_vec(),
+            write: None,
+            range: None,
+            fence,
+        })
+    }
+
+    /// Rebuilds byte range `range` of position `target` of page stripe `at.stripe` (a whole
+    /// value's slot: its home's page) at node `at.agent`, with the repair plan of the scheme
+    /// for the loss of `at.lost` (it contains `target`); each helper reads the same range of
+    /// its page of the page stripe. What the helpers read is not checked against each other
+    /// (a delta in flight can make the result wrong): the caller checks the rebuilt record
+    /// (`agent::whole`).
+    pub fn repair_range(
+        &self,
+        at: &RepairAt,
+        target: usize,
+        range: PageRange,
+        up: &dyn Fn(usize) -> bool,
+    ) -> Result<Vec<u8>, ExecError> {
+        let t = at.stripe as u32;
+        let mut out = self.run_repair(at, &[target], range.len as usize, up, |nonce, class| {
+            RunPayload {
+                kind: RunKind::Range,
+                nonce,
+                stripe: t,
+                version: 0,
+                class_bytes: class as u32,
+                key: Vec::new(),
+                write: None,
+                range: Some(range),
+                // Pages are not a term's values: helpers read them for any agent, as they
+                // answer the direct `Range` reads.
+                fence: 0,
+            }
+        })?;
+        Ok(out.remove(0))
+    }
+
+    fn run_repair(
+        &self,
+        at: &RepairAt,
+        wanted: &[usize],
+        chunk_bytes: usize,
+        up: &dyn Fn(usize) -> bool,
+        payload: impl FnOnce(u64, usize) -> RunPayload,
+    ) -> Result<Vec<Vec<u8>>, ExecError> {
+        let &RepairAt {
+            code,
+            scheme,
+            mode,
+            members,
+            agent,
+            stripe,
+            lost,
+        } = at;
         let launcher = self.launcher()?;
         // One data chunk lost at the designated agent: the start-up template, resized to the
         // run's chunk size. Otherwise a template per (loss pattern, size class), on first use.
@@ -792,17 +912,7 @@ impl PlanExec {
             }
         };
         let nonce = self.nonce();
-        let payload = RunPayload {
-            kind: RunKind::Read,
-            nonce,
-            stripe: stripe as u32,
-            version,
-            class_bytes: class as u32,
-            key: key.to_vec(),
-            write: None,
-            fence: self.fence(stripe),
-        }
-        .encode();
+        let payload = payload(nonce, class).encode();
         let c = &self.counters;
         let now = c
             .degraded_plan_runs_in_flight
@@ -994,6 +1104,10 @@ impl PlanExec {
     }
 }
 
+fn lock_store(s: &Mutex<ChunkStore>) -> std::sync::MutexGuard<'_, ChunkStore> {
+    s.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The engine host's application on a cache node: a read's local inputs are this node's chunk
 /// records of the payload's key and version and its outputs go to the waiting agent; a
 /// write's inputs are the agent's data chunks and its outputs are stored as records.
@@ -1050,6 +1164,20 @@ impl Application for CacheApp {
         }
         if !self.repair_input_delay.is_zero() && is_repair_template(run.template) {
             std::thread::sleep(self.repair_input_delay);
+        }
+        if let Some(r) = p.range {
+            let class = p.class_bytes as usize;
+            if r.len as usize > class {
+                return Err(AppError::new(format!(
+                    "node {id}: a range of {} bytes exceeds the plan's {class}",
+                    r.len
+                )));
+            }
+            let key = (p.stripe, chunk.index as u8, r.page);
+            let got = lock_store(&self.store).range(key, r.offset, r.len);
+            let (_, mut buf) = got.map_err(|e| AppError::new(format!("node {id}: {e}")))?;
+            buf.resize(class, 0);
+            return Ok(Arc::new(buf));
         }
         let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
         if let Err(seen) = store.admit(p.stripe, p.fence) {
@@ -1192,6 +1320,7 @@ mod tests {
             class_bytes: 4096,
             key: b"user:1".to_vec(),
             write: None,
+            range: None,
             fence: 41,
         };
         assert_eq!(RunPayload::decode(&p.encode()).unwrap(), p);
@@ -1206,6 +1335,27 @@ mod tests {
         let b = p.encode();
         assert_eq!(RunPayload::decode(&b).unwrap(), p);
         assert!(RunPayload::decode(&b[..b.len() - 1]).is_err());
+        let range = RunPayload {
+            kind: RunKind::Range,
+            write: None,
+            range: Some(PageRange {
+                page: 9,
+                offset: 8448,
+                len: 8290,
+            }),
+            key: Vec::new(),
+            ..p.clone()
+        };
+        let rb = range.encode();
+        assert_eq!(RunPayload::decode(&rb).unwrap(), range);
+        // A range run's tail is 12 bytes, a write's meta is not a range, nor the reverse.
+        assert!(RunPayload::decode(&rb[..rb.len() - 1]).is_err());
+        let mut as_write = rb.clone();
+        as_write[0] = RunKind::Write as u8;
+        assert!(RunPayload::decode(&as_write).is_err());
+        let mut as_range = b.clone();
+        as_range[0] = RunKind::Range as u8;
+        assert!(RunPayload::decode(&as_range).is_err());
         assert!(RunPayload::decode(&[0; 10]).is_err());
         let mut long = vec![0u8; PAYLOAD_HEAD + 251];
         long[25..27].copy_from_slice(&251u16.to_le_bytes());

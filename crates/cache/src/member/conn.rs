@@ -162,6 +162,10 @@ pub fn run_job(node: &Node, job: PeerJob) -> Vec<u8> {
         Request::Agent(op) => op.once().is_some_and(|o| o.attempt != Attempt::First),
         _ => false,
     };
+    if matches!(job.request, Request::Delta { .. }) {
+        // Zero but in tests (`member::handler::DELTA_DELAY_ENV`).
+        std::thread::sleep(node.delta_delay());
+    }
     let res = match node.handle_peer(job.request) {
         Response::Agent(AgentResult::NotAgent) if job.tried_here && later_try => {
             Response::Agent(AgentResult::Error(format!(

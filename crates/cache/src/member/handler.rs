@@ -8,6 +8,10 @@ use crate::member::store::ChunkStore;
 use crate::node::{lock, Node};
 use crate::record;
 
+/// Test-only (honoured with `--debug-commands`): a member waits this many ms before it applies
+/// each delta of the whole layout, so that tests can race repairs with deltas in flight.
+pub const DELTA_DELAY_ENV: &str = "INEC_TEST_DELTA_DELAY_MS";
+
 /// A member's answer to a chunk request (`Put`, `Get`, `Delete`, `Touch`, `List`, `Flip`) from
 /// its store; any other request is a `Nack`.
 ///
@@ -160,7 +164,25 @@ impl Node {
         match req {
             Request::Agent(_) => Err(req),
             Request::Heartbeat { from } => self.heartbeat(from as usize, false).ok_or(req),
+            Request::Delta { .. } if !self.delta_delay().is_zero() => Err(req),
             req => Ok(self.handle_peer(req)),
+        }
+    }
+
+    /// Test-only ([`DELTA_DELAY_ENV`], with `--debug-commands`): how long a member waits
+    /// before it applies a delta (on a worker, so its parity pages lag the data pages).
+    pub(crate) fn delta_delay(&self) -> std::time::Duration {
+        static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+        let ms = *DELAY.get_or_init(|| {
+            std::env::var(DELTA_DELAY_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        });
+        if self.cfg.debug_commands {
+            std::time::Duration::from_millis(ms)
+        } else {
+            std::time::Duration::ZERO
         }
     }
 

@@ -478,10 +478,12 @@ pub struct Piece {
     pub seqs: Vec<u64>,
 }
 
-/// The pieces a repair may combine (a consistent cut): every data piece, and the parity pieces
-/// that have applied exactly the deltas of every data piece read and that agree with each
-/// other on the data positions not read (the lost ones). Of parity pieces that disagree among
-/// themselves, the largest agreeing group is kept. Returns the positions kept.
+/// The pieces a repair may combine (a consistent cut): a group of parity pieces that have
+/// applied the same deltas (no gap), with the data pieces whose pages are at exactly the seqs
+/// that group agrees with. A data page read ahead of the group (its delta still in flight to
+/// the parity pages) is left out and decoded like a lost one, at the content the group holds
+/// for it. Of the groups, the one with the most pieces wins (more data pieces on a tie; with no
+/// parity piece, the data pieces alone). Returns the positions kept.
 pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
     #[cfg(test)]
     if RULE_OFF.load(std::sync::atomic::Ordering::Relaxed) {
@@ -494,24 +496,27 @@ pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
         .collect();
     let parity: Vec<&Piece> = pieces
         .iter()
-        .filter(|p| p.position >= k && p.seqs.len() == k)
-        .filter(|p| data.iter().all(|&(d, s)| p.seqs[d] == s && s != GAPPED))
-        .filter(|p| !p.seqs.contains(&GAPPED))
+        .filter(|p| p.position >= k && p.seqs.len() == k && !p.seqs.contains(&GAPPED))
         .collect();
-    // Group the remaining parity pieces by their seqs at the data positions not read.
-    let mut best: Vec<usize> = Vec::new();
+    let mut best: (Vec<usize>, Vec<usize>) = (data.iter().map(|&(d, _)| d).collect(), Vec::new());
     for a in &parity {
         let group: Vec<usize> = parity
             .iter()
             .filter(|b| b.seqs == a.seqs)
             .map(|b| b.position)
             .collect();
-        if group.len() > best.len() {
-            best = group;
+        let agree: Vec<usize> = data
+            .iter()
+            .filter(|&&(d, s)| s != GAPPED && a.seqs[d] == s)
+            .map(|&(d, _)| d)
+            .collect();
+        let (size, best_size) = (group.len() + agree.len(), best.0.len() + best.1.len());
+        if size > best_size || (size == best_size && agree.len() > best.0.len()) {
+            best = (agree, group);
         }
     }
-    let mut out: Vec<usize> = data.iter().map(|&(d, _)| d).collect();
-    out.extend(best);
+    let mut out = best.0;
+    out.extend(best.1);
     out.sort_unstable();
     out
 }
@@ -709,5 +714,32 @@ mod tests {
             piece(4, &[5, 8]),
         ];
         assert_eq!(consistent(&pieces, 2), vec![0, 3, 4]);
+    }
+
+    #[test]
+    fn a_data_page_ahead_of_every_parity_page_is_decoded_instead_of_read() {
+        // k = 3: data 0 at seq 5, data 1 at seq 9 (its delta 9 not yet at any parity), data 2
+        // lost; parities 3 and 4 agree with each other and with data 0. The cut leaves data 1
+        // out: 0, 3 and 4 are k pieces of one state of the page stripe.
+        let pieces = [
+            piece(0, &[5]),
+            piece(1, &[9]),
+            piece(3, &[5, 8, 2]),
+            piece(4, &[5, 8, 2]),
+        ];
+        assert_eq!(consistent(&pieces, 3), vec![0, 3, 4]);
+        // When a parity page has caught up with data 1, the cut with it is as large and holds
+        // more data pieces.
+        let pieces = [
+            piece(0, &[5]),
+            piece(1, &[9]),
+            piece(3, &[5, 9, 2]),
+            piece(4, &[5, 8, 2]),
+        ];
+        assert_eq!(consistent(&pieces, 3), vec![0, 1, 3]);
+        // A parity page that is behind data 0 and data 1 joins no cut with them; alone with
+        // its group (one piece) it is smaller than the data pieces alone.
+        let pieces = [piece(0, &[5]), piece(1, &[9]), piece(3, &[4, 8, 2])];
+        assert_eq!(consistent(&pieces, 3), vec![0, 1]);
     }
 }
