@@ -535,7 +535,12 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize, repair: &str) 
 #[test]
 fn whole_degraded_reads_run_every_schemes_plan() {
     for scheme in ["ppr", "ecpipe", "triec"] {
-        let c = Cluster::up_with("rs:6,3", scheme, 9, &["--layout", "whole"]);
+        let c = Cluster::up_with(
+            "rs:6,3",
+            scheme,
+            9,
+            &["--layout", "whole", "--whole-repair", "plan"],
+        );
         let mut rng = SmallRng::seed_from_u64(21);
         let mut clients: Vec<Client> = (0..9).map(|i| c.client(i)).collect();
         let values: Vec<(String, Vec<u8>)> = [1usize, 100, 1000, 8192, 50_000]
@@ -598,7 +603,13 @@ fn racing_plan_repairs(unchecked: bool) -> (usize, usize, u64) {
     if unchecked {
         env.push((cache::agent::whole::PLAN_UNCHECKED_ENV, "1"));
     }
-    let c = Cluster::up_env("rs:6,3", "rs", 9, &["--layout", "whole"], &env);
+    let c = Cluster::up_env(
+        "rs:6,3",
+        "rs",
+        9,
+        &["--layout", "whole", "--whole-repair", "plan"],
+        &env,
+    );
     let placement = cache::cluster::placement::Placement::new(9, 9);
     let keys_of = |home: usize, count: usize| -> Vec<String> {
         (0..)
@@ -937,6 +948,13 @@ fn sigkill_up_to_m_nodes_under_load_then_recover_whole() {
     sigkill_under_load_then_recover(&["--layout", "whole"]);
 }
 
+/// The same with whole values rebuilt on the scheme's repair plans (`--whole-repair plan`):
+/// the stand-ins' reads of the killed homes' values ran plans.
+#[test]
+fn sigkill_up_to_m_nodes_under_load_then_recover_whole_on_plans() {
+    sigkill_under_load_then_recover(&["--layout", "whole", "--whole-repair", "plan"]);
+}
+
 fn sigkill_under_load_then_recover(extra: &[&str]) {
     let c = Cluster::up_with("rs:6,3", "rs", 9, extra);
     // Clients talk to nodes 0, 5..8; nodes 1, 2, 3 (agents of stripes 1, 2, 3) are killed.
@@ -976,6 +994,12 @@ fn sigkill_under_load_then_recover(extra: &[&str]) {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert_eq!(c.sum_stat("whole_deltas_pending"), 0);
+    }
+    if extra.contains(&"plan") {
+        assert!(
+            c.sum_stat("degraded_plan_runs") > 0,
+            "whole values rebuilt on plans"
+        );
     }
 }
 

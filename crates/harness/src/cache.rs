@@ -78,11 +78,12 @@ pub struct CacheOptions {
     #[arg(long, default_value = "1.04")]
     #[serde(default = "default_slab_growth")]
     pub slab_growth_factor: String,
-    /// How a whole value is rebuilt while its home is down or its slot damaged: plan (the
-    /// scheme's repair plan on the engine, its chunk the value's byte range, checked by the
-    /// record's CRC and read again directly if the check fails) or direct (the agent reads
-    /// that range of every other page of the page's stripe and decodes a consistent cut).
-    #[arg(long, default_value = "plan", value_parser = ["plan", "direct"])]
+    /// How a whole value is rebuilt while its home is down or its slot damaged: direct (the
+    /// agent reads that range of every other page of the page's stripe and decodes a
+    /// consistent cut; on the event loop at the home) or plan (the scheme's repair plan on the
+    /// engine, its chunk the value's byte range, checked by the record's CRC and read again
+    /// directly if the check fails). docs/cache.md, "Degraded reads of whole values".
+    #[arg(long, default_value = "direct", value_parser = ["direct", "plan"])]
     #[serde(default = "default_whole_repair")]
     pub whole_repair: String,
     /// Heartbeat period in ms.
@@ -121,7 +122,7 @@ fn default_page_kib() -> usize {
 }
 
 fn default_whole_repair() -> String {
-    "plan".into()
+    "direct".into()
 }
 
 fn default_slab_growth() -> String {

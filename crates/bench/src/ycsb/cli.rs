@@ -32,7 +32,8 @@ pub struct YcsbArgs {
     /// (coherent, stripe leadership from a local etcd: `--coordinator local`, the `etcd`
     /// build), all three with the paper's layout (`--layout split`: each value cut into k
     /// chunks), `inec-whole` (coherent, `--layout whole`: each value whole at its home, parity
-    /// across values), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
+    /// across values; degraded reads decode direct range reads), `inec-whole-plan` (the same
+    /// with `--whole-repair plan`: degraded reads on the scheme's repair plan), `memcached` (one node, no redundancy), `memcached-x3` (`--memcached-nodes`
     /// nodes, each key written to 3 of them by the client).
     #[arg(
         long,
@@ -381,7 +382,8 @@ fn inject_failures(
 fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Running, Route)> {
     let records = a.records + a.operations.unwrap_or(0) / 10 + a.records / 5;
     match name {
-        "inec-coherent" | "inec-incoherent" | "inec-coherent-etcd" | "inec-whole" => {
+        "inec-coherent" | "inec-incoherent" | "inec-coherent-etcd" | "inec-whole"
+        | "inec-whole-plan" => {
             let exe = a.exe.clone().ok_or_else(|| {
                 settings!("inec systems need the `inec` executable (their nodes run `inec serve`)")
             })?;
@@ -403,13 +405,12 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
             if name.ends_with("-etcd") {
                 o.options.coordinator = Some("local".into());
             }
-            // The paper's systems keep its layout; `inec-whole` every value whole.
-            o.options.layout = if name == "inec-whole" {
-                "whole"
-            } else {
-                "split"
+            // The paper's systems keep its layout; `inec-whole*` every value whole.
+            let whole = name.starts_with("inec-whole");
+            o.options.layout = if whole { "whole" } else { "split" }.into();
+            if name == "inec-whole-plan" {
+                o.options.whole_repair = "plan".into();
             }
-            .into();
             let c = InecCache::start(&o)?;
             // `agent`: without failures the same as Route::Hash (each key to its stripe's agent).
             let route = match a.route.as_str() {
@@ -448,7 +449,7 @@ fn start_system(a: &YcsbArgs, name: &str, n_inec: usize, k: usize) -> Result<(Ru
         }
         s => bail!(
             "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
-             inec-whole, memcached or memcached-x3"
+             inec-whole, inec-whole-plan, memcached or memcached-x3"
         ),
     }
 }
@@ -900,12 +901,13 @@ pub fn run(a: YcsbArgs) -> Result<()> {
                 | "inec-incoherent"
                 | "inec-coherent-etcd"
                 | "inec-whole"
+                | "inec-whole-plan"
                 | "memcached"
                 | "memcached-x3"
         ) {
             bail!(
                 "--systems {s:?}: expected inec-coherent, inec-incoherent, inec-coherent-etcd, \
-                 inec-whole, memcached or memcached-x3"
+                 inec-whole, inec-whole-plan, memcached or memcached-x3"
             );
         }
     }

@@ -56,6 +56,17 @@ pub fn class_bytes(bytes: usize) -> usize {
     bytes.max(MIN_CLASS_BYTES).next_power_of_two()
 }
 
+/// The chunk size a range run of `len` bytes runs with: `len` rounded up to a multiple of an
+/// eighth of the power of two at or below it (at least 64 bytes), so that at most 12.5 % is padding and the engine's
+/// buffers, pooled by exact length, serve the next runs of nearby lengths (slots hold records
+/// of every length; a pool of exact lengths would keep one set of buffers per length).
+pub fn range_class(len: usize) -> usize {
+    let len = len.max(1);
+    // The power of two at or below `len`, an eighth of it.
+    let floor = 1usize << (usize::BITS - 1 - len.leading_zeros());
+    len.next_multiple_of((floor / 8).max(64))
+}
+
 /// What a run is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RunKind {
@@ -855,7 +866,8 @@ impl PlanExec {
         up: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<u8>, ExecError> {
         let t = at.stripe as u32;
-        let mut out = self.run_repair(at, &[target], range.len as usize, up, |nonce, class| {
+        let len = range.len as usize;
+        let mut out = self.run_repair(at, &[target], range_class(len), up, |nonce, class| {
             RunPayload {
                 kind: RunKind::Range,
                 nonce,
@@ -870,7 +882,9 @@ impl PlanExec {
                 fence: 0,
             }
         })?;
-        Ok(out.remove(0))
+        let mut rebuilt = out.remove(0);
+        rebuilt.truncate(len);
+        Ok(rebuilt)
     }
 
     fn run_repair(
@@ -1104,6 +1118,16 @@ impl PlanExec {
     }
 }
 
+/// A run's input of `class` bytes: `data` zero-padded, in a buffer of the engine's pool. The
+/// engine returns a run's buffers to its pool once sent: an input allocated elsewhere would
+/// grow the pool by one buffer per run, up to its bound.
+fn pooled_input(ctx: &HostCtx, data: &[u8], class: usize) -> Vec<u8> {
+    let mut buf = ctx.pool().take(class);
+    buf[..data.len()].copy_from_slice(data);
+    buf[data.len()..].fill(0);
+    buf
+}
+
 fn lock_store(s: &Mutex<ChunkStore>) -> std::sync::MutexGuard<'_, ChunkStore> {
     s.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -1147,7 +1171,7 @@ impl CacheApp {
 impl Application for CacheApp {
     fn input(
         &mut self,
-        _ctx: &HostCtx,
+        ctx: &HostCtx,
         run: &RunInfo,
         chunk: ChunkRef,
     ) -> Result<Arc<Vec<u8>>, AppError> {
@@ -1175,9 +1199,8 @@ impl Application for CacheApp {
             }
             let key = (p.stripe, chunk.index as u8, r.page);
             let got = lock_store(&self.store).range(key, r.offset, r.len);
-            let (_, mut buf) = got.map_err(|e| AppError::new(format!("node {id}: {e}")))?;
-            buf.resize(class, 0);
-            return Ok(Arc::new(buf));
+            let (_, bytes) = got.map_err(|e| AppError::new(format!("node {id}: {e}")))?;
+            return Ok(Arc::new(pooled_input(ctx, &bytes, class)));
         }
         let mut store = self.store.lock().unwrap_or_else(PoisonError::into_inner);
         if let Err(seen) = store.admit(p.stripe, p.fence) {
@@ -1207,10 +1230,8 @@ impl Application for CacheApp {
                 data.len()
             )));
         }
-        let mut buf = Vec::with_capacity(class);
-        buf.extend_from_slice(data);
+        let buf = pooled_input(ctx, data, class);
         drop(store);
-        buf.resize(class, 0);
         Ok(Arc::new(buf))
     }
 
@@ -1400,6 +1421,23 @@ mod tests {
                 "node {node}: one product per data member"
             );
         }
+    }
+
+    #[test]
+    fn range_classes_pad_at_most_an_eighth() {
+        assert_eq!(range_class(0), 64);
+        assert_eq!(range_class(1), 64);
+        assert_eq!(range_class(65), 128);
+        assert_eq!(range_class(8290), 9216);
+        assert_eq!(range_class(8192), 8192);
+        let mut classes = std::collections::BTreeSet::new();
+        for len in 1..=(1 << 20) {
+            let c = range_class(len);
+            assert!(c >= len && (c - len) * 8 <= len.max(64 * 8), "{len} → {c}");
+            classes.insert(c);
+        }
+        // Few lengths for the engine's buffer pool: about 8 per power of two.
+        assert!(classes.len() < 8 * 21, "{} classes", classes.len());
     }
 
     #[test]

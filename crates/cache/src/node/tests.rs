@@ -109,7 +109,7 @@ pub(crate) fn config(id: usize) -> NodeConfig {
         whole_below_bytes: 65536,
         page_bytes: 1 << 20,
         slab_growth: crate::member::whole::GROWTH,
-        whole_repair: crate::agent::whole::WholeRepair::Plan,
+        whole_repair: crate::agent::whole::WholeRepair::Direct,
     }
 }
 
