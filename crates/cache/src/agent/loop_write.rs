@@ -179,6 +179,7 @@ impl Node {
         let Some((old, version, watermark, epoch)) = reserved else {
             return LoopWriteStart::Worker;
         };
+        self.count_split_fallback(kind, value.len());
         let mut entry = Entry::new(
             version,
             value.len() as u64,

@@ -139,15 +139,10 @@ impl Node {
     /// them refused (not running: they come back as restarted processes, which rebuild their
     /// pages), the deltas queued for down parity positions are below [`PENDING_MAX_BYTES`].
     pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
-        let wanted = match self.cfg.layout {
-            Layout::Split => false,
-            Layout::Whole => true,
-            Layout::Auto => value_bytes < self.cfg.whole_below_bytes,
-        };
-        if !wanted {
+        if !self.whole_wanted(value_bytes) {
             return false;
         }
-        let ok = self.placement.node_of(stripe, 0) == self.cfg.id
+        self.placement.node_of(stripe, 0) == self.cfg.id
             && self.placement.slots_of(self.cfg.id) == self.n()
             && record::OVERHEAD_BYTES + key.len() + value_bytes <= self.cfg.page_bytes
             && !self.pages_lost.load(Ordering::Relaxed)
@@ -161,11 +156,24 @@ impl Node {
                             .filter(|&node| !self.is_up(node))
                             .all(|node| self.is_refused(node))
                 }
-            };
-        if !ok {
+            }
+    }
+
+    /// Whether the layout asks for a value of `value_bytes` to be whole.
+    pub(crate) fn whole_wanted(&self, value_bytes: usize) -> bool {
+        match self.cfg.layout {
+            Layout::Split => false,
+            Layout::Whole => true,
+            Layout::Auto => value_bytes < self.cfg.whole_below_bytes,
+        }
+    }
+
+    /// Counts a write the layout wanted whole that goes split (`whole_fallbacks`): called
+    /// once the write is under way, so a write handed from the loop to a worker counts once.
+    pub(crate) fn count_split_fallback(&self, kind: Kind, value_bytes: usize) {
+        if kind != Kind::Whole && self.whole_wanted(value_bytes) {
             bump(&self.counters.whole_fallbacks);
         }
-        ok
     }
 
     /// The whole layout's memory here: slab pages, bytes of the slots in use, parity pages,

@@ -135,6 +135,9 @@ impl Node {
         } else {
             self.split_layout_of(key, value)
         };
+        if whole {
+            self.count_split_fallback(kind, value.len());
+        }
         let positions = match kind {
             Kind::Replica => self.replica_span(stripe, positions),
             Kind::Coded | Kind::Whole => positions,
