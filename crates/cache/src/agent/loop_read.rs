@@ -31,6 +31,9 @@ pub enum LoopRead {
     Miss,
     /// Every chunk it needs was on this node.
     Value(LoopValue),
+    /// Its reply is in the output buffer given ([`Node::loop_read_into`]): a value whole at
+    /// this node, copied from the store into the reply once.
+    Composed,
     /// Chunks to ask other members for: [`LoopPending::remote`].
     Fetch(LoopPending),
     /// Another node leads the key's stripe: send it the request.
@@ -107,7 +110,15 @@ impl LoopPending {
 impl Node {
     /// Starts a plain read of `key` (no touch, no forced degradation) on the client loop.
     pub fn loop_read_start(&self, key: &[u8]) -> LoopRead {
-        self.loop_read_begin(key, None)
+        self.loop_read_begin(key, None, None)
+    }
+
+    /// A plain read as [`Node::loop_read_start`], whose reply to a client's `get` (`VALUE`
+    /// line with the cas when `with_cas`, the data, `END`) is appended to `out` when the value
+    /// lies whole at this node ([`LoopRead::Composed`]): the data goes from the store into the
+    /// reply with no copy in between. Any other outcome leaves `out` as it was.
+    pub fn loop_read_into(&self, key: &[u8], out: &mut Vec<u8>, with_cas: bool) -> LoopRead {
+        self.loop_read_begin(key, None, Some((out, with_cas)))
     }
 
     /// Starts a forced-degraded read (`mg <key> v Oinec-degrade-<position>`) on the client
@@ -116,10 +127,15 @@ impl Node {
     /// positions by the loop (`Range`, one each); any other goes to a worker, as does one
     /// whose pieces hold no consistent cut (deltas in flight: the worker reads again).
     pub fn loop_read_start_degraded(&self, key: &[u8], position: u8) -> LoopRead {
-        self.loop_read_begin(key, Some(position))
+        self.loop_read_begin(key, Some(position), None)
     }
 
-    fn loop_read_begin(&self, key: &[u8], degrade: Option<u8>) -> LoopRead {
+    fn loop_read_begin(
+        &self,
+        key: &[u8],
+        degrade: Option<u8>,
+        sink: Option<(&mut Vec<u8>, bool)>,
+    ) -> LoopRead {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
             return match self.agent_of(stripe) {
@@ -182,9 +198,14 @@ impl Node {
         if let [p] = positions[..] {
             if self.placement.node_of(stripe, p) == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
+                let fence = self.fence(stripe);
+                // With a sink, the reply is composed from the store's bytes (`mark`: where it
+                // starts, to take it back should the lease have lapsed meanwhile).
+                let mut sink = sink;
+                let mut mark = None;
                 let value = {
                     let mut store = lock(&self.store);
-                    if store.admit(stripe as u32, self.fence(stripe)).is_err() {
+                    if store.admit(stripe as u32, fence).is_err() {
                         return LoopRead::Worker;
                     }
                     match store
@@ -192,7 +213,16 @@ impl Node {
                         .map(record::parse)
                     {
                         Some(Ok((h, data))) if h.key == key && h.chunk_index as usize == p => {
-                            data.to_vec()
+                            match sink.as_mut() {
+                                Some((out, with_cas)) => {
+                                    mark = Some(out.len());
+                                    let cas = with_cas.then_some(e.version);
+                                    proto::compose::value(out, key, e.flags, data, cas);
+                                    proto::compose::reply(out, proto::Reply::End);
+                                    Vec::new()
+                                }
+                                None => data.to_vec(),
+                            }
                         }
                         Some(Err(_)) => {
                             bump(&self.counters.crc_errors);
@@ -202,8 +232,14 @@ impl Node {
                     }
                 };
                 if !self.leads(stripe) {
+                    if let (Some((out, _)), Some(mark)) = (sink, mark) {
+                        out.truncate(mark);
+                    }
                     bump(&self.counters.lease_lost_ops);
                     return LoopRead::Worker;
+                }
+                if mark.is_some() {
+                    return LoopRead::Composed;
                 }
                 return LoopRead::Value(LoopValue {
                     key: key.to_vec(),

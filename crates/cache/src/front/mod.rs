@@ -782,7 +782,8 @@ fn start_peer_request(
                 to: ReplyTo::Peer,
                 meta: None,
             }),
-            LoopRead::Worker | LoopRead::Forward(_) => None,
+            // Only `loop_read_into` composes.
+            LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => None,
         },
         peer::Request::Agent(AgentOp::Store {
             mode,
@@ -1424,9 +1425,15 @@ fn service(
                                 noreply: false,
                             };
                             let key = g.keys[0];
-                            match node.loop_read_start(key) {
+                            match node.loop_read_into(key, &mut c.out, with_cas) {
                                 LoopRead::Worker => {
                                     Some((command.to_owned_command(), Once::default()))
+                                }
+                                LoopRead::Composed => {
+                                    bump(&node.counters.cmd_get);
+                                    bump(&node.counters.get_hits);
+                                    bump(&node.counters.loop_reads);
+                                    None
                                 }
                                 LoopRead::Miss => {
                                     bump(&node.counters.cmd_get);

@@ -334,6 +334,37 @@ fn a_read_at_the_home_sends_no_message() {
         other => panic!("{other:?}"),
     }
     assert_eq!(nodes[0].transport.data_messages(), before);
+    // A client's get composed straight into its reply, after what the buffer held: the same
+    // bytes as the reply composed from the value, with and without the cas.
+    for with_cas in [false, true] {
+        let mut out = b"earlier".to_vec();
+        assert!(matches!(
+            nodes[0].loop_read_into(&key, &mut out, with_cas),
+            crate::agent::LoopRead::Composed
+        ));
+        let v = match nodes[0].loop_read_start(&key) {
+            crate::agent::LoopRead::Value(v) => v,
+            other => panic!("{other:?}"),
+        };
+        let mut want = b"earlier".to_vec();
+        proto::compose::value(
+            &mut want,
+            &key,
+            v.flags,
+            &v.value,
+            with_cas.then_some(v.cas),
+        );
+        proto::compose::reply(&mut want, proto::Reply::End);
+        assert_eq!(out, want);
+    }
+    // A key not at this node leaves the buffer alone.
+    let other = keys_of(&nodes, 1, "o", 1).remove(0);
+    let mut out = b"earlier".to_vec();
+    assert!(!matches!(
+        nodes[0].loop_read_into(&other, &mut out, false),
+        crate::agent::LoopRead::Composed
+    ));
+    assert_eq!(out, b"earlier");
     assert_eq!(whole::page_of(0, 0, 2, NODES), (0, 0, 0));
     hub.clear();
 }
