@@ -124,6 +124,9 @@ pub struct NemesisArgs {
     /// The cache's value layout (`inec serve --layout`): split, whole or auto.
     #[arg(long, default_value = "auto", value_parser = ["split", "whole", "auto"])]
     pub layout: String,
+    /// How whole values are rebuilt (`inec serve --whole-repair`): direct or plan.
+    #[arg(long, default_value = "direct", value_parser = ["direct", "plan"])]
+    pub whole_repair: String,
 }
 
 /// One fault as it ran, on the history's clock (ns).
@@ -186,6 +189,9 @@ const NODE_STATS: &[&str] = &[
     "retries_in_doubt",
     "holes_filled",
     "degraded_plan_runs",
+    "degraded_plan_fallbacks",
+    "whole_rebuilds",
+    "whole_plan_rejected",
     "fenced_out",
 ];
 
@@ -278,6 +284,7 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
     opts.options.down_after_ms = a.lease_ms;
     opts.options.coordinator.clone_from(&a.coordinator);
     opts.options.layout.clone_from(&a.layout);
+    opts.options.whole_repair.clone_from(&a.whole_repair);
     let dir = std::env::temp_dir().join(format!("inec-nemesis-{}", std::process::id()));
     outln!(
         "starting {n} nodes in network namespaces ({}, {}, leadership: {})",
