@@ -172,6 +172,8 @@ pub struct Counters {
     /// Whole values a repair plan rebuilt that failed their record's check (read again over a
     /// direct consistent cut).
     pub whole_plan_rejected: AtomicU64,
+    /// Parity pages rebuilt while the node ran, after missing a delta.
+    pub whole_pages_healed: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.
     pub whole_deltas_superseded: AtomicU64,

@@ -103,6 +103,13 @@ pub(crate) enum WholeFail {
     InDoubt(String),
 }
 
+/// How long a parity page may miss a delta before it is rebuilt
+/// ([`Node::heal_gapped_pages`]): longer than a home takes to send a delta again.
+pub const HEAL_AFTER: Duration = Duration::from_secs(5);
+
+/// Parity pages rebuilt per round at most (a round a second).
+const HEAL_PER_ROUND: usize = 4;
+
 /// How often a repair reads the page ranges again while the parity pages disagree with the
 /// data pages (deltas in flight), and how long it waits between reads.
 const CUT_TRIES: usize = 50;
@@ -653,6 +660,65 @@ impl Node {
                 .collect()
         };
         Ok((out, seqs))
+    }
+
+    /// Rebuilds, while the node runs, the parity pages that have missed a delta for
+    /// [`HEAL_AFTER`] (a later delta of the same data page applied, so the home sent it and
+    /// did not send it again: it died, or its queue was dropped). Such a page agrees with no
+    /// data page and is left out of every repair, one position less of tolerance for its
+    /// stripe; rebuilt from a consistent cut of the others at least as new as what it had
+    /// applied, with the deltas that arrive meanwhile applied over it, it is whole again.
+    /// At most [`HEAL_PER_ROUND`] pages a round. Returns the pages healed.
+    pub fn heal_gapped_pages(&self) -> usize {
+        self.heal_pages_gapped_for(HEAL_AFTER)
+    }
+
+    /// [`Node::heal_gapped_pages`] of the pages gapped for at least `after`.
+    pub(crate) fn heal_pages_gapped_for(&self, after: Duration) -> usize {
+        let page_bytes = self.cfg.page_bytes as u32;
+        let gapped = lock(&self.store).gapped_parity(after);
+        let mut healed = 0;
+        for key @ (t, position, q) in gapped.into_iter().take(HEAL_PER_ROUND) {
+            let highest = lock(&self.store).begin_heal(key);
+            let rebuilt = self
+                .rebuild_piece(t as usize, position as usize, q, 0, page_bytes)
+                .and_then(|(bytes, seqs)| {
+                    let fresh = seqs.len() == highest.len()
+                        && seqs.iter().zip(&highest).all(|(s, h)| s >= h);
+                    if fresh {
+                        Ok((bytes, seqs))
+                    } else {
+                        Err(format!(
+                            "the cut agrees with data pages at {seqs:?}, older than {highest:?}"
+                        ))
+                    }
+                });
+            let mut store = lock(&self.store);
+            match rebuilt {
+                Ok((bytes, seqs)) if store.finish_heal(key, &bytes, &seqs) => {
+                    drop(store);
+                    bump(&self.counters.whole_pages_healed);
+                    healed += 1;
+                    log::info!(
+                        "node {}: parity page {q} of page stripe {t} (position {position}) \
+                         missed a delta: rebuilt",
+                        self.cfg.id
+                    );
+                }
+                other => {
+                    store.abort_heal(key);
+                    drop(store);
+                    if let Err(e) = other {
+                        log::warn!(
+                            "node {}: parity page {q} of page stripe {t} missed a delta and \
+                             could not be rebuilt yet: {e}",
+                            self.cfg.id
+                        );
+                    }
+                }
+            }
+        }
+        healed
     }
 
     /// After a restart (`--recover`): rebuilds every page this node held — its slab pages as a

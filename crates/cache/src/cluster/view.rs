@@ -375,6 +375,7 @@ impl Node {
                 me.sweep();
                 me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
                 me.redeliver_deltas();
+                me.heal_gapped_pages();
             })
             .expect("spawn expiry thread");
         if self.coord.is_some() {

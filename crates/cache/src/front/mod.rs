@@ -2213,6 +2213,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_rebuilds", g(&c.whole_rebuilds));
     compose::stat(out, "whole_cut_retries", g(&c.whole_cut_retries));
     compose::stat(out, "whole_plan_rejected", g(&c.whole_plan_rejected));
+    compose::stat(out, "whole_pages_healed", g(&c.whole_pages_healed));
     compose::stat(out, "whole_pages_rebuilt", g(&c.whole_pages_rebuilt));
     compose::stat(
         out,

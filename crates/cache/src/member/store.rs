@@ -106,6 +106,10 @@ pub struct ChunkStore {
     pub whole_lost: bool,
     /// Deltas kept while rebuilding, by parity page: (data position, seq, offset, delta).
     held_deltas: HashMap<(u32, u8, u32), Vec<HeldDelta>>,
+    /// Parity pages being rebuilt while the node runs (a delta missing, `begin_heal`): the
+    /// deltas that arrive meanwhile are applied and kept, to be applied again over the
+    /// rebuilt page (each once, by seq).
+    healing: HashMap<(u32, u8, u32), Vec<u64>>,
     /// Pages rebuilt so far while rebuilding: parity pages, and slab pages (position 255,
     /// position 255, page stripe 2^32 − 1, stand for "this node's slab").
     rebuilt: std::collections::HashSet<(u32, u8, u32)>,
@@ -138,6 +142,7 @@ impl ChunkStore {
             slab: Slab::new(page_bytes),
             parity: ParityPages::default(),
             whole_lost: false,
+            healing: HashMap::new(),
             held_deltas: HashMap::new(),
             rebuilt: std::collections::HashSet::new(),
             whole_code: None,
@@ -180,6 +185,52 @@ impl ChunkStore {
                 .parity
                 .apply(*kernel, key, *k, page_bytes, d, seq, offset, coef, &delta);
         }
+    }
+
+    /// Parity pages with a delta missing for at least `for_at_least` (none while this node
+    /// rebuilds its pages after a restart, nor those being healed).
+    pub fn gapped_parity(&self, for_at_least: std::time::Duration) -> Vec<(u32, u8, u32)> {
+        if self.whole_lost {
+            return Vec::new();
+        }
+        let mut keys = self.parity.gapped(for_at_least);
+        keys.retain(|key| !self.healing.contains_key(key));
+        keys
+    }
+
+    /// Starts rebuilding parity page `key` while the node runs: from now on the deltas that
+    /// arrive for it are kept as well as applied. Returns, per data position, the highest
+    /// delta seq the page has applied: a rebuild must agree with data pages at least that new
+    /// (every delta applied so far is then in the rebuilt bytes).
+    pub fn begin_heal(&mut self, key: (u32, u8, u32)) -> Vec<u64> {
+        let k = self.whole_code.as_ref().map_or(0, |c| c.2);
+        let highest = self.parity.highest_applied(key, k);
+        self.healing.insert(key, highest.clone());
+        highest
+    }
+
+    /// Installs the rebuilt parity page `key` (agreeing with data pages at `seqs`) and applies
+    /// over it the deltas that came since `begin_heal` (those the rebuild holds, by seq, are
+    /// skipped). False, and the page left as it was, when no heal of it is under way or the
+    /// rebuild is older than what the page had applied.
+    pub fn finish_heal(&mut self, key: (u32, u8, u32), bytes: &[u8], seqs: &[u64]) -> bool {
+        let Some(highest) = self.healing.remove(&key) else {
+            return false;
+        };
+        let older = seqs.len() != highest.len() || seqs.iter().zip(&highest).any(|(s, h)| s < h);
+        if older || bytes.len() != self.slab.page_bytes() {
+            self.held_deltas.remove(&key);
+            return false;
+        }
+        self.parity.install(key, bytes, seqs);
+        self.apply_held(key);
+        true
+    }
+
+    /// Gives up healing page `key` (the page stays as it was, every delta applied).
+    pub fn abort_heal(&mut self, key: (u32, u8, u32)) {
+        self.healing.remove(&key);
+        self.held_deltas.remove(&key);
     }
 
     /// The rebuild is over: deltas kept for pages that did not exist when it read their
@@ -337,6 +388,13 @@ impl ChunkStore {
                 .or_default()
                 .push((d, seq, offset, delta.to_vec()));
             return Ok(());
+        }
+        if self.healing.contains_key(&key) {
+            // Applied now, and again over the rebuilt page (`finish_heal`).
+            self.held_deltas
+                .entry(key)
+                .or_default()
+                .push((d, seq, offset, delta.to_vec()));
         }
         self.parity
             .apply(*kernel, key, k, page_bytes, d, seq, offset, coef, delta)?;

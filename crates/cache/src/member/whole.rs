@@ -360,6 +360,8 @@ pub const GAPPED: u64 = u64::MAX;
 struct ParityPage {
     bytes: Box<[u8]>,
     applied: Vec<Applied>,
+    /// Since when a delta of some data position has been missing (a later one applied).
+    gapped_since: Option<std::time::Instant>,
 }
 
 /// Parity pages a member keeps: by (page stripe, parity position, page).
@@ -407,12 +409,44 @@ impl ParityPages {
             .or_insert_with(|| ParityPage {
                 bytes: vec![0; page_bytes].into_boxed_slice(),
                 applied: vec![Applied::default(); k],
+                gapped_since: None,
             });
         if !p.applied[d].note(seq) {
             return Ok(false);
         }
         kernel.mul_add(coef, delta, &mut p.bytes[start..start + delta.len()]);
+        let gapped = p.applied.iter().any(|a| !a.above.is_empty());
+        match (gapped, p.gapped_since) {
+            (true, None) => p.gapped_since = Some(std::time::Instant::now()),
+            (false, Some(_)) => p.gapped_since = None,
+            _ => {}
+        }
         Ok(true)
+    }
+
+    /// Pages with a delta missing for at least `for_at_least` (its home may have died before
+    /// it could send it again): they agree with no data page until rebuilt.
+    pub fn gapped(&self, for_at_least: std::time::Duration) -> Vec<(u32, u8, u32)> {
+        let mut out: Vec<(u32, u8, u32)> = self
+            .pages
+            .iter()
+            .filter(|(_, p)| p.gapped_since.is_some_and(|t| t.elapsed() >= for_at_least))
+            .map(|(&key, _)| key)
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
+    /// Per data position, the highest delta seq a page has applied (0: none, or no page).
+    pub fn highest_applied(&self, key: (u32, u8, u32), k: usize) -> Vec<u64> {
+        match self.pages.get(&key) {
+            Some(p) => p
+                .applied
+                .iter()
+                .map(|a| a.above.last().copied().unwrap_or(a.floor))
+                .collect(),
+            None => vec![0; k],
+        }
     }
 
     /// Puts back a parity page rebuilt after a restart, agreeing with data pages at `seqs`.
@@ -428,6 +462,7 @@ impl ParityPages {
                         above: BTreeSet::new(),
                     })
                     .collect(),
+                gapped_since: None,
             },
         );
     }

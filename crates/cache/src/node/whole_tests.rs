@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::Node;
 use crate::agent::whole::Layout;
@@ -619,6 +619,75 @@ fn a_delta_a_parity_position_missed_is_sent_again() {
     );
     check_parity(&nodes);
     expect_value(get(&nodes[1], &key), &[2; 500], "read back");
+    hub.clear();
+}
+
+/// A parity page that missed a delta its home never sent again (the home's queue lost, as when
+/// it dies) and then applied a later one is gapped: it agrees with no data page and is left out
+/// of repairs. The member rebuilds it while it runs, from a consistent cut of the others: it
+/// is the parity of its data pages again, and repairs may use it.
+#[test]
+fn a_parity_page_that_missed_a_delta_for_good_is_rebuilt_while_the_node_runs() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "g", 1).remove(0);
+    assert!(matches!(
+        set(&nodes[0], &key, &[1; 500]),
+        AgentResult::Stored { .. }
+    ));
+    // Page 0 of node 0 is data position 0 of page stripe 0: parity at nodes 2 and 3. Node 2
+    // misses the second write's delta, and the home's queue of it is lost.
+    hub.cut(0, 2);
+    assert!(matches!(
+        set(&nodes[0], &key, &[2; 500]),
+        AgentResult::Stored { .. }
+    ));
+    lock(&nodes[0].whole_pending).clear();
+    nodes[0].whole_pending_bytes.store(0, Ordering::Relaxed);
+    hub.heal();
+    rounds(&nodes);
+    assert!(matches!(
+        set(&nodes[0], &key, &[3; 500]),
+        AgentResult::Stored { .. }
+    ));
+    let seqs = |node: usize| {
+        lock(&nodes[node].store)
+            .range((0, node as u8, 0), 0, 1)
+            .expect("a range")
+            .0
+    };
+    assert_eq!(seqs(2)[0], whole::GAPPED, "node 2's page misses a delta");
+    // The pieces of page 0 of page stripe 0 a repair of position 0 has without node 3.
+    let without_3 = || {
+        vec![
+            whole::Piece {
+                position: 1,
+                seqs: seqs(1),
+            },
+            whole::Piece {
+                position: 2,
+                seqs: seqs(2),
+            },
+        ]
+    };
+    assert_eq!(whole::consistent(&without_3(), 2), vec![1]);
+    // Not yet gapped for long: nothing to heal.
+    assert_eq!(nodes[2].heal_gapped_pages(), 0);
+    assert_eq!(nodes[2].heal_pages_gapped_for(Duration::ZERO), 1);
+    assert_eq!(
+        nodes[2].counters.whole_pages_healed.load(Ordering::Relaxed),
+        1
+    );
+    assert_eq!(seqs(2), seqs(3), "node 2's page agrees with node 3's");
+    check_parity(&nodes);
+    // Deltas after the heal apply as usual.
+    assert!(matches!(
+        set(&nodes[0], &key, &[4; 500]),
+        AgentResult::Stored { .. }
+    ));
+    check_parity(&nodes);
+    // Without the home and node 3, a repair combines node 1's data page with node 2's parity
+    // page: they are a consistent cut (before the heal, node 2's page joined none).
+    assert_eq!(whole::consistent(&without_3(), 2), vec![1, 2]);
     hub.clear();
 }
 
