@@ -390,6 +390,7 @@ impl Node {
             let mut store = lock(&parts.store);
             store.set_code(codec.kernel(), cfg.code);
             store.set_slab(cfg.page_bytes, cfg.slab_growth);
+            store.set_slab_start(cfg.id);
             store.whole_lost = recover;
         }
 

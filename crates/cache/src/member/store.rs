@@ -268,7 +268,7 @@ impl ChunkStore {
     /// `stripe` (of `version`): true when the slot holds exactly that record, which the store
     /// then serves as its position-0 record.
     pub fn link_whole(&mut self, stripe: u32, key: &[u8], version: u64, at: WholeAt) -> bool {
-        if at.page as usize >= self.slab.pages()
+        if !self.slab.holds(at.page)
             || at.offset as usize + at.len as usize > self.slab.page_bytes()
         {
             return false;
@@ -313,6 +313,12 @@ impl ChunkStore {
         let k = self.slab.residues();
         self.slab = Slab::with_growth(page_bytes, growth);
         self.slab.set_residues(k);
+    }
+
+    /// The residue the slab's first page takes (`Slab::set_start`; before anything is
+    /// stored).
+    pub fn set_slab_start(&mut self, start: usize) {
+        self.slab.set_start(start);
     }
 
     /// The code this member's parity pages are kept under.

@@ -88,11 +88,24 @@ pub fn classes(page_bytes: usize, growth: f64) -> Vec<usize> {
 #[derive(Debug)]
 struct Page {
     /// The page's size class; `None` for a page restored after a restart that holds no live
-    /// slot yet (its bytes are known, its slots are not: any class may carve it).
+    /// slot yet (its bytes are known, its slots are not: any class may carve it), and for a
+    /// page skipped over.
     class: Option<usize>,
+    /// Empty for a page that holds no memory yet: skipped over to reach a page of another
+    /// residue, or restored as zeros. It reads as zeros and gets its bytes when carved.
     bytes: Box<[u8]>,
     /// Deltas made on this page.
     seq: u64,
+}
+
+impl Page {
+    fn skipped() -> Page {
+        Page {
+            class: None,
+            bytes: Box::default(),
+            seq: 0,
+        }
+    }
 }
 
 /// What writing a record into a slot did: where it lies, the page's seq after it, and the
@@ -116,6 +129,11 @@ pub struct Slab {
     free: Vec<Vec<Vec<(u32, u32)>>>,
     /// Bytes of the slots in use.
     pub used_bytes: u64,
+    /// Pages that hold memory (carved, or restored with bytes).
+    allocated: usize,
+    /// The residue this slab's first page takes ([`Slab::set_start`]); the n-th page it
+    /// allocates for new values takes residue `(start + n) mod k`.
+    start: usize,
 }
 
 impl Slab {
@@ -133,6 +151,8 @@ impl Slab {
             classes,
             pages: Vec::new(),
             used_bytes: 0,
+            allocated: 0,
+            start: 0,
         }
     }
 
@@ -151,9 +171,25 @@ impl Slab {
         self.free = vec![vec![Vec::new(); self.residues]; self.classes.len()];
     }
 
-    /// Pages allocated.
+    /// Makes the n-th page this slab allocates for new values take residue `(start + n) mod
+    /// k` (before any page is allocated). Nodes that start at different residues (their id mod
+    /// k) put their last, partly filled pages in the same few page stripes, where the parity
+    /// positions then keep one page more, instead of in every page stripe.
+    pub fn set_start(&mut self, start: usize) {
+        assert!(self.pages.is_empty(), "the start set on a slab with pages");
+        self.start = start % self.residues;
+    }
+
+    /// Pages that hold memory.
     pub fn pages(&self) -> usize {
-        self.pages.len()
+        self.allocated
+    }
+
+    /// Whether page `j` holds memory (a page skipped over, or beyond the last, does not).
+    pub fn holds(&self, j: u32) -> bool {
+        self.pages
+            .get(j as usize)
+            .is_some_and(|p| !p.bytes.is_empty())
     }
 
     fn class_of(&self, len: usize) -> Option<usize> {
@@ -171,20 +207,21 @@ impl Slab {
             Some(r) => r % self.residues,
             None => (0..self.residues)
                 .find(|&r| !self.free[class][r].is_empty())
-                .unwrap_or(self.pages.len() % self.residues),
+                .unwrap_or((self.start + self.allocated) % self.residues),
         };
         while self.free[class][r].is_empty() {
-            // A restored page no class has taken yet, of the residue wanted, else a new page.
+            // A page of the residue wanted that no class has taken yet (restored, or skipped
+            // over), else a new page of that residue, the pages of other residues on the way
+            // skipped (no memory until carved).
             let page = match (0..self.pages.len())
                 .find(|&j| j % self.residues == r && self.pages[j].class.is_none())
             {
                 Some(j) => j,
                 None => {
-                    self.pages.push(Page {
-                        class: None,
-                        bytes: vec![0; self.page_bytes].into_boxed_slice(),
-                        seq: 0,
-                    });
+                    while self.pages.len() % self.residues != r {
+                        self.pages.push(Page::skipped());
+                    }
+                    self.pages.push(Page::skipped());
                     self.pages.len() - 1
                 }
             };
@@ -204,6 +241,10 @@ impl Slab {
     fn carve(&mut self, page: usize, class: usize) {
         let size = self.classes[class];
         let slots = self.page_bytes / size;
+        if self.pages[page].bytes.is_empty() {
+            self.pages[page].bytes = vec![0; self.page_bytes].into_boxed_slice();
+            self.allocated += 1;
+        }
         self.pages[page].class = Some(class);
         // Popped from the end: the page's first slot first.
         self.free[class][page % self.residues]
@@ -216,16 +257,20 @@ impl Slab {
     pub fn install(&mut self, j: u32, bytes: &[u8], seq: u64) {
         assert_eq!(bytes.len(), self.page_bytes, "a whole page");
         while self.pages.len() <= j as usize {
-            self.pages.push(Page {
-                class: None,
-                bytes: vec![0; self.page_bytes].into_boxed_slice(),
-                seq: 0,
-            });
+            self.pages.push(Page::skipped());
         }
         let page = &mut self.pages[j as usize];
         assert!(page.class.is_none(), "a page installed over a page in use");
-        page.bytes.copy_from_slice(bytes);
         page.seq = seq;
+        if page.bytes.is_empty() {
+            // A page never written (skipped over before the restart) stays without memory.
+            if seq == 0 && bytes.iter().all(|&b| b == 0) {
+                return;
+            }
+            page.bytes = vec![0; self.page_bytes].into_boxed_slice();
+            self.allocated += 1;
+        }
+        page.bytes.copy_from_slice(bytes);
     }
 
     /// Takes the slot `at` of a restored page as in use (a live record lies there): the page
@@ -315,7 +360,8 @@ impl Slab {
             return None;
         }
         Some(match self.pages.get(page as usize) {
-            Some(p) => (p.seq, p.bytes[start..end].to_vec()),
+            Some(p) if !p.bytes.is_empty() => (p.seq, p.bytes[start..end].to_vec()),
+            Some(p) => (p.seq, vec![0; len as usize]),
             None => (0, vec![0; len as usize]),
         })
     }
@@ -624,16 +670,47 @@ mod tests {
         assert_eq!(w.delta, want);
         assert_eq!(w.seq, 2);
         assert!(slab.alloc(4097, None).is_none());
-        // With k = 3, a slot of residue 2 is found in page 2 (pages 0 and 1 carved on the way).
+        // With k = 3, a slot of residue 2 is found in page 2; pages 0 and 1 are skipped on the
+        // way (no memory, read as zeros) until a slot of their residue is wanted.
         let mut slab = Slab::new(4096);
         slab.set_residues(3);
         let c = slab.alloc(100, Some(2)).unwrap();
         assert_eq!(c.page, 2);
-        assert_eq!(slab.pages(), 3);
+        assert_eq!(slab.pages(), 1);
+        assert!(!slab.holds(0) && !slab.holds(1) && slab.holds(2));
+        assert_eq!(slab.range(1, 0, 4).unwrap(), (0, vec![0; 4]));
         assert_eq!(slab.alloc(100, Some(0)).unwrap().page, 0);
+        assert_eq!(slab.pages(), 2);
         assert_eq!(slab.alloc(100, Some(2)).unwrap().page, 2);
         assert_eq!(slab.range(9, 0, 4).unwrap(), (0, vec![0; 4]));
         assert!(slab.range(0, 4090, 7).is_none());
+        // A skipped page restored as zeros stays without memory; one with bytes gets them.
+        slab.install(1, &[0; 4096], 0);
+        assert!(!slab.holds(1));
+        slab.install(4, &[7; 4096], 3);
+        assert!(slab.holds(4) && !slab.holds(3));
+        assert_eq!(slab.range(4, 0, 2).unwrap(), (3, vec![7; 2]));
+        assert_eq!(slab.pages(), 3);
+    }
+
+    #[test]
+    fn new_pages_rotate_from_the_slabs_start() {
+        // k = 3, records of 2 000 bytes (two to a 4 KiB page): a slab starting at residue 2
+        // fills page 2 first (pages 0 and 1 skipped, no memory), then pages 0 and 1 as their
+        // residues come, then page 5.
+        let mut slab = Slab::new(4096);
+        slab.set_residues(3);
+        slab.set_start(2);
+        let pages: Vec<u32> = (0..6)
+            .map(|_| slab.alloc(2000, None).unwrap().page)
+            .collect();
+        assert_eq!(pages, vec![2, 2, 0, 0, 1, 1]);
+        assert_eq!(slab.pages(), 3);
+        assert_eq!(slab.alloc(2000, None).unwrap().page, 5);
+        // With the start at residue 0, the first page is page 0.
+        let mut slab = Slab::new(4096);
+        slab.set_residues(3);
+        assert_eq!(slab.alloc(2000, None).unwrap().page, 0);
     }
 
     /// The data pages of a page stripe, written through slabs and deltas, and their parity
