@@ -497,6 +497,12 @@ impl ParityPages {
 
     /// Puts back a parity page rebuilt after a restart, agreeing with data pages at `seqs`.
     pub fn install(&mut self, key: (u32, u8, u32), bytes: &[u8], seqs: &[u64]) {
+        // The parity of data pages never written (a home skipped them to reach a residue) is
+        // what no page reads as: zeros, every seq 0. It takes no memory.
+        if seqs.iter().all(|&s| s == 0) && bytes.iter().all(|&b| b == 0) {
+            self.pages.remove(&key);
+            return;
+        }
         self.pages.insert(
             key,
             ParityPage {
@@ -691,6 +697,24 @@ mod tests {
         assert!(slab.holds(4) && !slab.holds(3));
         assert_eq!(slab.range(4, 0, 2).unwrap(), (3, vec![7; 2]));
         assert_eq!(slab.pages(), 3);
+    }
+
+    #[test]
+    fn a_parity_page_restored_as_zeros_takes_no_memory() {
+        let mut parity = ParityPages::default();
+        parity.install((1, 4, 0), &[0; 64], &[0, 0]);
+        assert!(parity.is_empty());
+        assert_eq!(
+            parity.range((1, 4, 0), 2, 64, 0, 4).unwrap(),
+            (vec![0, 0], vec![0; 4])
+        );
+        parity.install((1, 4, 1), &[0; 64], &[0, 3]);
+        assert_eq!(
+            parity.len(),
+            1,
+            "a page agreeing with a written data page is kept"
+        );
+        assert_eq!(parity.pages_of(1, 4), 2);
     }
 
     #[test]
