@@ -57,9 +57,10 @@ pub fn class_bytes(bytes: usize) -> usize {
 }
 
 /// The chunk size a range run of `len` bytes runs with: `len` rounded up to a multiple of an
-/// eighth of the power of two at or below it (at least 64 bytes), so that at most 12.5 % is padding and the engine's
-/// buffers, pooled by exact length, serve the next runs of nearby lengths (slots hold records
-/// of every length; a pool of exact lengths would keep one set of buffers per length).
+/// eighth of the power of two at or below it (at least 64 bytes), so that at most 12.5 % is
+/// padding and the engine's buffers, pooled by exact length, serve the next runs of nearby
+/// lengths (slots hold records of every length; a pool of exact lengths would keep one set of
+/// buffers per length).
 pub fn range_class(len: usize) -> usize {
     let len = len.max(1);
     // The power of two at or below `len`, an eighth of it.
