@@ -578,7 +578,7 @@ fn whole_degraded_reads_run_every_schemes_plan() {
 
 /// Overwrites race the repair plans of whole values that share their pages (real processes):
 /// every member applies each delta 4 ms late (test-only), so the data pages of homes that
-/// write run ahead of their parity pages; meanwhile forced-degraded reads at node 0, the home
+/// write (a value every 4 ms or so each) run ahead of their parity pages; meanwhile forced-degraded reads at node 0, the home
 /// of the victims, rebuild them on the engine from the same pages. Every read returns the right
 /// bytes, and some plan results failed the record's check (a torn cut) and were read again
 /// over a consistent cut. With the check switched off (test-only), torn results reach the
@@ -629,9 +629,10 @@ fn racing_plan_repairs(unchecked: bool) -> (usize, usize, u64) {
         }
         v
     };
-    // Home node 0's page j is data position j % 6 of page stripe 9 - j % 6 (pages 1..5), whose
-    // position 0 is page 0 of node 9 - j % 6: the victims fill node 0's pages 0..5, and the
-    // writers of nodes 4..8 overwrite values in the slots of the same offsets of their page 0.
+    // Node h's first slab page is its page h mod 6 (`Slab::set_start`), data position h mod 6
+    // of page stripe h - h mod 6: nodes 1..5's are in page stripe 0 with node 0's page 0, nodes
+    // 6..8's in page stripe 6 with node 0's page 3. The victims fill node 0's pages 0..5; the
+    // writers overwrite values in the slots of the same offsets of their first pages.
     let victims = keys_of(0, 31 * 6);
     let mut home0 = c.client(0);
     for k in &victims {
@@ -658,6 +659,12 @@ fn racing_plan_repairs(unchecked: bool) -> (usize, usize, u64) {
                             return;
                         }
                         let _ = cl.set(k, &value(k, round));
+                        // A pause as long as a delta's lag: each data page is ahead of its
+                        // parity about half the time, so consistent cuts come and go (without
+                        // it, five pages of a page stripe are ahead nearly always and a direct
+                        // read may find no cut in its 50 tries: a `SERVER_ERROR`, not wrong
+                        // bytes).
+                        std::thread::sleep(Duration::from_millis(4));
                     }
                 }
             });
