@@ -316,20 +316,18 @@ impl Node {
         let members: Vec<usize> = (0..self.n())
             .map(|p| self.placement.node_of(stripe, p))
             .collect();
-        let outs = match x.repair(
-            self.cfg.code,
-            self.cfg.scheme,
-            self.cfg.mode,
-            &members,
-            self.cfg.id,
+        let at = crate::carrier::plans::RepairAt {
+            code: self.cfg.code,
+            scheme: self.cfg.scheme,
+            mode: self.cfg.mode,
+            members: &members,
+            agent: self.cfg.id,
             stripe,
-            &lost,
-            missing,
-            key,
-            e.version,
-            chunk_bytes,
-            &|n| self.is_up(n),
-        ) {
+            lost: &lost,
+        };
+        let outs = match x.repair(&at, missing, key, e.version, chunk_bytes, &|n| {
+            self.is_up(n)
+        }) {
             Ok(o) => o,
             Err(reason) => {
                 x.counters

@@ -809,38 +809,22 @@ impl PlanExec {
             .collect()
     }
 
-    /// Rebuilds positions `wanted` of a coded value of stripe `stripe` at node `agent`, with
-    /// the repair plan of `scheme` for the loss of `lost` (every position not usable; it
-    /// contains `wanted`). `chunk_bytes` is the value's chunk size. Returns the rebuilt chunks
-    /// in the order of `wanted`. Installs the template on first use (the runner's lock is
-    /// held for that only); runs are launched from this node's host, several at once.
-    #[allow(clippy::too_many_arguments)]
+    /// Rebuilds positions `wanted` of a coded value of stripe `at.stripe` at node `at.agent`,
+    /// with the repair plan of the scheme for the loss of `at.lost` (every position not usable;
+    /// it contains `wanted`). `chunk_bytes` is the value's chunk size. Returns the rebuilt
+    /// chunks in the order of `wanted`. Installs the template on first use (the runner's lock
+    /// is held for that only); runs are launched from this node's host, several at once.
     pub fn repair(
         &self,
-        code: Code,
-        scheme: Scheme,
-        mode: ExecMode,
-        members: &[usize],
-        agent: usize,
-        stripe: usize,
-        lost: &[usize],
+        at: &RepairAt,
         wanted: &[usize],
         key: &[u8],
         version: u64,
         chunk_bytes: usize,
         up: &dyn Fn(usize) -> bool,
     ) -> Result<Vec<Vec<u8>>, ExecError> {
-        let fence = self.fence(stripe);
-        let at = RepairAt {
-            code,
-            scheme,
-            mode,
-            members,
-            agent,
-            stripe,
-            lost,
-        };
-        self.run_repair(&at, wanted, chunk_bytes, up, |nonce, class| RunPayload {
+        let (stripe, fence) = (at.stripe, self.fence(at.stripe));
+        self.run_repair(at, wanted, chunk_bytes, up, |nonce, class| RunPayload {
             kind: RunKind::Read,
             nonce,
             stripe: stripe as u32,

@@ -172,6 +172,9 @@ impl Node {
     /// Test-only ([`DELTA_DELAY_ENV`], with `--debug-commands`): how long a member waits
     /// before it applies a delta (on a worker, so its parity pages lag the data pages).
     pub(crate) fn delta_delay(&self) -> std::time::Duration {
+        if !self.cfg.debug_commands {
+            return std::time::Duration::ZERO;
+        }
         static DELAY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
         let ms = *DELAY.get_or_init(|| {
             std::env::var(DELTA_DELAY_ENV)
@@ -179,11 +182,7 @@ impl Node {
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0)
         });
-        if self.cfg.debug_commands {
-            std::time::Duration::from_millis(ms)
-        } else {
-            std::time::Duration::ZERO
-        }
+        std::time::Duration::from_millis(ms)
     }
 
     pub fn handle_peer(&self, req: Request) -> Response {
