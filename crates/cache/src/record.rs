@@ -169,6 +169,25 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
 
 /// Parses the header and locates the data without checking the CRC (cheap; for listings).
 pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), RecordError> {
+    let (kind, key, data) = layout(bytes)?;
+    let header = Header {
+        kind,
+        chunk_index: bytes[5],
+        written_around: bytes[4] & WRITTEN_AROUND != 0,
+        key: bytes[key].to_vec(),
+        version: u64_at(bytes, 8),
+        value_bytes: u64_at(bytes, 16),
+        flags: u32_at(bytes, 24),
+        exptime: u64_at(bytes, 28) as i64,
+        trail: std::array::from_fn(|i| u64_at(bytes, 40 + 8 * i)),
+    };
+    Ok((header, data))
+}
+
+/// The checks of [`parse_header`]: the record's kind and where its key and data lie.
+fn layout(
+    bytes: &[u8],
+) -> Result<(Kind, std::ops::Range<usize>, std::ops::Range<usize>), RecordError> {
     if bytes.len() < OVERHEAD_BYTES {
         return Err(RecordError::Truncated {
             have: bytes.len(),
@@ -203,31 +222,58 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
             extra: bytes.len() - need,
         });
     }
-    let key_start = HEADER_BYTES;
-    let data_start = key_start + key_bytes;
-    let header = Header {
+    let data_start = HEADER_BYTES + key_bytes;
+    Ok((
         kind,
-        chunk_index: bytes[5],
-        written_around: bytes[4] & WRITTEN_AROUND != 0,
-        key: bytes[key_start..data_start].to_vec(),
-        version: u64_at(bytes, 8),
-        value_bytes: u64_at(bytes, 16),
-        flags: u32_at(bytes, 24),
-        exptime: u64_at(bytes, 28) as i64,
-        trail: std::array::from_fn(|i| u64_at(bytes, 40 + 8 * i)),
-    };
-    Ok((header, data_start..data_start + data_bytes))
+        HEADER_BYTES..data_start,
+        data_start..data_start + data_bytes,
+    ))
 }
 
-/// Parses a record and checks its CRC.
-pub fn parse(bytes: &[u8]) -> Result<(Header, &[u8]), RecordError> {
-    let (header, data) = parse_header(bytes)?;
+/// A record checked as [`parse`] checks it (layout and CRC), read in place: its key, chunk
+/// index and data, for a read that needs no other field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Checked<'a> {
+    pub key: &'a [u8],
+    pub chunk_index: u8,
+    pub data: &'a [u8],
+}
+
+/// [`parse`] without copying the key out.
+pub fn check(bytes: &[u8]) -> Result<Checked<'_>, RecordError> {
+    let (_, key, data) = layout(bytes)?;
+    check_crc(bytes)?;
+    Ok(Checked {
+        key: &bytes[key],
+        chunk_index: bytes[5],
+        data: &bytes[data],
+    })
+}
+
+fn check_crc(bytes: &[u8]) -> Result<(), RecordError> {
     let body = bytes.len() - 4;
     let stored = u32_at(bytes, body);
     let computed = crc32c::crc32c(&bytes[..body]);
     if stored != computed {
         return Err(RecordError::BadCrc { stored, computed });
     }
+    Ok(())
+}
+
+/// The key of a record's bytes as a store holds them (checked when stored), without parsing
+/// the rest: empty for bytes too short to hold the key their header names.
+pub fn key_of(bytes: &[u8]) -> &[u8] {
+    let Some(len) = bytes.get(6..8) else {
+        return &[];
+    };
+    let len = u16::from_le_bytes([len[0], len[1]]) as usize;
+    bytes.get(HEADER_BYTES..HEADER_BYTES + len).unwrap_or(&[])
+}
+
+/// Parses a record and checks its CRC.
+pub fn parse(bytes: &[u8]) -> Result<(Header, &[u8]), RecordError> {
+    let (header, data) = parse_header(bytes)?;
+    check_crc(bytes)?;
     Ok((header, &bytes[data]))
 }
 
@@ -258,6 +304,18 @@ mod tests {
         assert_eq!((h, d), (header(), &data[..]));
         let empty = encode(&header(), &[]);
         assert_eq!(parse(&empty).unwrap().1, b"");
+        assert_eq!(key_of(&bytes), b"user:42");
+        let c = check(&bytes).unwrap();
+        assert_eq!(
+            (c.key, c.chunk_index, c.data),
+            (&b"user:42"[..], 3, &data[..])
+        );
+        let mut bad = bytes.clone();
+        bad[OVERHEAD_BYTES + 10] ^= 1;
+        assert!(matches!(check(&bad), Err(RecordError::BadCrc { .. })));
+        assert_eq!(check(&bytes[..20]), parse(&bytes[..20]).map(|_| c));
+        assert_eq!(key_of(&bytes[..HEADER_BYTES + 3]), b"");
+        assert_eq!(key_of(&bytes[..5]), b"");
         let around = Header {
             kind: Kind::Replica,
             written_around: true,

@@ -48,7 +48,12 @@ pub fn now_micros() -> u64 {
 
 /// Seconds since the Unix epoch.
 pub fn now_secs() -> i64 {
-    (now_micros() / 1_000_000) as i64
+    secs_of(now_micros())
+}
+
+/// The whole seconds of `micros` µs since the Unix epoch (as [`now_secs`] from one clock read).
+pub fn secs_of(micros: u64) -> i64 {
+    (micros / 1_000_000) as i64
 }
 
 #[cfg(test)]

@@ -45,9 +45,17 @@ pub fn reply(out: &mut Vec<u8>, r: Reply) {
     out.extend_from_slice(r.bytes());
 }
 
+/// Bytes of a `VALUE` line besides its key: `VALUE `, flags (u32), length and CAS (u64
+/// each), three spaces and `\r\n`.
+const VALUE_LINE_MAX: usize = 6 + 10 + 20 + 20 + 3 + 2;
+
 /// `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`: one hit of `get` (cas `None`) or
 /// `gets`/`gats` (cas `Some`). Follow the hits with [`Reply::End`].
 pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option<u64>) {
+    // Room for the whole line, the data and an `END\r\n` after it at once: grown piece by
+    // piece, a buffer would double past the value's size (and a server that gives back large
+    // idle buffers would allocate it again for every reply).
+    out.reserve(VALUE_LINE_MAX + key.len() + data.len() + 2 + 5);
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
     let _ = write!(out, " {flags} {}", data.len());

@@ -158,7 +158,8 @@ impl Node {
             let Some(ix) = guard.as_mut() else {
                 return LoopRead::Worker;
             };
-            ix.lookup_live(key, time::now_secs(), time::now_micros(), oldest)
+            let now_us = time::now_micros();
+            ix.lookup_live(key, time::secs_of(now_us), now_us, oldest)
         };
         let e = match found {
             Ok(Some(e)) => e,
@@ -169,33 +170,27 @@ impl Node {
         if let Some(position) = degrade {
             return self.loop_range_read(stripe, key, e, position);
         }
-        let positions: Vec<usize> = match e.kind {
-            // This node's own replica, when it holds one.
+        // The one position read for a value kept whole: this node's own replica, when it holds
+        // one; a whole value at its home, which is this node when it leads its own stripe (a
+        // record it does not hold, lost in a restart, is rebuilt by the worker).
+        let single = match e.kind {
             Kind::Replica => {
                 match (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id) {
-                    Some(p) => vec![p],
+                    Some(p) => Some(p),
                     None => return LoopRead::Worker,
                 }
             }
-            Kind::Coded => (0..self.k()).collect(),
-            // At its home, which is this node when it leads its own stripe (a record it does
-            // not hold, lost in a restart, is rebuilt by the worker).
+            Kind::Coded => None,
             Kind::Whole => {
                 if self.placement.node_of(stripe, 0) != self.cfg.id {
                     return LoopRead::Worker;
                 }
-                vec![0]
+                Some(0)
             }
         };
-        if positions
-            .iter()
-            .any(|&p| !self.is_up(self.placement.node_of(stripe, p)))
-        {
-            return LoopRead::Worker;
-        }
-        // A value whole at this node (a whole value at its home, or this node's replica): read
-        // from the store under its lock, checked and copied out once.
-        if let [p] = positions[..] {
+        // A value whole at this node: read from the store under its lock, checked and copied
+        // out once.
+        if let Some(p) = single {
             if self.placement.node_of(stripe, p) == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
                 let fence = self.fence(stripe);
@@ -210,9 +205,10 @@ impl Node {
                     }
                     match store
                         .get(stripe as u32, p as u8, key, e.version)
-                        .map(record::parse)
+                        .map(record::check)
                     {
-                        Some(Ok((h, data))) if h.key == key && h.chunk_index as usize == p => {
+                        Some(Ok(c)) if c.key == key && c.chunk_index as usize == p => {
+                            let data = c.data;
                             match sink.as_mut() {
                                 Some((out, with_cas)) => {
                                     mark = Some(out.len());
@@ -249,6 +245,16 @@ impl Node {
                     value,
                 });
             }
+        }
+        let positions: Vec<usize> = match single {
+            Some(p) => vec![p],
+            None => (0..self.k()).collect(),
+        };
+        if positions
+            .iter()
+            .any(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+        {
+            return LoopRead::Worker;
         }
         let mut pending = LoopPending {
             stripe,

@@ -130,8 +130,10 @@ impl Node {
     }
 
     pub(crate) fn down_positions(&self, stripe: usize) -> usize {
+        let peers = lock(&self.peers);
         (0..self.n())
-            .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+            .map(|p| self.placement.node_of(stripe, p))
+            .filter(|&node| node != self.cfg.id && !peers[node].up)
             .count()
     }
 
@@ -385,7 +387,7 @@ impl Node {
                     return refused;
                 }
                 return self.with_index(s, |ix| {
-                    AgentResult::Keys(ix.entries().map(|(k, e)| (k.clone(), e.version)).collect())
+                    AgentResult::Keys(ix.entries().map(|(k, e)| (k.to_vec(), e.version)).collect())
                 });
             }
         };

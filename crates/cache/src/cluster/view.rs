@@ -65,8 +65,16 @@ impl Node {
                 return Some(h);
             }
         }
-        let view = self.view();
-        self.placement.agent_of(stripe, |n| view[n].0 && view[n].1)
+        let ready = self.is_ready();
+        let peers = lock(&self.peers);
+        let me = self.cfg.id;
+        self.placement.agent_of(stripe, |n| {
+            if n == me {
+                ready
+            } else {
+                peers[n].up && peers[n].ready
+            }
+        })
     }
 
     /// Whether this node leads `stripe` now: it is the agent in its view and has not handed

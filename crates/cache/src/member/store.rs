@@ -7,6 +7,9 @@
 //! chunks and recovery can arrive in any order.
 
 use std::collections::{HashMap, VecDeque};
+use std::hash::BuildHasher;
+
+use hashbrown::{DefaultHashBuilder, HashTable};
 
 use crate::member::whole::{ParityPages, Slab, SlotWrite, PAGE_BYTES};
 use crate::record::{self, Header, RecordError, WholeAt};
@@ -60,10 +63,63 @@ struct Slot {
 
 type SlotKey = (u32, u8, Vec<u8>);
 
-/// The records held at one (stripe, position), by key: a lookup by `&[u8]` needs no copy of
-/// the key, and a member holds few (stripe, position) pairs (one per stripe it is a member of,
-/// in the usual placement), so a key's slots across positions are found by visiting them.
-type Slots = HashMap<Box<[u8]>, Slot>;
+/// The records held at one (stripe, position), by key. A member holds few (stripe, position)
+/// pairs (one per stripe it is a member of, in the usual placement), so a key's slots across
+/// positions are found by visiting them.
+///
+/// The key is not kept apart: a slot's key is read from its current record's bytes (on the
+/// heap or in the slab; every record is checked before it is held, and a slot's records all
+/// carry its key), so an entry is the slot alone and a lookup's key compare reads the record's
+/// first cache line, which the read that follows needs anyway. A bit flipped in a slab record's
+/// key makes its slot unreachable (a read finds no record and rebuilds it from its page's
+/// stripe), as a bit flipped in a key kept apart would.
+#[derive(Debug, Default)]
+struct Slots {
+    table: HashTable<Slot>,
+    hasher: DefaultHashBuilder,
+}
+
+/// The key of a held slot.
+fn slot_key<'a>(slab: &'a Slab, slot: &'a Slot) -> &'a [u8] {
+    record::key_of(bytes_of(slab, &slot.cur))
+}
+
+impl Slots {
+    fn hash(&self, key: &[u8]) -> u64 {
+        self.hasher.hash_one(key)
+    }
+
+    fn get(&self, slab: &Slab, key: &[u8]) -> Option<&Slot> {
+        self.table
+            .find(self.hash(key), |s| slot_key(slab, s) == key)
+    }
+
+    fn get_mut(&mut self, slab: &Slab, key: &[u8]) -> Option<&mut Slot> {
+        let hash = self.hash(key);
+        self.table.find_mut(hash, |s| slot_key(slab, s) == key)
+    }
+
+    /// Adds the slot of a key not held (its record carries `key`).
+    fn insert(&mut self, slab: &Slab, key: &[u8], slot: Slot) {
+        debug_assert_eq!(slot_key(slab, &slot), key);
+        let hasher = &self.hasher;
+        self.table.insert_unique(hasher.hash_one(key), slot, |s| {
+            hasher.hash_one(slot_key(slab, s))
+        });
+    }
+
+    fn remove(&mut self, slab: &Slab, key: &[u8]) -> Option<Slot> {
+        let hash = self.hash(key);
+        match self.table.find_entry(hash, |s| slot_key(slab, s) == key) {
+            Ok(e) => Some(e.remove().0),
+            Err(_) => None,
+        }
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Slot> {
+        self.table.iter()
+    }
+}
 
 /// The outcome of a put.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -484,15 +540,7 @@ impl ChunkStore {
     }
 
     fn slot(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&Slot> {
-        self.slots.get(&(stripe, position))?.get(key)
-    }
-
-    /// The slot maps of a stripe's positions held here.
-    fn of_stripe(&mut self, stripe: u32) -> impl Iterator<Item = &mut Slots> {
-        self.slots
-            .iter_mut()
-            .filter(move |((s, _), _)| *s == stripe)
-            .map(|(_, m)| m)
+        self.slots.get(&(stripe, position))?.get(&self.slab, key)
     }
 
     /// Stores a record after checking it. `watermark`: every write of this stripe below it has
@@ -555,10 +603,12 @@ impl ChunkStore {
     /// Whether a record is older than what the store holds of its key (a delete or a newer
     /// record at its position).
     fn is_stale(&self, stripe: u32, header: &Header) -> bool {
-        if self
-            .tombstones
-            .get(&(stripe, header.key.clone()))
-            .is_some_and(|&d| d > header.version)
+        // (A lookup by key needs a copy of it: skipped while no key was ever deleted.)
+        if !self.tombstones.is_empty()
+            && self
+                .tombstones
+                .get(&(stripe, header.key.clone()))
+                .is_some_and(|&d| d > header.version)
         {
             return true;
         }
@@ -585,7 +635,7 @@ impl ChunkStore {
         }
         let key: SlotKey = (stripe, header.chunk_index, tomb.1);
         let held = self.slots.entry((stripe, key.1)).or_default();
-        let outcome = match held.get_mut(key.2.as_slice()) {
+        let outcome = match held.get_mut(&self.slab, &key.2) {
             Some(slot) if slot.cur_version > version => {
                 log::debug!(
                     "stripe {stripe}: record {} v{version} at position {} older than v{}",
@@ -622,7 +672,8 @@ impl ChunkStore {
                 self.bytes += bytes.len() as u64;
                 self.count += 1;
                 held.insert(
-                    key.2.into_boxed_slice(),
+                    &self.slab,
+                    &key.2,
                     Slot {
                         cur_version: version,
                         cur: bytes,
@@ -649,7 +700,7 @@ impl ChunkStore {
             if let Some(slot) = self
                 .slots
                 .get_mut(&(s, p))
-                .and_then(|m| m.get_mut(key.as_slice()))
+                .and_then(|m| m.get_mut(&self.slab, &key))
             {
                 if slot.cur_version == v {
                     if let Some(b) = slot.prev.take() {
@@ -697,11 +748,15 @@ impl ChunkStore {
         }
         let (mut slots, mut bytes) = (0, 0);
         let mut freed = Vec::new();
-        for held in self.of_stripe(stripe) {
-            if held.get(key).is_none_or(|slot| slot.cur_version >= version) {
+        let of_stripe = self.slots.iter_mut().filter(|((s, _), _)| *s == stripe);
+        for (_, held) in of_stripe {
+            if held
+                .get(&self.slab, key)
+                .is_none_or(|slot| slot.cur_version >= version)
+            {
                 continue;
             }
-            let slot = held.remove(key).expect("present");
+            let slot = held.remove(&self.slab, key).expect("present");
             slots += 1;
             bytes += slot.cur.len() as u64;
             freed.push(slot.cur);
@@ -720,8 +775,9 @@ impl ChunkStore {
 
     /// Rewrites the exptime of the key's records of `version` (touch).
     pub fn touch(&mut self, stripe: u32, key: &[u8], version: u64, exptime: i64) {
-        for held in self.of_stripe(stripe) {
-            let Some(slot) = held.get_mut(key) else {
+        let of_stripe = self.slots.iter_mut().filter(|((s, _), _)| *s == stripe);
+        for (_, held) in of_stripe {
+            let Some(slot) = held.get_mut(&self.slab, key) else {
                 continue;
             };
             if slot.cur_version != version {
@@ -771,7 +827,7 @@ impl ChunkStore {
         let Some(slot) = self
             .slots
             .get_mut(&(stripe, position))
-            .and_then(|m| m.get_mut(key))
+            .and_then(|m| m.get_mut(&self.slab, key))
         else {
             return false;
         };
