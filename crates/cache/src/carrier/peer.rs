@@ -251,7 +251,8 @@ pub enum Request {
         data: u8,
         seq: u64,
         offset: u32,
-        delta: Vec<u8>,
+        /// Shared by the deltas of one write to its parity positions.
+        delta: std::sync::Arc<[u8]>,
     },
     /// A byte range of page `page` of page stripe `page_stripe` as the receiver holds it at
     /// `position` (its slab page for a data position, its parity page otherwise), for the
@@ -870,7 +871,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 data: r.u8()?,
                 seq: r.u64()?,
                 offset: r.u32()?,
-                delta: r.bytes()?,
+                delta: r.bytes()?.into(),
             },
             12 => Request::Range {
                 stripe: r.u32()?,
@@ -1382,7 +1383,7 @@ mod tests {
                     data: 2,
                     seq: u64::MAX - 1,
                     offset: 96,
-                    delta: vec![0xa5; 33],
+                    delta: vec![0xa5; 33].into(),
                 },
             ),
             Request::Range {

@@ -77,7 +77,16 @@ impl PeerConn {
             match self.stream.read(scratch) {
                 Ok(0) => self.eof = true,
                 Ok(n) => {
-                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    if self.inbuf.is_empty() {
+                        // The frames are answered from the read's buffer: only what they leave
+                        // (a frame cut by the read's end, those behind a wait) is kept.
+                        let Some(used) = self.answer(node, &scratch[..n], wait) else {
+                            return false;
+                        };
+                        self.inbuf.extend_from_slice(&scratch[used..n]);
+                    } else {
+                        self.inbuf.extend_from_slice(&scratch[..n]);
+                    }
                     // Shorter than asked: the socket is empty, the next bytes bring an event.
                     if n < scratch.len() {
                         break;
@@ -88,19 +97,49 @@ impl PeerConn {
                 Err(_) => return false,
             }
         }
-        let mut at = 0;
-        while !self.busy && self.inbuf.len() - at >= 4 {
-            let len =
-                u32::from_le_bytes(self.inbuf[at..at + 4].try_into().expect("4 bytes")) as usize;
-            if len > MESSAGE_MAX_BYTES {
-                return false;
+        let mut inbuf = std::mem::take(&mut self.inbuf);
+        let Some(used) = self.answer(node, &inbuf, wait) else {
+            return false;
+        };
+        inbuf.drain(..used);
+        self.inbuf = inbuf;
+        crate::carrier::shrink_idle(&mut self.inbuf);
+        while self.out_pos < self.out.len() {
+            match self.stream.write(&self.out[self.out_pos..]) {
+                Ok(0) => return false,
+                Ok(n) => self.out_pos += n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
             }
-            if self.inbuf.len() - at - 4 < len {
+        }
+        if self.out_pos == self.out.len() {
+            self.out.clear();
+            self.out_pos = 0;
+            crate::carrier::shrink_idle(&mut self.out);
+        }
+        // The peer closed its side: done once nothing is under way or left to send.
+        !(self.eof && !self.busy && self.out.is_empty())
+    }
+
+    /// Answers the whole frames at the start of `bytes` until one must wait (`busy`): how
+    /// many bytes they took, or `None` for a frame this node cannot trust.
+    fn answer(
+        &mut self,
+        node: &Node,
+        bytes: &[u8],
+        wait: &mut dyn FnMut(Request) -> Option<Vec<u8>>,
+    ) -> Option<usize> {
+        let mut at = 0;
+        while !self.busy && bytes.len() - at >= 4 {
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
+            if len > MESSAGE_MAX_BYTES {
+                return None;
+            }
+            if bytes.len() - at - 4 < len {
                 break;
             }
-            let Some(req) = peer::decode_request(&self.inbuf[at + 4..at + 4 + len]) else {
-                return false;
-            };
+            let req = peer::decode_request(&bytes[at + 4..at + 4 + len])?;
             at += 4 + len;
             // A `Get`, fenced or not, is answered here, its term admitted under the same lock
             // of the store.
@@ -135,24 +174,7 @@ impl PeerConn {
                 },
             }
         }
-        self.inbuf.drain(..at);
-        crate::carrier::shrink_idle(&mut self.inbuf);
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return false,
-                Ok(n) => self.out_pos += n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
-        if self.out_pos == self.out.len() {
-            self.out.clear();
-            self.out_pos = 0;
-            crate::carrier::shrink_idle(&mut self.out);
-        }
-        // The peer closed its side: done once nothing is under way or left to send.
-        !(self.eof && !self.busy && self.out.is_empty())
+        Some(at)
     }
 }
 

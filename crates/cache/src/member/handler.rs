@@ -318,7 +318,7 @@ mod tests {
             data: 1,
             seq,
             offset: 8,
-            delta: vec![0xff; 4],
+            delta: vec![0xff; 4].into(),
         };
         assert!(matches!(
             answer_chunk(&mut store, peer::fenced(9, list(0))),

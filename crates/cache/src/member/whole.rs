@@ -114,7 +114,7 @@ impl Page {
 pub struct SlotWrite {
     pub at: WholeAt,
     pub seq: u64,
-    pub delta: Vec<u8>,
+    pub delta: std::sync::Arc<[u8]>,
 }
 
 /// The slab of a home: pages carved into slots by size class.
@@ -328,10 +328,12 @@ impl Slab {
         );
         let page = &mut self.pages[at.page as usize];
         let range = at.offset as usize..at.offset as usize + record.len();
-        let mut delta = page.bytes[range.clone()].to_vec();
-        for (d, &b) in delta.iter_mut().zip(record) {
-            *d ^= b;
-        }
+        // Made once, shared by the deltas to every parity position.
+        let delta: std::sync::Arc<[u8]> = page.bytes[range.clone()]
+            .iter()
+            .zip(record)
+            .map(|(&old, &new)| old ^ new)
+            .collect();
         page.bytes[range].copy_from_slice(record);
         page.seq += 1;
         SlotWrite {
@@ -664,7 +666,7 @@ mod tests {
         let a = slab.alloc(100, None).unwrap();
         let w = slab.write(a, &[1; 100]);
         assert_eq!(w.seq, 1);
-        assert_eq!(w.delta, vec![1; 100]);
+        assert_eq!(&w.delta[..], &[1; 100][..]);
         slab.free(a);
         // 101 bytes: the same size class as 100 (4096 / 40 = 102 bytes); the delta covers
         // the new record's bytes, old ones included.
@@ -673,7 +675,7 @@ mod tests {
         let w = slab.write(b, &[3; 101]);
         let mut want = vec![2; 100];
         want.push(3);
-        assert_eq!(w.delta, want);
+        assert_eq!(&w.delta[..], &want[..]);
         assert_eq!(w.seq, 2);
         assert!(slab.alloc(4097, None).is_none());
         // With k = 3, a slot of residue 2 is found in page 2; pages 0 and 1 are skipped on the
