@@ -180,7 +180,7 @@ impl Links {
         };
         let mut answers = Vec::new();
         let buf = &mut self.scratch;
-        let mut broken = false;
+        let (mut broken, mut untrusted) = (false, false);
         loop {
             match link.stream.read(buf) {
                 Ok(0) => {
@@ -188,9 +188,19 @@ impl Links {
                     break;
                 }
                 Ok(n) => {
-                    link.inbuf.extend_from_slice(&buf[..n]);
+                    if link.inbuf.is_empty() {
+                        // The replies are decoded from the read's buffer: only a reply cut by
+                        // the read's end is kept.
+                        let used = take_replies(&mut link.asked, &buf[..n], &mut answers);
+                        match used {
+                            Some(used) => link.inbuf.extend_from_slice(&buf[used..n]),
+                            None => untrusted = true,
+                        }
+                    } else {
+                        link.inbuf.extend_from_slice(&buf[..n]);
+                    }
                     // Shorter than asked: the socket is empty, the next bytes bring an event.
-                    if n < buf.len() {
+                    if untrusted || n < buf.len() {
                         break;
                     }
                 }
@@ -202,28 +212,17 @@ impl Links {
                 }
             }
         }
-        let mut pos = 0;
-        while link.inbuf.len() - pos >= 4 {
-            let len =
-                u32::from_le_bytes(link.inbuf[pos..pos + 4].try_into().expect("4 bytes")) as usize;
-            if len > MESSAGE_MAX_BYTES {
-                broken = true;
-                break;
+        // What came before the link failed is answered all the same.
+        if !untrusted {
+            match take_replies(&mut link.asked, &link.inbuf, &mut answers) {
+                Some(used) => {
+                    link.inbuf.drain(..used);
+                }
+                None => untrusted = true,
             }
-            if link.inbuf.len() - pos - 4 < len {
-                break;
-            }
-            let Some(asked) = link.asked.pop_front() else {
-                // A reply to nothing: the connection cannot be trusted.
-                broken = true;
-                break;
-            };
-            let body = &link.inbuf[pos + 4..pos + 4 + len];
-            answers.push((asked, peer::decode_response(body)));
-            self.received += 1;
-            pos += 4 + len;
         }
-        link.inbuf.drain(..pos);
+        let broken = broken || untrusted;
+        self.received += answers.len() as u64;
         super::shrink_idle(&mut link.inbuf);
         if broken {
             answers.extend(self.drop_link(registry, at));
@@ -240,6 +239,26 @@ impl Links {
         crate::carrier::peer::abort(&link.stream);
         link.asked.into_iter().map(|a| (a, None)).collect()
     }
+}
+
+/// Decodes the whole replies at the start of `bytes`, each the answer to the oldest request
+/// still `asked`: how many bytes they took, or `None` when the link cannot be trusted (a
+/// frame too large, a reply to nothing).
+fn take_replies(asked: &mut VecDeque<Asked>, bytes: &[u8], answers: &mut Answers) -> Option<usize> {
+    let mut pos = 0;
+    while bytes.len() - pos >= 4 {
+        let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        if len > MESSAGE_MAX_BYTES {
+            return None;
+        }
+        if bytes.len() - pos - 4 < len {
+            break;
+        }
+        let a = asked.pop_front()?;
+        answers.push((a, peer::decode_response(&bytes[pos + 4..pos + 4 + len])));
+        pos += 4 + len;
+    }
+    Some(pos)
 }
 
 #[cfg(test)]
