@@ -24,6 +24,11 @@ struct PoolInner {
 /// freed.
 const MAX_POOLED_BYTES: usize = 512 << 20;
 
+/// ... and at most this many free buffers of one length: as many as runs of one size take at
+/// once in practice. A caller that returns buffers it did not take (allocated elsewhere) then
+/// grows the pool by at most this many per length, not up to the byte bound.
+const MAX_POOLED_PER_LEN: usize = 64;
+
 impl BufferPool {
     pub fn new() -> BufferPool {
         BufferPool::default()
@@ -53,8 +58,12 @@ impl BufferPool {
         if inner.pooled_bytes + len > MAX_POOLED_BYTES {
             return;
         }
+        let free = inner.by_len.entry(len).or_default();
+        if free.len() >= MAX_POOLED_PER_LEN {
+            return;
+        }
+        free.push(buf);
         inner.pooled_bytes += len;
-        inner.by_len.entry(len).or_default().push(buf);
     }
 }
 
@@ -74,5 +83,17 @@ mod tests {
         assert_eq!(b.len(), 100);
         let c = pool.take(50);
         assert_eq!(c.len(), 50);
+    }
+
+    /// Buffers returned beyond what one length may keep are freed, however many come back.
+    #[test]
+    fn one_length_keeps_a_bounded_number_of_free_buffers() {
+        let pool = BufferPool::new();
+        for _ in 0..3 * MAX_POOLED_PER_LEN {
+            pool.put(vec![1u8; 10]);
+        }
+        let inner = pool.inner.lock().unwrap();
+        assert_eq!(inner.by_len[&10].len(), MAX_POOLED_PER_LEN);
+        assert_eq!(inner.pooled_bytes, 10 * MAX_POOLED_PER_LEN);
     }
 }
