@@ -236,6 +236,7 @@ fn layout(
 pub struct Checked<'a> {
     pub key: &'a [u8],
     pub chunk_index: u8,
+    pub version: u64,
     pub data: &'a [u8],
 }
 
@@ -246,6 +247,7 @@ pub fn check(bytes: &[u8]) -> Result<Checked<'_>, RecordError> {
     Ok(Checked {
         key: &bytes[key],
         chunk_index: bytes[5],
+        version: u64_at(bytes, 8),
         data: &bytes[data],
     })
 }
@@ -310,6 +312,7 @@ mod tests {
             (c.key, c.chunk_index, c.data),
             (&b"user:42"[..], 3, &data[..])
         );
+        assert_eq!(c.version, header().version);
         let mut bad = bytes.clone();
         bad[OVERHEAD_BYTES + 10] ^= 1;
         assert!(matches!(check(&bad), Err(RecordError::BadCrc { .. })));

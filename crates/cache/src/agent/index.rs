@@ -130,10 +130,42 @@ pub enum Gone {
     Flushed,
 }
 
+/// Bytes of a key kept in the index's table entry itself.
+const INLINE_KEY_BYTES: usize = 30;
+
+/// A key as the index keeps it: up to [`INLINE_KEY_BYTES`] in the table's entry (YCSB's keys
+/// are 23 bytes), a longer one boxed. Inline, a lookup's key compare reads the entry it found
+/// instead of another allocation (one cache miss less), and the key takes no allocation of its
+/// own (the entry grows by 16 bytes, a boxed key of up to 24 bytes took 32 more).
+#[derive(Debug)]
+enum IndexKey {
+    Inline(u8, [u8; INLINE_KEY_BYTES]),
+    Boxed(Box<[u8]>),
+}
+
+impl IndexKey {
+    fn new(key: &[u8]) -> IndexKey {
+        if key.len() <= INLINE_KEY_BYTES {
+            let mut b = [0; INLINE_KEY_BYTES];
+            b[..key.len()].copy_from_slice(key);
+            IndexKey::Inline(key.len() as u8, b)
+        } else {
+            IndexKey::Boxed(key.into())
+        }
+    }
+
+    fn bytes(&self) -> &[u8] {
+        match self {
+            IndexKey::Inline(len, b) => &b[..*len as usize],
+            IndexKey::Boxed(b) => b,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct StripeIndex {
     /// The live values with their keys.
-    entries: HashTable<(Box<[u8]>, Entry)>,
+    entries: HashTable<(IndexKey, Entry)>,
     hasher: DefaultHashBuilder,
     /// LRU order: tick → the hash of the key of the entry filed under that tick (its
     /// `lru_filed`), which holds no copy of the key. A use moves only the entry's `lru_tick`;
@@ -197,14 +229,14 @@ impl StripeIndex {
     /// The entry of `key`.
     pub fn get(&self, key: &[u8]) -> Option<&Entry> {
         self.entries
-            .find(self.hash(key), |(k, _)| **k == *key)
+            .find(self.hash(key), |(k, _)| k.bytes() == key)
             .map(|(_, e)| e)
     }
 
     fn get_mut(&mut self, key: &[u8]) -> Option<&mut Entry> {
         let hash = self.hash(key);
         self.entries
-            .find_mut(hash, |(k, _)| **k == *key)
+            .find_mut(hash, |(k, _)| k.bytes() == key)
             .map(|(_, e)| e)
     }
 
@@ -341,7 +373,7 @@ impl StripeIndex {
         let hash = self.hash(key);
         let (_, e) = self
             .entries
-            .find_entry(hash, |(k, _)| **k == *key)
+            .find_entry(hash, |(k, _)| k.bytes() == key)
             .ok()?
             .remove()
             .0;
@@ -389,7 +421,7 @@ impl StripeIndex {
                 continue;
             }
             let ((key, e), _) = found.remove();
-            let key = key.into_vec();
+            let key = key.bytes().to_vec();
             for u in &mut self.used_bytes[..e.positions] {
                 *u = u.saturating_sub(e.charge_bytes);
             }
@@ -442,7 +474,9 @@ impl StripeIndex {
         self.lru.insert(self.tick, hash);
         let hasher = &self.hasher;
         self.entries
-            .insert_unique(hash, (key.into(), entry), |(k, _)| hasher.hash_one(k));
+            .insert_unique(hash, (IndexKey::new(key), entry), |(k, _)| {
+                hasher.hash_one(k.bytes())
+            });
         old
     }
 
@@ -475,7 +509,7 @@ impl StripeIndex {
             .iter()
             .filter(|(_, e)| e.holes & wanted != 0)
             .take(max)
-            .map(|(k, e)| (k.to_vec(), e.version, e.holes & wanted))
+            .map(|(k, e)| (k.bytes().to_vec(), e.version, e.holes & wanted))
             .collect()
     }
 
@@ -510,7 +544,7 @@ impl StripeIndex {
                         && oldest_live_us <= now_us
                         && e.stored_at_us <= oldest_live_us)
             })
-            .map(|(k, _)| k.to_vec())
+            .map(|(k, _)| k.bytes().to_vec())
             .collect();
         dead.into_iter()
             .map(|k| {
@@ -522,7 +556,7 @@ impl StripeIndex {
 
     /// Keys and entries (for recovery listings), in no particular order.
     pub fn entries(&self) -> impl Iterator<Item = (&[u8], &Entry)> {
-        self.entries.iter().map(|(k, e)| (&**k, e))
+        self.entries.iter().map(|(k, e)| (k.bytes(), e))
     }
 
     /// Bytes of value held (coded, replicated), bytes of records stored for them over all
@@ -539,7 +573,7 @@ impl StripeIndex {
                 }
                 Kind::Whole => {
                     f[4] += e.value_bytes;
-                    f[5] += (record::OVERHEAD_BYTES + key.len()) as u64 + e.value_bytes;
+                    f[5] += (record::OVERHEAD_BYTES + key.bytes().len()) as u64 + e.value_bytes;
                 }
             }
         }
@@ -684,6 +718,27 @@ mod tests {
             assert_eq!(ix.len(), model.len());
         }
         assert!(ix.evictions > 100, "{} evictions", ix.evictions);
+    }
+
+    #[test]
+    fn keys_up_to_thirty_bytes_are_kept_inline_and_all_read_back() {
+        assert_eq!(std::mem::size_of::<IndexKey>(), 32);
+        for len in [1, 23, INLINE_KEY_BYTES, INLINE_KEY_BYTES + 1, 250] {
+            let key: Vec<u8> = (0..len).map(|i| b'a' + (i % 26) as u8).collect();
+            let k = IndexKey::new(&key);
+            assert_eq!(k.bytes(), &key[..]);
+            assert_eq!(matches!(k, IndexKey::Inline(..)), len <= INLINE_KEY_BYTES);
+        }
+        let mut ix = StripeIndex::new(1, 1 << 20);
+        let long = vec![b'x'; 200];
+        ix.commit(b"short", entry(1, 1, 10));
+        ix.commit(&long, entry(2, 1, 10));
+        assert_eq!(ix.get(b"short").map(|e| e.version), Some(1));
+        assert_eq!(ix.get(&long).map(|e| e.version), Some(2));
+        assert!(ix.get(b"shor").is_none());
+        let mut keys: Vec<Vec<u8>> = ix.entries().map(|(k, _)| k.to_vec()).collect();
+        keys.sort();
+        assert_eq!(keys, vec![b"short".to_vec(), long]);
     }
 
     #[test]

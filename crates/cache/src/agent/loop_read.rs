@@ -203,11 +203,27 @@ impl Node {
                     if store.admit(stripe as u32, fence).is_err() {
                         return LoopRead::Worker;
                     }
-                    match store
-                        .get(stripe as u32, p as u8, key, e.version)
+                    // A whole value's record is read where the index says it lies (no lookup
+                    // in the slot table) when it is there; else as any record.
+                    let at_home = e.whole_at.filter(|_| e.kind == Kind::Whole);
+                    let found = at_home
+                        .and_then(|at| store.whole_slot(at))
                         .map(record::check)
-                    {
-                        Some(Ok(c)) if c.key == key && c.chunk_index as usize == p => {
+                        .filter(|c| {
+                            c.as_ref()
+                                .is_ok_and(|c| c.key == key && c.version == e.version)
+                        })
+                        .or_else(|| {
+                            store
+                                .get(stripe as u32, p as u8, key, e.version)
+                                .map(record::check)
+                        });
+                    match found {
+                        Some(Ok(c))
+                            if c.key == key
+                                && c.chunk_index as usize == p
+                                && c.version == e.version =>
+                        {
                             let data = c.data;
                             match sink.as_mut() {
                                 Some((out, with_cas)) => {

@@ -725,6 +725,14 @@ impl ChunkStore {
         }
     }
 
+    /// The bytes of slot `at` of this node's slab, for a read that knows where a value's record
+    /// lies (`Entry::whole_at`) and checks what it finds (key, version, CRC): `None` while the
+    /// slab is being rebuilt after a restart, or for a slot outside the slab's pages.
+    pub fn whole_slot(&self, at: WholeAt) -> Option<&[u8]> {
+        let inside = at.offset as usize + at.len as usize <= self.slab.page_bytes();
+        (!self.whole_lost && inside && self.slab.holds(at.page)).then(|| self.slab.bytes(at))
+    }
+
     /// The current record at a position, whatever its version.
     pub fn get_latest(&self, stripe: u32, position: u8, key: &[u8]) -> Option<&[u8]> {
         self.slot(stripe, position, key)
