@@ -434,8 +434,12 @@ impl<'a> R<'a> {
         Ok(self.u64()? as i64)
     }
     fn bytes(&mut self) -> Result<Vec<u8>, Short> {
+        Ok(self.slice()?.to_vec())
+    }
+    /// A length-prefixed byte string, in place.
+    fn slice(&mut self) -> Result<&'a [u8], Short> {
         let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
+        self.take(n)
     }
     fn opt_u64(&mut self) -> Result<Option<u64>, Short> {
         Ok(match self.u8()? {
@@ -871,7 +875,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 data: r.u8()?,
                 seq: r.u64()?,
                 offset: r.u32()?,
-                delta: r.bytes()?.into(),
+                delta: r.slice()?.into(),
             },
             12 => Request::Range {
                 stripe: r.u32()?,

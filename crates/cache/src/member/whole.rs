@@ -328,12 +328,13 @@ impl Slab {
         );
         let page = &mut self.pages[at.page as usize];
         let range = at.offset as usize..at.offset as usize + record.len();
-        // Made once, shared by the deltas to every parity position.
-        let delta: std::sync::Arc<[u8]> = page.bytes[range.clone()]
-            .iter()
-            .zip(record)
-            .map(|(&old, &new)| old ^ new)
-            .collect();
+        // Made once, shared by the deltas to every parity position: the old bytes copied, then
+        // the new ones added in place (a loop the compiler vectorizes).
+        let mut delta: std::sync::Arc<[u8]> = std::sync::Arc::from(&page.bytes[range.clone()]);
+        let fresh = std::sync::Arc::get_mut(&mut delta).expect("not shared yet");
+        for (d, &b) in fresh.iter_mut().zip(record) {
+            *d ^= b;
+        }
         page.bytes[range].copy_from_slice(record);
         page.seq += 1;
         SlotWrite {
