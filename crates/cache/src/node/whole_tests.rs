@@ -44,6 +44,11 @@ fn set(node: &Node, key: &[u8], value: &[u8]) -> AgentResult {
     )
 }
 
+/// Fails unless a write answered `Stored`.
+fn stored(res: AgentResult) {
+    assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+}
+
 fn get(node: &Node, key: &[u8]) -> AgentResult {
     node.route_key(
         AgentOp::Get {
@@ -204,18 +209,12 @@ fn a_dead_home_is_read_through_its_pages_stripes() {
     let (hub, nodes) = cluster(Layout::Whole);
     let keys = keys_of(&nodes, 0, "d", 25);
     for (i, key) in keys.iter().enumerate() {
-        assert!(matches!(
-            set(&nodes[1], key, &value_of(i, 0)),
-            AgentResult::Stored { .. }
-        ));
+        stored(set(&nodes[1], key, &value_of(i, 0)));
     }
     // Other stripes' values share the page stripes of node 0's pages.
     for i in 0..40 {
         let key = format!("o{i}").into_bytes();
-        assert!(matches!(
-            set(&nodes[2], &key, &value_of(i, 1)),
-            AgentResult::Stored { .. }
-        ));
+        stored(set(&nodes[2], &key, &value_of(i, 1)));
     }
     hub.kill(0);
     rounds(&nodes[1..]);
@@ -228,10 +227,7 @@ fn a_dead_home_is_read_through_its_pages_stripes() {
     assert!(nodes[1].counters.whole_rebuilds.load(Ordering::Relaxed) >= keys.len() as u64);
     // Written while the home is down: split (coded), readable after one more failure.
     let late = &keys[0];
-    assert!(matches!(
-        set(&nodes[3], late, b"written while the home is down"),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[3], late, b"written while the home is down"));
     assert!(nodes[1].counters.whole_fallbacks.load(Ordering::Relaxed) >= 1);
     hub.kill(4);
     rounds(&nodes[1..4]);
@@ -255,10 +251,7 @@ fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
     let (hub, nodes) = cluster(Layout::Whole);
     let key = keys_of(&nodes, 0, "f", 1).remove(0);
     let value = vec![0x3c; 700];
-    assert!(matches!(
-        set(&nodes[0], &key, &value),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &value));
     assert!(lock(&nodes[0].store).flip_bit(0, 0, &key, 100));
     expect_value(get(&nodes[2], &key), &value, "read of a damaged slot");
     let c = &nodes[0].counters;
@@ -270,10 +263,7 @@ fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
     expect_value(get(&nodes[3], &key), &value, "read after the mend");
     assert_eq!(c.crc_errors.load(Ordering::Relaxed), 1);
     check_parity(&nodes);
-    assert!(matches!(
-        set(&nodes[0], &key, &[7; 650]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &[7; 650]));
     check_parity(&nodes);
     hub.clear();
 }
@@ -283,10 +273,7 @@ fn a_damaged_slot_is_rebuilt_from_its_pages_stripe() {
 #[test]
 fn the_layout_picks_whole_or_split_by_value_size() {
     let (hub, nodes) = cluster(Layout::Split);
-    assert!(matches!(
-        set(&nodes[0], b"s", &[1; 100]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], b"s", &[1; 100]));
     assert_eq!(
         nodes
             .iter()
@@ -298,14 +285,8 @@ fn the_layout_picks_whole_or_split_by_value_size() {
     let (hub, nodes) = cluster(Layout::Auto);
     let below = nodes[0].cfg.whole_below_bytes;
     assert!(below > 0 && below < PAGE);
-    assert!(matches!(
-        set(&nodes[0], b"a", &vec![1; below - 1]),
-        AgentResult::Stored { .. }
-    ));
-    assert!(matches!(
-        set(&nodes[0], b"b", &vec![2; below]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], b"a", &vec![1; below - 1]));
+    stored(set(&nodes[0], b"b", &vec![2; below]));
     assert_eq!(
         nodes
             .iter()
@@ -324,10 +305,7 @@ fn the_layout_picks_whole_or_split_by_value_size() {
 fn a_read_at_the_home_sends_no_message() {
     let (hub, nodes) = cluster(Layout::Whole);
     let key = keys_of(&nodes, 0, "h", 1).remove(0);
-    assert!(matches!(
-        set(&nodes[0], &key, &[9; 300]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &[9; 300]));
     let before = nodes[0].transport.data_messages();
     match nodes[0].loop_read_start(&key) {
         crate::agent::LoopRead::Value(v) => assert_eq!(v.value, vec![9; 300]),
@@ -398,10 +376,7 @@ fn racing_repairs() -> (usize, usize) {
     let victims = of(0, 30);
     let writers: Vec<Vec<u8>> = of(1, 30).into_iter().chain(of(4, 30)).collect();
     for (i, key) in victims.iter().chain(&writers).enumerate() {
-        assert!(matches!(
-            set(&nodes[2], key, &value_of(i, 0)),
-            AgentResult::Stored { .. }
-        ));
+        stored(set(&nodes[2], key, &value_of(i, 0)));
     }
     hub.kill(0);
     rounds(&nodes[1..]);
@@ -461,10 +436,7 @@ fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
     let (hub, nodes) = cluster(Layout::Whole);
     let key = keys_of(&nodes, 0, "l", 1).remove(0);
     // The first write of the stripe builds its index (on a worker).
-    assert!(matches!(
-        set(&nodes[0], &key, &[1; 10]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &[1; 10]));
     let id = nodes[0].next_request_id();
     let crate::agent::LoopWriteStart::Send(mut w) =
         nodes[0].loop_write_start(&key, 3, 0, &[5; 900], id)
@@ -500,10 +472,7 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
     let (hub, mut nodes) = cluster(Layout::Whole);
     let keys: Vec<Vec<u8>> = (0..80).map(|i| format!("s{i}").into_bytes()).collect();
     for (i, key) in keys.iter().enumerate() {
-        assert!(matches!(
-            set(&nodes[i % NODES], key, &value_of(i, 0)),
-            AgentResult::Stored { .. }
-        ));
+        stored(set(&nodes[i % NODES], key, &value_of(i, 0)));
     }
     hub.kill(2);
     rounds(&nodes);
@@ -577,21 +546,24 @@ fn a_restarted_node_rebuilds_its_pages_from_their_stripes() {
     hub.clear();
 }
 
+/// A key of stripe 0 written twice at its home (node 0), the second time while node 2 is cut
+/// off from it: page 0 of node 0 is data position 0 of page stripe 0, with parity at nodes 2
+/// and 3, so node 2's parity page misses the second write's delta (still cut off on return).
+fn second_write_missed_by_node_2(hub: &MemHub, nodes: &[Arc<Node>], prefix: &str) -> Vec<u8> {
+    let key = keys_of(nodes, 0, prefix, 1).remove(0);
+    stored(set(&nodes[0], &key, &[1; 500]));
+    hub.cut(0, 2);
+    stored(set(&nodes[0], &key, &[2; 500]));
+    key
+}
+
 /// A parity position that does not answer its delta (cut off from the home) is marked down,
 /// the write is stored (at most m positions down), and the delta is sent again once the node
 /// is back: its parity page then holds every delta again.
 #[test]
 fn a_delta_a_parity_position_missed_is_sent_again() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = keys_of(&nodes, 0, "m", 1).remove(0);
-    assert!(matches!(
-        set(&nodes[0], &key, &[1; 500]),
-        AgentResult::Stored { .. }
-    ));
-    // Page 0 of node 0 is data position 0 of page stripe 0: parity at nodes 2 and 3.
-    hub.cut(0, 2);
-    let res = set(&nodes[0], &key, &[2; 500]);
-    assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+    let key = second_write_missed_by_node_2(&hub, &nodes, "m");
     assert_eq!(nodes[0].whole_deltas_pending(), 1);
     let (seqs, _) = lock(&nodes[2].store)
         .range((0, 2, 0), 0, 1)
@@ -629,26 +601,13 @@ fn a_delta_a_parity_position_missed_is_sent_again() {
 #[test]
 fn a_parity_page_that_missed_a_delta_for_good_is_rebuilt_while_the_node_runs() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let key = keys_of(&nodes, 0, "g", 1).remove(0);
-    assert!(matches!(
-        set(&nodes[0], &key, &[1; 500]),
-        AgentResult::Stored { .. }
-    ));
-    // Page 0 of node 0 is data position 0 of page stripe 0: parity at nodes 2 and 3. Node 2
-    // misses the second write's delta, and the home's queue of it is lost.
-    hub.cut(0, 2);
-    assert!(matches!(
-        set(&nodes[0], &key, &[2; 500]),
-        AgentResult::Stored { .. }
-    ));
+    let key = second_write_missed_by_node_2(&hub, &nodes, "g");
+    // The home's queue of the delta node 2 missed is lost.
     lock(&nodes[0].whole_pending).clear();
     nodes[0].whole_pending_bytes.store(0, Ordering::Relaxed);
     hub.heal();
     rounds(&nodes);
-    assert!(matches!(
-        set(&nodes[0], &key, &[3; 500]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &[3; 500]));
     let seqs = |node: usize| {
         lock(&nodes[node].store)
             .range((0, node as u8, 0), 0, 1)
@@ -680,10 +639,7 @@ fn a_parity_page_that_missed_a_delta_for_good_is_rebuilt_while_the_node_runs() {
     assert_eq!(seqs(2), seqs(3), "node 2's page agrees with node 3's");
     check_parity(&nodes);
     // Deltas after the heal apply as usual.
-    assert!(matches!(
-        set(&nodes[0], &key, &[4; 500]),
-        AgentResult::Stored { .. }
-    ));
+    stored(set(&nodes[0], &key, &[4; 500]));
     check_parity(&nodes);
     // Without the home and node 3, a repair combines node 1's data page with node 2's parity
     // page: they are a consistent cut (before the heal, node 2's page joined none).
@@ -701,8 +657,7 @@ fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut
     let (hub, mut nodes) = cluster(Layout::Whole);
     let keys: Vec<Vec<u8>> = (0..60).map(|i| format!("w{i}").into_bytes()).collect();
     for (i, key) in keys.iter().enumerate() {
-        let res = set(&nodes[i % NODES], key, &value_of(i, 0));
-        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+        stored(set(&nodes[i % NODES], key, &value_of(i, 0)));
     }
     hub.kill(2);
     rounds(&nodes);
@@ -719,8 +674,7 @@ fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut
         .collect();
     for &i in &others {
         let home = nodes[0].placement.stripe_of(&keys[i]);
-        let res = set(&nodes[home], &keys[i], &value_of(i, 1));
-        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+        stored(set(&nodes[home], &keys[i], &value_of(i, 1)));
     }
     assert_eq!(
         fallbacks(&nodes),
@@ -780,8 +734,7 @@ fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut
     hub.cut(0, 2);
     let before = nodes[0].counters.whole_fallbacks.load(Ordering::Relaxed);
     for key in &mine {
-        let res = set(&nodes[0], key, &[7; 300]);
-        assert!(matches!(res, AgentResult::Stored { .. }), "{res:?}");
+        stored(set(&nodes[0], key, &[7; 300]));
     }
     assert!(!nodes[0].is_up(2) && !nodes[0].is_refused(2));
     assert_eq!(
