@@ -10,7 +10,7 @@ use codes::Code;
 use engine::{BufferPool, LocalNode};
 use graph::Scheme;
 
-use crate::carrier::peer::TcpTransport;
+use crate::carrier::calls::LoopTransport;
 use crate::carrier::plans::{CacheApp, PlanExec};
 use crate::cluster::placement::Placement;
 use crate::front::{self, ServerConfig};
@@ -49,6 +49,8 @@ pub enum StartError {
     LrcSchemeNeedsLrc(Code),
     #[error("--coordinator: {0}")]
     Coordinator(String),
+    #[error("making the event loops' polls: {0}")]
+    Loops(std::io::Error),
     #[error("binding {what} address {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -83,8 +85,9 @@ pub struct Server {
     peers: Vec<SocketAddr>,
     limits: proto::Limits,
     max_connections: usize,
-    loops: usize,
     workers: usize,
+    /// Its event loops, made before the node (its calls to other nodes go through them).
+    loops: front::Loops,
     /// Kept for the life of the server: the engine host its plans run on.
     _engine_host: Option<LocalNode>,
     /// Why the write and read plans of its stripes were not installed (they then go over peer
@@ -120,8 +123,11 @@ impl Server {
         };
         let debug_commands = cfg.debug_commands;
         let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
-        let transport = Arc::new(TcpTransport::new(config.peers.clone(), front::PEER_TIMEOUT));
-        let heartbeats = Arc::new(TcpTransport::new(config.peers.clone(), hb_timeout));
+        // Every call the node's other threads make to other nodes is carried by its event
+        // loops, on the links they keep to each node: one set of connections per pair of nodes.
+        let loops = front::Loops::new(config.loops).map_err(StartError::Loops)?;
+        let transport = Arc::new(LoopTransport::new(loops.posts(), front::PEER_TIMEOUT));
+        let heartbeats = Arc::new(LoopTransport::new(loops.posts(), hb_timeout));
         let incarnation = crate::time::now_micros();
         let store = Arc::new(Mutex::new(ChunkStore::new()));
         // Writes, normal and degraded reads run as plans on the engine hosts when every node
@@ -170,7 +176,7 @@ impl Server {
             peers: config.peers,
             limits,
             max_connections: config.max_connections,
-            loops: config.loops,
+            loops,
             workers: config.workers,
             _engine_host: engine_host,
             plans_not_installed,
@@ -192,10 +198,10 @@ impl Server {
             ServerConfig {
                 limits: self.limits,
                 max_connections: self.max_connections,
-                loops: self.loops,
                 workers: self.workers,
                 peer_addrs: self.peers,
             },
+            self.loops,
         )
     }
 }

@@ -1,9 +1,11 @@
-//! The event loop's own connections to the other nodes' peer ports, for the requests it runs
-//! to completion (`crate::node::LoopRead`, `LoopWrite`, forwards). Per peer and loop, one
-//! connection for each [`Lane`], requests pipelined: the peer answers one connection's requests
-//! in order, so each connection keeps the (op, position) of its requests in order and matches
-//! each reply to the oldest. Frames queued for one connection during a pass of the loop leave in
-//! one write ([`Links::flush`]).
+//! The event loop's connections to the other nodes' peer ports: the only connections a node
+//! opens to another's peer port. They carry the requests the loop runs to completion
+//! (`crate::node::LoopRead`, `LoopWrite`, forwards) and the calls other threads of the node
+//! (workers, heartbeats, background jobs) post to the loop (`crate::carrier::calls`). Per peer
+//! and loop, one connection for each [`Lane`], requests pipelined: the peer answers one
+//! connection's requests in order, so each connection keeps the (op, position) of its requests
+//! in order and matches each reply to the oldest. Frames queued for one connection during a pass
+//! of the loop leave in one write ([`Links::flush`]).
 
 use std::collections::VecDeque;
 use std::io::{self, Read, Write};
@@ -18,32 +20,72 @@ use crate::carrier::peer::{self, Response, MESSAGE_MAX_BYTES};
 pub const LINK_BASE: usize = 1 << 40;
 
 /// The lanes of the loop's connections to one node, each its own connection: chunk operations
-/// (`Get`, `Put`), which the member's loop answers at once, and forwarded requests, which the
-/// agent runs to their end before it answers. Apart, a chunk operation never waits behind a
-/// forward on the member's side; on one connection, two loops forwarding to each other would
-/// each hold the other's chunk operations behind a forward that waits for them, until their
-/// patience ran out.
+/// (`Get`, `Put`), which the member's loop answers at once; requests the receiver runs to their
+/// end before it answers (forwarded agent operations, recovery's); and heartbeats. Apart, a
+/// chunk operation never waits behind a forward on the member's side (on one connection, two
+/// loops forwarding to each other would each hold the other's chunk operations behind a forward
+/// that waits for them, until their patience ran out), and a heartbeat, whose timing the lease
+/// depends on, never waits behind a large frame or a forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
     Chunks = 0,
     Forwards = 1,
+    Heartbeats = 2,
+}
+
+impl Lane {
+    /// The lane a request travels on.
+    pub fn of(request: &peer::Request) -> Lane {
+        match request {
+            peer::Request::Agent(_) => Lane::Forwards,
+            peer::Request::Heartbeat { .. } => Lane::Heartbeats,
+            _ => Lane::Chunks,
+        }
+    }
 }
 
 /// Lanes per node.
-pub const LANES: usize = 2;
+pub const LANES: usize = 3;
 
 /// A request sent on a link: the read it belongs to and the chunk position it asks for.
 pub type Asked = (u64, usize);
 
-/// Replies to requests, `None` where the connection failed before the reply came.
-pub type Answers = Vec<(Asked, Option<Response>)>;
+/// Why a request got no reply.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The connection failed before the whole request was written: the node cannot act on it
+    /// (a cut frame is never read, and an aborted connection's unsent bytes are dropped).
+    NotSent(io::ErrorKind),
+    /// The request was written and no reply came: the node may or may not have acted on it.
+    NoReply(io::ErrorKind),
+    /// The reply could not be decoded.
+    Malformed,
+}
+
+/// A request's reply, or why it has none.
+pub type Answer = Result<Response, Failure>;
+
+/// Replies to requests, in the order they came.
+pub type Answers = Vec<(Asked, Answer)>;
+
+/// A request a link sent and has no reply to yet.
+struct Sent {
+    asked: Asked,
+    /// Where the request's frame ends in the link's byte stream.
+    end: u64,
+    /// Counted in [`Links::sent`] and its reply in [`Links::received`].
+    counted: bool,
+}
 
 struct Link {
     stream: TcpStream,
     out: Vec<u8>,
     out_pos: usize,
+    /// Bytes of the stream queued and written since the link was opened.
+    queued: u64,
+    written: u64,
     inbuf: Vec<u8>,
-    asked: VecDeque<Asked>,
+    asked: VecDeque<Sent>,
 }
 
 pub struct Links {
@@ -52,7 +94,7 @@ pub struct Links {
     dirty: Vec<usize>,
     /// Where reads land before they join a link's input (allocated once).
     scratch: Vec<u8>,
-    /// Frames sent and received, for the node's message counters.
+    /// Frames sent and received, for the node's message counters (those queued `counted`).
     pub sent: u64,
     pub received: u64,
 }
@@ -82,7 +124,8 @@ impl Links {
     }
 
     /// Queues a request for `node` on `lane` (connecting first if needed); it leaves at the
-    /// next [`Links::flush`]. An error means the connection could not even be started.
+    /// next [`Links::flush`]. An error means the connection could not even be started. A
+    /// request `counted` is counted in [`Links::sent`], its reply in [`Links::received`].
     pub fn queue(
         &mut self,
         registry: &Registry,
@@ -90,6 +133,7 @@ impl Links {
         lane: Lane,
         asked: Asked,
         request: &peer::Request,
+        counted: bool,
     ) -> io::Result<()> {
         let at = node * LANES + lane as usize;
         if self.links[at].is_none() {
@@ -104,14 +148,24 @@ impl Links {
                 stream,
                 out: Vec::new(),
                 out_pos: 0,
+                queued: 0,
+                written: 0,
                 inbuf: Vec::new(),
                 asked: VecDeque::new(),
             });
         }
         let link = self.links[at].as_mut().expect("connected above");
+        let before = link.out.len();
         peer::push_request_frame(&mut link.out, request);
-        link.asked.push_back(asked);
-        self.sent += 1;
+        link.queued += (link.out.len() - before) as u64;
+        link.asked.push_back(Sent {
+            asked,
+            end: link.queued,
+            counted,
+        });
+        if counted {
+            self.sent += 1;
+        }
         if !self.dirty.contains(&at) {
             self.dirty.push(at);
         }
@@ -137,14 +191,17 @@ impl Links {
         let Some(link) = self.links.get_mut(at).and_then(|l| l.as_mut()) else {
             return Vec::new();
         };
-        let mut broken = false;
+        let mut broken = None;
         while link.out_pos < link.out.len() {
             match link.stream.write(&link.out[link.out_pos..]) {
                 Ok(0) => {
-                    broken = true;
+                    broken = Some(io::ErrorKind::WriteZero);
                     break;
                 }
-                Ok(n) => link.out_pos += n,
+                Ok(n) => {
+                    link.out_pos += n;
+                    link.written += n as u64;
+                }
                 // Still connecting, or the socket is full: the writable event resumes it.
                 Err(e)
                     if matches!(
@@ -155,14 +212,14 @@ impl Links {
                     break
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    broken = true;
+                Err(e) => {
+                    broken = Some(e.kind());
                     break;
                 }
             }
         }
-        if broken {
-            return self.drop_link(registry, at);
+        if let Some(kind) = broken {
+            return self.drop_link(registry, at, kind);
         }
         if link.out_pos == link.out.len() {
             link.out.clear();
@@ -179,19 +236,21 @@ impl Links {
             return Vec::new();
         };
         let mut answers = Vec::new();
+        let mut counted = 0;
         let buf = &mut self.scratch;
-        let (mut broken, mut untrusted) = (false, false);
+        let (mut broken, mut untrusted) = (None, false);
         loop {
             match link.stream.read(buf) {
                 Ok(0) => {
-                    broken = true;
+                    broken = Some(io::ErrorKind::UnexpectedEof);
                     break;
                 }
                 Ok(n) => {
                     if link.inbuf.is_empty() {
                         // The replies are decoded from the read's buffer: only a reply cut by
                         // the read's end is kept.
-                        let used = take_replies(&mut link.asked, &buf[..n], &mut answers);
+                        let used =
+                            take_replies(&mut link.asked, &buf[..n], &mut answers, &mut counted);
                         match used {
                             Some(used) => link.inbuf.extend_from_slice(&buf[used..n]),
                             None => untrusted = true,
@@ -206,45 +265,74 @@ impl Links {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => {
-                    broken = true;
+                Err(e) => {
+                    broken = Some(e.kind());
                     break;
                 }
             }
         }
         // What came before the link failed is answered all the same.
         if !untrusted {
-            match take_replies(&mut link.asked, &link.inbuf, &mut answers) {
+            match take_replies(&mut link.asked, &link.inbuf, &mut answers, &mut counted) {
                 Some(used) => {
                     link.inbuf.drain(..used);
                 }
                 None => untrusted = true,
             }
         }
-        let broken = broken || untrusted;
-        self.received += answers.len() as u64;
+        let broken = match (broken, untrusted) {
+            (_, true) => Some(io::ErrorKind::InvalidData),
+            (b, false) => b,
+        };
+        self.received += counted;
         super::shrink_idle(&mut link.inbuf);
-        if broken {
-            answers.extend(self.drop_link(registry, at));
+        if let Some(kind) = broken {
+            answers.extend(self.drop_link(registry, at, kind));
         }
         answers
     }
 
-    fn drop_link(&mut self, registry: &Registry, at: usize) -> Answers {
+    /// Closes the link to `node` on `lane` at once, abortively (a caller gave up on one of its
+    /// requests, which must not reach the node later): every request still on it fails.
+    pub fn abort(&mut self, registry: &Registry, node: usize, lane: Lane) -> Answers {
+        self.drop_link(
+            registry,
+            node * LANES + lane as usize,
+            io::ErrorKind::TimedOut,
+        )
+    }
+
+    fn drop_link(&mut self, registry: &Registry, at: usize, kind: io::ErrorKind) -> Answers {
         let Some(mut link) = self.links[at].take() else {
             return Vec::new();
         };
         let _ = registry.deregister(&mut link.stream);
         // Its requests fail now: none of them may reach the node later.
         crate::carrier::peer::abort(&link.stream);
-        link.asked.into_iter().map(|a| (a, None)).collect()
+        let written = link.written;
+        link.asked
+            .into_iter()
+            .map(|s| {
+                let failure = if written < s.end {
+                    Failure::NotSent(kind)
+                } else {
+                    Failure::NoReply(kind)
+                };
+                (s.asked, Err(failure))
+            })
+            .collect()
     }
 }
 
 /// Decodes the whole replies at the start of `bytes`, each the answer to the oldest request
 /// still `asked`: how many bytes they took, or `None` when the link cannot be trusted (a
-/// frame too large, a reply to nothing).
-fn take_replies(asked: &mut VecDeque<Asked>, bytes: &[u8], answers: &mut Answers) -> Option<usize> {
+/// frame too large, a reply to nothing). `counted` grows by the replies to counted requests.
+fn take_replies(
+    asked: &mut VecDeque<Sent>,
+    bytes: &[u8],
+    answers: &mut Answers,
+    counted: &mut u64,
+) -> Option<usize> {
     let mut pos = 0;
     while bytes.len() - pos >= 4 {
         let len = u32::from_le_bytes(bytes[pos..pos + 4].try_into().expect("4 bytes")) as usize;
@@ -254,8 +342,10 @@ fn take_replies(asked: &mut VecDeque<Asked>, bytes: &[u8], answers: &mut Answers
         if bytes.len() - pos - 4 < len {
             break;
         }
-        let a = asked.pop_front()?;
-        answers.push((a, peer::decode_response(&bytes[pos + 4..pos + 4 + len])));
+        let s = asked.pop_front()?;
+        *counted += u64::from(s.counted);
+        let reply = peer::decode_response(&bytes[pos + 4..pos + 4 + len]).ok_or(Failure::Malformed);
+        answers.push((s.asked, reply));
         pos += 4 + len;
     }
     Some(pos)
@@ -295,13 +385,13 @@ mod tests {
         let mut links = Links::new(vec![addr]);
         let hb = |from| peer::Request::Heartbeat { from };
         links
-            .queue(registry, 0, Lane::Chunks, (1, 0), &hb(1))
+            .queue(registry, 0, Lane::Chunks, (1, 0), &hb(1), true)
             .unwrap();
         links
-            .queue(registry, 0, Lane::Forwards, (2, 0), &hb(2))
+            .queue(registry, 0, Lane::Forwards, (2, 0), &hb(2), true)
             .unwrap();
         links
-            .queue(registry, 0, Lane::Forwards, (3, 0), &hb(2))
+            .queue(registry, 0, Lane::Forwards, (3, 0), &hb(2), false)
             .unwrap();
         assert!(links.flush(registry).is_empty());
         // Which accepted socket is which lane: the sender of its first request says.
@@ -326,10 +416,102 @@ mod tests {
         drop(forwards);
         let slot = Lane::Forwards as usize; // node 0: slots 0 and 1
         let answers = read_until(&mut links, registry, slot, 2);
-        assert_eq!(answers, vec![((2, 0), Some(Response::Ack)), ((3, 0), None)]);
+        assert_eq!(answers.len(), 2);
+        assert_eq!(answers[0], ((2, 0), Ok(Response::Ack)));
+        // The second request was written whole before the peer closed: it may have been read.
+        assert!(
+            matches!(answers[1], ((3, 0), Err(Failure::NoReply(_)))),
+            "{:?}",
+            answers[1]
+        );
+        // Three requests left, two counted; one counted reply came.
+        assert_eq!((links.sent, links.received), (2, 1));
         // The chunks lane is still there with its request: a reply on it is matched.
         chunks.write_all(&frame(&ack)).unwrap();
         let answers = read_until(&mut links, registry, Lane::Chunks as usize, 1);
-        assert_eq!(answers, vec![((1, 0), Some(Response::Ack))]);
+        assert_eq!(answers, vec![((1, 0), Ok(Response::Ack))]);
+        assert_eq!(links.received, 2);
+    }
+
+    /// A request to a port nothing listens on fails as not sent, and says the connection was
+    /// refused (a node whose process is not running), whether the refusal comes at once or
+    /// with the connection's first event.
+    #[test]
+    fn a_refused_connection_fails_its_requests_as_not_sent() {
+        let addr = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap()
+        };
+        let mut poll = mio::Poll::new().unwrap();
+        let mut links = Links::new(vec![addr]);
+        let hb = peer::Request::Heartbeat { from: 1 };
+        let queued = links.queue(poll.registry(), 0, Lane::Heartbeats, (7, 0), &hb, false);
+        if let Err(e) = queued {
+            assert_eq!(e.kind(), io::ErrorKind::ConnectionRefused);
+            return;
+        }
+        let mut answers = links.flush(poll.registry());
+        let mut events = mio::Events::with_capacity(8);
+        let start = Instant::now();
+        while answers.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            poll.poll(&mut events, Some(Duration::from_millis(50)))
+                .unwrap();
+            let at = Lane::Heartbeats as usize;
+            answers.extend(links.writable(poll.registry(), at));
+            answers.extend(links.readable(poll.registry(), at));
+        }
+        assert_eq!(
+            answers,
+            vec![(
+                (7, 0),
+                Err(Failure::NotSent(io::ErrorKind::ConnectionRefused))
+            )]
+        );
+    }
+
+    /// A link given up on is closed: its requests fail as sent (they may have been read),
+    /// and the next request opens a new connection.
+    #[test]
+    fn an_aborted_link_fails_what_it_carried_and_reconnects() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let registry = poll.registry();
+        let mut links = Links::new(vec![addr]);
+        let hb = peer::Request::Heartbeat { from: 1 };
+        links
+            .queue(registry, 0, Lane::Heartbeats, (1, 0), &hb, false)
+            .unwrap();
+        let (mut first, _) = listener.accept().unwrap();
+        let start = Instant::now();
+        while links.links[Lane::Heartbeats as usize]
+            .as_ref()
+            .is_some_and(|l| l.written < l.queued)
+            && start.elapsed() < Duration::from_secs(5)
+        {
+            assert!(links.flush(registry).is_empty());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let failed = links.abort(registry, 0, Lane::Heartbeats);
+        assert_eq!(
+            failed,
+            vec![((1, 0), Err(Failure::NoReply(io::ErrorKind::TimedOut)))]
+        );
+        // The peer sees the connection reset, not a clean end.
+        let mut rest = Vec::new();
+        first
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let _ = first.read_to_end(&mut rest);
+        links
+            .queue(registry, 0, Lane::Heartbeats, (2, 0), &hb, false)
+            .unwrap();
+        assert!(links.flush(registry).is_empty());
+        let (mut second, _) = listener.accept().unwrap();
+        let mut head = [0u8; 4];
+        second.read_exact(&mut head).unwrap();
+        let mut body = vec![0; u32::from_le_bytes(head) as usize];
+        second.read_exact(&mut body).unwrap();
+        assert_eq!(peer::decode_request(&body), Some(hb));
     }
 }

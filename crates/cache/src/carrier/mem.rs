@@ -3,7 +3,8 @@
 //! run as over TCP), with kills (a call is refused, as by a port nothing listens on) and silent
 //! cuts (a call gets no reply) decided by the test. Heartbeat rounds run when the test calls
 //! them, so a takeover happens at a step the test chooses, in milliseconds. The shipped path is
-//! `peer::TcpTransport`; this one never leaves the process.
+//! the event loops' links (`carrier::links`, `carrier::calls`); this one never leaves the
+//! process.
 
 use std::collections::{HashMap, HashSet};
 use std::io;

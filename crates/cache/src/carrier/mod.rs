@@ -3,6 +3,7 @@
 //! the engine's plans bound to the cache ([`plans`]: the application that feeds a plan the
 //! node's chunk records and takes its outputs), and nodes in one process for tests ([`mem`]).
 
+pub mod calls;
 pub(crate) mod links;
 
 /// A connection's buffer that a burst grew past this keeps its memory only while in use.

@@ -1,15 +1,13 @@
 //! Peer messages between cache nodes and the transport that carries them.
 //!
 //! The data path talks to other nodes only through [`PeerTransport`], so the transport can
-//! change (engine plans, RDMA) without touching the agent's logic. [`TcpTransport`] is the
-//! first one: one persistent connection per concurrent call to a peer, each message framed as
-//! a little-endian u32 length and the body; requests to different nodes of one call go out
+//! change (engine plans, RDMA) without touching the agent's logic. On TCP every message is
+//! framed as a little-endian u32 length and the body, on the event loops' links to the other
+//! nodes (`carrier::links`); a thread other than a loop calls through them
+//! (`carrier::calls::LoopTransport`), and requests to different nodes of one call go out
 //! before any reply is read, so a write's chunks travel in parallel.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use proto::StoreMode;
@@ -1065,145 +1063,10 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<Vec<u8>> {
     Ok(body)
 }
 
-/// Whether an idle connection is still open: nothing to read (no end of stream, no error).
-/// One non-blocking peek (the socket itself stays blocking).
-fn still_open(s: &TcpStream) -> bool {
-    use rustix::net::RecvFlags;
-    let peeked = rustix::net::recv(s, &mut [0u8; 1], RecvFlags::PEEK | RecvFlags::DONTWAIT);
-    matches!(peeked, Err(e) if e == rustix::io::Errno::AGAIN)
-}
-
-/// Peer messages over TCP.
-#[derive(Debug)]
-pub struct TcpTransport {
-    addrs: Vec<SocketAddr>,
-    idle: Vec<Mutex<Vec<TcpStream>>>,
-    timeout: Duration,
-    sent: AtomicU64,
-    received: AtomicU64,
-}
-
-impl TcpTransport {
-    /// `addrs[i]` is node i's peer address; `timeout` bounds connect, each read and each write.
-    pub fn new(addrs: Vec<SocketAddr>, timeout: Duration) -> TcpTransport {
-        let idle = addrs.iter().map(|_| Mutex::new(Vec::new())).collect();
-        TcpTransport {
-            addrs,
-            idle,
-            timeout,
-            sent: AtomicU64::new(0),
-            received: AtomicU64::new(0),
-        }
-    }
-
-    fn connect(&self, node: usize) -> Result<TcpStream, PeerError> {
-        let addr = self
-            .addrs
-            .get(node)
-            .ok_or(PeerError::UnknownNode { node })?;
-        let io = |source| PeerError::Io { node, source };
-        let s = TcpStream::connect_timeout(addr, self.timeout).map_err(io)?;
-        s.set_nodelay(true).map_err(io)?;
-        s.set_read_timeout(Some(self.timeout)).map_err(io)?;
-        s.set_write_timeout(Some(self.timeout)).map_err(io)?;
-        Ok(s)
-    }
-
-    fn take(&self, node: usize) -> Result<TcpStream, PeerError> {
-        let idle = self.idle.get(node).ok_or(PeerError::UnknownNode { node })?;
-        loop {
-            let pooled = idle.lock().unwrap_or_else(|p| p.into_inner()).pop();
-            match pooled {
-                // An idle connection whose peer has gone (a process restarted since) is closed
-                // or reset on our side already: a request written on it would be lost after
-                // the write succeeded, and the peer taken for dead.
-                Some(s) if still_open(&s) => return Ok(s),
-                Some(_) => continue,
-                None => return self.connect(node),
-            }
-        }
-    }
-
-    fn give_back(&self, node: usize, s: TcpStream) {
-        let mut idle = self.idle[node].lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < 64 {
-            idle.push(s);
-        }
-    }
-
-    /// Drops every idle connection to a node (after it failed: the next call reconnects).
-    pub fn forget(&self, node: usize) {
-        if let Some(idle) = self.idle.get(node) {
-            idle.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        }
-    }
-}
-
 /// Makes the close of `s` abortive: the bytes still queued for the peer are dropped and a reset
 /// is sent, instead of TCP delivering them whenever the peer can be reached again.
 pub fn abort(s: &impl std::os::fd::AsFd) {
     let _ = rustix::net::sockopt::set_socket_linger(s, Some(Duration::ZERO));
-}
-
-impl PeerTransport for TcpTransport {
-    fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>> {
-        // Send every request first (a pooled connection may have died idle: retry once on a
-        // fresh one), then read the replies.
-        let mut streams: Vec<Result<(usize, TcpStream, bool), PeerError>> = Vec::new();
-        for (node, req) in &calls {
-            let body = encode_request(req);
-            let data = req.is_data();
-            let attempt = || -> Result<TcpStream, PeerError> {
-                let mut s = self.take(*node)?;
-                if write_frame(&mut s, &body).is_ok() {
-                    return Ok(s);
-                }
-                let mut s = self.connect(*node)?;
-                write_frame(&mut s, &body).map_err(|source| PeerError::Io {
-                    node: *node,
-                    source,
-                })?;
-                Ok(s)
-            };
-            let r = attempt();
-            if r.is_ok() && data {
-                self.sent.fetch_add(1, Ordering::Relaxed);
-            }
-            if r.is_err() {
-                self.forget(*node);
-            }
-            streams.push(r.map(|s| (*node, s, data)));
-        }
-        streams
-            .into_iter()
-            .map(|s| {
-                let (node, mut s, data) = s?;
-                let body = read_frame(&mut s).map_err(|source| {
-                    self.forget(node);
-                    // Nothing still queued for the node may reach it later (after a partition
-                    // heals): a caller that gives up on the request must not see it act.
-                    abort(&s);
-                    PeerError::NoReply { node, source }
-                })?;
-                if data {
-                    self.received.fetch_add(1, Ordering::Relaxed);
-                }
-                let res = decode_response(&body).ok_or_else(|| PeerError::Malformed {
-                    node,
-                    reason: "undecodable response".into(),
-                })?;
-                self.give_back(node, s);
-                Ok(res)
-            })
-            .collect()
-    }
-
-    fn data_messages(&self) -> (u64, u64) {
-        (
-            self.sent.load(Ordering::Relaxed),
-            self.received.load(Ordering::Relaxed),
-        )
-    }
 }
 
 #[cfg(test)]

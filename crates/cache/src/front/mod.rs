@@ -27,7 +27,8 @@ use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
 use crate::time;
 
-use crate::carrier::links::{Answers, Lane, Links, LINK_BASE};
+use crate::carrier::calls::{self, Call, CallPost, Replies};
+use crate::carrier::links::{Answer, Answers, Lane, Links, LINK_BASE};
 use crate::member::conn::{PeerConn, PeerJob};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
@@ -46,8 +47,6 @@ pub const FLIP_COMMAND: &[u8] = b"inec_flip ";
 pub struct ServerConfig {
     pub limits: Limits,
     pub max_connections: usize,
-    /// Event loops (`-t`): each owns the connections dealt to it and runs their requests.
-    pub loops: usize,
     /// Client workers, and as many peer workers, for the requests a loop hands over.
     pub workers: usize,
     /// Every node's peer address (`[i]` is node i's), for the requests the client loop runs to
@@ -100,10 +99,13 @@ enum Mail {
     Client(TcpStream),
     /// A peer connection accepted by the first loop for this one.
     Peer(TcpStream),
+    /// Requests of another thread of the node for other nodes (`carrier::calls`).
+    Call(Call),
 }
 
 /// A loop's mailbox: a channel and the waker of its poll.
-struct Mailbox {
+#[derive(Debug)]
+pub struct Mailbox {
     tx: mpsc::Sender<Mail>,
     waker: Waker,
 }
@@ -116,6 +118,51 @@ impl Mailbox {
         }
         let _ = self.waker.wake();
         true
+    }
+}
+
+impl CallPost for Mailbox {
+    fn post(&self, call: Call) -> Result<(), Call> {
+        match self.tx.send(Mail::Call(call)) {
+            Ok(()) => {
+                let _ = self.waker.wake();
+                Ok(())
+            }
+            Err(mpsc::SendError(Mail::Call(call))) => Err(call),
+            Err(_) => unreachable!("the mail sent was a call"),
+        }
+    }
+}
+
+/// A node's event loops before they run: each one's poll and mailbox. Made before the node, so
+/// that the node's calls to other nodes go through its loops ([`calls::LoopTransport`]).
+#[derive(Debug)]
+pub struct Loops {
+    polls: Vec<(Poll, mpsc::Receiver<Mail>)>,
+    homes: Vec<Arc<Mailbox>>,
+}
+
+impl Loops {
+    /// `count` loops (at least one).
+    pub fn new(count: usize) -> io::Result<Loops> {
+        let mut polls = Vec::new();
+        let mut homes = Vec::new();
+        for _ in 0..count.max(1) {
+            let poll = Poll::new()?;
+            let waker = Waker::new(poll.registry(), WAKER)?;
+            let (tx, rx) = mpsc::channel::<Mail>();
+            homes.push(Arc::new(Mailbox { tx, waker }));
+            polls.push((poll, rx));
+        }
+        Ok(Loops { polls, homes })
+    }
+
+    /// Where other threads post their calls, one per loop.
+    pub fn posts(&self) -> Vec<Arc<dyn CallPost>> {
+        self.homes
+            .iter()
+            .map(|h| Arc::clone(h) as Arc<dyn CallPost>)
+            .collect()
     }
 }
 
@@ -284,7 +331,8 @@ impl LoopOp {
     }
 
     /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
-    fn take(&mut self, node: &Node, position: usize, reply: Option<peer::Response>) -> bool {
+    fn take(&mut self, node: &Node, position: usize, reply: Answer) -> bool {
+        let reply = reply.ok();
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
@@ -539,10 +587,34 @@ impl LoopOp {
         }
     }
 }
-/// The requests the loop runs to completion itself, and its connections to the other nodes.
+/// Another thread's call the loop carries (`carrier::calls`).
+struct CallOp {
+    /// Node and lane of each request.
+    sent: Vec<(usize, Lane)>,
+    replies: Vec<Option<Result<peer::Response, peer::PeerError>>>,
+    outstanding: usize,
+    deadline: Instant,
+    reply: mpsc::Sender<Replies>,
+}
+
+impl CallOp {
+    /// Posts the replies to the caller (every request answered or failed).
+    fn answer(self) {
+        let replies = self
+            .replies
+            .into_iter()
+            .map(|r| r.expect("every request answered"))
+            .collect();
+        let _ = self.reply.send(replies);
+    }
+}
+
+/// The requests the loop runs to completion itself, the calls it carries for other threads,
+/// and its connections to the other nodes.
 struct LoopOps {
     links: Links,
     pending: HashMap<u64, PendingOp>,
+    calls: HashMap<u64, CallOp>,
     next_id: u64,
     /// How long a request waits for a member before a worker takes it over.
     patience: Duration,
@@ -573,13 +645,10 @@ impl LoopOps {
                 break;
             }
             let request = pr.op.request(position);
-            let lane = match request {
-                peer::Request::Agent(_) => Lane::Forwards,
-                _ => Lane::Chunks,
-            };
+            let lane = Lane::of(&request);
             match self
                 .links
-                .queue(registry, member, lane, (id, position), &request)
+                .queue(registry, member, lane, (id, position), &request, true)
             {
                 Ok(()) => pr.outstanding += 1,
                 Err(_) => pr.failed = true,
@@ -644,12 +713,69 @@ impl LoopOps {
         self.early_failures.extend(failed);
     }
 
+    /// Queues the requests of another thread's call; answers it at once if none could leave.
+    fn start_call(&mut self, registry: &Registry, call: Call) {
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut op = CallOp {
+            sent: Vec::with_capacity(call.requests.len()),
+            replies: Vec::with_capacity(call.requests.len()),
+            outstanding: 0,
+            deadline: call.deadline,
+            reply: call.reply,
+        };
+        for (i, (to, request)) in call.requests.into_iter().enumerate() {
+            let lane = Lane::of(&request);
+            op.sent.push((to, lane));
+            if !self.links.reaches(to) {
+                op.replies
+                    .push(Some(Err(peer::PeerError::UnknownNode { node: to })));
+                continue;
+            }
+            match self
+                .links
+                .queue(registry, to, lane, (id, i), &request, false)
+            {
+                Ok(()) => {
+                    op.outstanding += 1;
+                    op.replies.push(None);
+                }
+                Err(source) => op
+                    .replies
+                    .push(Some(Err(peer::PeerError::Io { node: to, source }))),
+            }
+        }
+        if op.outstanding == 0 {
+            op.answer();
+        } else {
+            self.calls.insert(id, op);
+        }
+    }
+
+    /// Takes a reply (or failure) of a call's request: the call is answered once all are in.
+    fn call_answered(&mut self, id: u64, at: usize, reply: Answer) {
+        let Some(op) = self.calls.get_mut(&id) else {
+            return; // a request given up meanwhile
+        };
+        let Some(slot) = op.replies.get_mut(at).filter(|r| r.is_none()) else {
+            return;
+        };
+        let to = op.sent[at].0;
+        *slot = Some(reply.map_err(|f| calls::peer_error(to, f)));
+        op.outstanding -= 1;
+        if op.outstanding == 0 {
+            self.calls.remove(&id).expect("present").answer();
+        }
+    }
+
     /// Takes replies (or failures) of the loop's peer connections.
     fn answered(&mut self, node: &Node, registry: &Registry, answers: Answers) -> Vec<Done> {
         let mut done = Vec::new();
         for ((id, position), reply) in answers {
             let Some(pr) = self.pending.get_mut(&id) else {
-                continue; // a request given up or handed to a worker meanwhile
+                // Another thread's call, or a request given up or handed to a worker meanwhile.
+                self.call_answered(id, position, reply);
+                continue;
             };
             pr.outstanding -= 1;
             if !pr.op.take(node, position, reply) {
@@ -661,8 +787,30 @@ impl LoopOps {
         done
     }
 
-    /// Hands the requests that waited too long to workers.
-    fn expire(&mut self, node: &Node, now: Instant) -> Vec<Done> {
+    /// Hands the requests that waited too long to workers, and answers the calls past their
+    /// deadline: what they still wait for fails, and the links it went on are closed (it must
+    /// not reach its node later), failing what else they carried.
+    fn expire(&mut self, node: &Node, registry: &Registry, now: Instant) -> Vec<Done> {
+        let late_calls: Vec<u64> = self
+            .calls
+            .iter()
+            .filter(|(_, c)| c.deadline <= now)
+            .map(|(&id, _)| id)
+            .collect();
+        let mut aborted = Vec::new();
+        for id in late_calls {
+            let mut op = self.calls.remove(&id).expect("present");
+            for (r, &(to, lane)) in op.replies.iter_mut().zip(&op.sent) {
+                if r.is_none() {
+                    *r = Some(Err(calls::peer_error(
+                        to,
+                        crate::carrier::links::Failure::NoReply(io::ErrorKind::TimedOut),
+                    )));
+                    aborted.extend(self.links.abort(registry, to, lane));
+                }
+            }
+            op.answer();
+        }
         let late: Vec<u64> = self
             .pending
             .iter()
@@ -676,11 +824,13 @@ impl LoopOps {
             }
             done.extend(self.settle(node, id));
         }
+        done.extend(self.answered(node, registry, aborted));
         done
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.pending.values().map(|pr| pr.deadline).min()
+        let ops = self.pending.values().map(|pr| pr.deadline);
+        ops.chain(self.calls.values().map(|c| c.deadline)).min()
     }
 }
 
@@ -905,7 +1055,7 @@ struct EventLoop {
     acceptor: Option<Acceptor>,
 }
 
-/// Runs the node's `cfg.loops` event loops (client connections, the peer port, the requests
+/// Runs the node's event loops (`prepared`, `-t` of them) (client connections, the peer port, the requests
 /// they run to completion) until one fails, with `cfg.workers` client workers and as many peer
 /// workers shared by the loops for the requests that may wait. The threads are the loops, the
 /// workers, and the caller's (which waits here): none per connection or peer.
@@ -914,20 +1064,13 @@ pub fn serve(
     listener: TcpListener,
     peers: TcpListener,
     cfg: ServerConfig,
+    prepared: Loops,
 ) -> io::Result<()> {
-    let loops = cfg.loops.max(1);
+    let Loops { polls, homes } = prepared;
+    let loops = polls.len();
     let workers = cfg.workers.max(1);
     let counts = Arc::new(ConnCounts::default());
     counts.threads.store(loops as u64, Ordering::Relaxed);
-    let mut polls = Vec::new();
-    let mut homes = Vec::new();
-    for _ in 0..loops {
-        let poll = Poll::new()?;
-        let waker = Waker::new(poll.registry(), WAKER)?;
-        let (tx, rx) = mpsc::channel::<Mail>();
-        homes.push(Arc::new(Mailbox { tx, waker }));
-        polls.push((poll, rx));
-    }
     let (job_tx, job_rx) = mpsc::channel::<Job>();
     let job_rx = Arc::new(Mutex::new(job_rx));
     for i in 0..workers {
@@ -1024,6 +1167,7 @@ pub fn serve(
         std::thread::Builder::new()
             .name(format!("loop-{id}"))
             .spawn(move || {
+                calls::mark_loop_thread();
                 // A loop that panics ends the node as a failed loop does (its connections
                 // would otherwise hang, unserved, while the others run).
                 let mut report = PanicReport {
@@ -1106,6 +1250,7 @@ impl EventLoop {
         let mut ops = LoopOps {
             links: Links::new(cfg.peer_addrs.clone()),
             pending: HashMap::new(),
+            calls: HashMap::new(),
             next_id: 0,
             patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
             early_failures: Vec::new(),
@@ -1128,7 +1273,7 @@ impl EventLoop {
             }
             let mut touched: Vec<Token> = Vec::new();
             let mut done: Vec<Done> = std::mem::take(&mut carried);
-            done.extend(ops.expire(node, Instant::now()));
+            done.extend(ops.expire(node, self.poll.registry(), Instant::now()));
             // Connections accepted now, with the loop each goes to.
             let mut accepted: Vec<(usize, Mail)> = Vec::new();
             for ev in events.iter() {
@@ -1234,6 +1379,7 @@ impl EventLoop {
                             touched.push(token);
                         }
                     }
+                    Mail::Call(call) => ops.start_call(self.poll.registry(), call),
                 }
             }
             // Loop requests that ended: their replies, or their requests for a worker.
@@ -2274,6 +2420,7 @@ mod tests {
             let mut ops = LoopOps {
                 links: Links::new(Vec::new()),
                 pending: HashMap::new(),
+                calls: HashMap::new(),
                 next_id: 0,
                 patience: Duration::from_secs(1),
                 early_failures: Vec::new(),
