@@ -229,22 +229,17 @@ impl Node {
             .filter(|&i| i != self.cfg.id)
             .collect();
         let from = self.cfg.id as u32;
-        // A peer that has not answered lately may be cut off silently: its call can take the
-        // whole timeout (a connect and a read to a host that drops everything). Those calls
-        // run each on its own thread, beside the others, so that the round lasts one timeout,
-        // not one per silent peer: a round longer than the lease would let the lease of a
-        // stripe lapse whose majority is still there (the agent with a minority of its
-        // members cut off would refuse everything until the cut heals).
-        let suspect: Vec<bool> = {
-            let peers = lock(&self.peers);
-            let lately = 2 * self.cfg.heartbeat;
+        // A peer cut off silently holds its heartbeat until the call's deadline, and no longer:
+        // the heartbeats to every peer leave together and share that one deadline, so the round
+        // lasts at most one timeout however many peers are silent (a round longer than the lease
+        // would let the lease of a stripe lapse whose majority is still there).
+        let sent = Instant::now();
+        let replies = self.heartbeat_transport.call_many(
             others
                 .iter()
-                .map(|&i| !peers[i].up || peers[i].last_ok.elapsed() > lately)
-                .collect()
-        };
-        let sent = Instant::now();
-        let replies = self.heartbeat_calls(&others, &suspect, from);
+                .map(|&i| (i, Request::Heartbeat { from }))
+                .collect(),
+        );
         let now = Instant::now();
         {
             let mut peers = lock(&self.peers);
@@ -311,58 +306,6 @@ impl Node {
                 }
             }
         }
-    }
-
-    /// One heartbeat to each of `others`: the suspects' calls each on a thread of its own,
-    /// the rest together on this one; replies in the order of `others`.
-    fn heartbeat_calls(
-        &self,
-        others: &[usize],
-        suspect: &[bool],
-        from: u32,
-    ) -> Vec<Result<Response, PeerError>> {
-        let call = |i: usize| (i, Request::Heartbeat { from });
-        if !suspect.contains(&true) {
-            return self
-                .heartbeat_transport
-                .call_many(others.iter().map(|&i| call(i)).collect());
-        }
-        let t = &self.heartbeat_transport;
-        std::thread::scope(|s| {
-            let alone: Vec<_> = others
-                .iter()
-                .zip(suspect)
-                .filter(|(_, &x)| x)
-                .map(|(&i, _)| (i, s.spawn(move || t.call_many(vec![call(i)]).pop())))
-                .collect();
-            let rest: Vec<usize> = others
-                .iter()
-                .zip(suspect)
-                .filter(|(_, &x)| !x)
-                .map(|(&i, _)| i)
-                .collect();
-            let mut together = t
-                .call_many(rest.iter().map(|&i| call(i)).collect())
-                .into_iter();
-            let mut alone = alone.into_iter();
-            suspect
-                .iter()
-                .zip(others)
-                .map(|(&x, &i)| {
-                    if !x {
-                        return together.next().expect("one reply per call");
-                    }
-                    let (node, h) = alone.next().expect("one thread per suspect");
-                    debug_assert_eq!(node, i);
-                    h.join().ok().flatten().unwrap_or_else(|| {
-                        Err(PeerError::Io {
-                            node,
-                            source: std::io::Error::other("heartbeat call failed"),
-                        })
-                    })
-                })
-                .collect()
-        })
     }
 
     /// Runs heartbeats, expiry sweeps and (with `--recover`) recovery in background threads.
