@@ -1,8 +1,11 @@
 //! What a member holds: chunk records by (stripe, position), then key.
 //!
-//! A member keeps, besides the current record of a key, the record it replaced until the
-//! agent's watermark says the newer write finished: if the agent dies half-way through a write,
-//! the previous version is still whole on every member and the next agent can serve it.
+//! A member keeps, besides the current record of a key, the records it replaced until the
+//! agent's watermark says the newer writes finished: if the agent dies half-way through a write,
+//! the previous version is still whole on every member and the next agent can serve it. A write
+//! that failed keeps the watermark below it until its key is written again, so the record it
+//! replaced stays too: a second failed write of the key does not take the version the agent
+//! serves again (at most [`PREVIOUS_MAX`] are kept per key and position).
 //! Records of a lower version never replace a higher one, so writes, write-backs of repaired
 //! chunks and recovery can arrive in any order.
 
@@ -52,13 +55,60 @@ fn release(slab: &mut Slab, h: Held) {
     }
 }
 
+/// Records kept per key and position besides the current one, at most: past them the oldest
+/// goes even if the watermark has not passed the write that replaced it (only a run of failed
+/// writes of one key, each stored here, makes more).
+pub const PREVIOUS_MAX: usize = 4;
+
 #[derive(Debug)]
 struct Slot {
     cur_version: u64,
     cur: Held,
-    /// The record it replaced (boxed: most slots have none, and a slot is in every key's
-    /// table entry at each position).
-    prev: Option<Box<(u64, Held)>>,
+    /// The records it replaced, oldest first (boxed: most slots have none, and a slot is in
+    /// every key's table entry at each position).
+    prev: Option<Box<Previous>>,
+}
+
+/// A slot's previous records.
+#[derive(Debug, Default)]
+struct Previous(Vec<Prev>);
+
+/// A record replaced by a newer version of its key, kept until that write is below the
+/// watermark.
+#[derive(Debug)]
+struct Prev {
+    version: u64,
+    replaced_by: u64,
+    held: Held,
+}
+
+impl Slot {
+    /// Drops the previous records whose replacing write is below `watermark`, and the oldest
+    /// past [`PREVIOUS_MAX`]: the bytes freed.
+    fn trim(&mut self, slab: &mut Slab, watermark: u64) -> u64 {
+        let Some(prev) = self.prev.as_mut() else {
+            return 0;
+        };
+        let over = prev.0.len().saturating_sub(PREVIOUS_MAX);
+        let mut freed = 0;
+        for (i, p) in std::mem::take(&mut prev.0).into_iter().enumerate() {
+            if i >= over && p.replaced_by >= watermark {
+                prev.0.push(p);
+            } else {
+                freed += p.held.len() as u64;
+                release(slab, p.held);
+            }
+        }
+        if prev.0.is_empty() {
+            self.prev = None;
+        }
+        freed
+    }
+
+    /// The previous records, oldest first.
+    fn previous(&self) -> &[Prev] {
+        self.prev.as_deref().map_or(&[], |p| &p.0)
+    }
 }
 
 type SlotKey = (u32, u8, Vec<u8>);
@@ -655,13 +705,13 @@ impl ChunkStore {
             Some(slot) => {
                 let old = std::mem::replace(&mut slot.cur, bytes);
                 self.bytes += slot.cur.len() as u64;
-                if let Some(b) = slot.prev.take() {
-                    let (_, p) = *b;
-                    self.bytes -= p.len() as u64;
-                    release(&mut self.slab, p);
-                }
-                slot.prev = Some(Box::new((slot.cur_version, old)));
+                slot.prev.get_or_insert_with(Box::default).0.push(Prev {
+                    version: slot.cur_version,
+                    replaced_by: version,
+                    held: old,
+                });
                 slot.cur_version = version;
+                self.bytes -= slot.trim(&mut self.slab, watermark);
                 self.pending_prev
                     .entry(stripe)
                     .or_default()
@@ -696,19 +746,13 @@ impl ChunkStore {
             if *v >= watermark {
                 break;
             }
-            let ((s, p, key), v) = q.pop_front().expect("front");
+            let ((s, p, key), _) = q.pop_front().expect("front");
             if let Some(slot) = self
                 .slots
                 .get_mut(&(s, p))
                 .and_then(|m| m.get_mut(&self.slab, &key))
             {
-                if slot.cur_version == v {
-                    if let Some(b) = slot.prev.take() {
-                        let (_, p) = *b;
-                        self.bytes -= p.len() as u64;
-                        release(&mut self.slab, p);
-                    }
-                }
+                self.bytes -= slot.trim(&mut self.slab, watermark);
             }
         }
     }
@@ -719,10 +763,10 @@ impl ChunkStore {
         if slot.cur_version == version {
             return Some(bytes_of(&self.slab, &slot.cur));
         }
-        match slot.prev.as_deref() {
-            Some((v, p)) if *v == version => Some(bytes_of(&self.slab, p)),
-            _ => None,
-        }
+        slot.previous()
+            .iter()
+            .find(|p| p.version == version)
+            .map(|p| bytes_of(&self.slab, &p.held))
     }
 
     /// The bytes of slot `at` of this node's slab, for a read that knows where a value's record
@@ -768,10 +812,9 @@ impl ChunkStore {
             slots += 1;
             bytes += slot.cur.len() as u64;
             freed.push(slot.cur);
-            if let Some(b) = slot.prev {
-                let (_, p) = *b;
-                bytes += p.len() as u64;
-                freed.push(p);
+            for p in slot.prev.map(|b| b.0).unwrap_or_default() {
+                bytes += p.held.len() as u64;
+                freed.push(p.held);
             }
         }
         for h in freed {
@@ -811,8 +854,8 @@ impl ChunkStore {
             if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &slot.cur)) {
                 out.push(h);
             }
-            if let Some((_, p)) = slot.prev.as_deref() {
-                if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, p)) {
+            for p in slot.previous() {
+                if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &p.held)) {
                     out.push(h);
                 }
             }
@@ -895,6 +938,40 @@ mod tests {
         assert!(st.get(1, 0, b"k", 10).is_none());
         assert!(st.get(1, 0, b"k", 20).is_some());
         assert_eq!(st.bytes(), (rec(b"k", 0, 20, b"b").len() * 2) as u64);
+    }
+
+    /// Writes 20 and 30 of one key fail in turn (the watermark stays at 20, the first one
+    /// still in flight): version 10, which the agent serves again, is kept under both, and goes
+    /// once a later write is below the watermark. Past [`PREVIOUS_MAX`] records replaced the
+    /// oldest goes all the same.
+    #[test]
+    fn records_replaced_by_writes_in_flight_stay_until_the_watermark_passes_them() {
+        let mut st = ChunkStore::new();
+        st.put(1, rec(b"k", 0, 10, b"a"), 0).unwrap();
+        st.put(1, rec(b"k", 0, 20, b"b"), 11).unwrap();
+        st.put(1, rec(b"k", 0, 30, b"c"), 20).unwrap();
+        for v in [10, 20, 30] {
+            assert!(st.get(1, 0, b"k", v).is_some(), "v{v}");
+        }
+        assert_eq!(st.list(1).len(), 3);
+        let one = rec(b"k", 0, 10, b"a").len() as u64;
+        assert_eq!(st.bytes(), 3 * one);
+        // Version 40 committed: everything below it is done.
+        st.put(1, rec(b"k", 0, 40, b"d"), 40).unwrap();
+        st.put(1, rec(b"j", 0, 50, b"e"), 41).unwrap();
+        for v in [10, 20, 30] {
+            assert!(st.get(1, 0, b"k", v).is_none(), "v{v}");
+        }
+        assert!(st.get(1, 0, b"k", 40).is_some());
+        assert_eq!(st.bytes(), 2 * one);
+        // A watermark that never moves keeps at most PREVIOUS_MAX.
+        for v in 60..70 {
+            st.put(2, rec(b"m", 0, v, b"f"), 0).unwrap();
+        }
+        let kept: Vec<u64> = (60..70)
+            .filter(|&v| st.get(2, 0, b"m", v).is_some())
+            .collect();
+        assert_eq!(kept, (69 - PREVIOUS_MAX as u64..70).collect::<Vec<_>>());
     }
 
     #[test]
