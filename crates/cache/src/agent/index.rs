@@ -480,8 +480,17 @@ impl StripeIndex {
         old
     }
 
-    /// Inserts an entry found in the members' records (index rebuild), charging its memory.
+    /// Inserts an entry found in the members' records (index rebuild), or the entry a failed
+    /// write gives back, charging its memory; nothing if the key has an entry of that version
+    /// or a later one.
     pub fn adopt(&mut self, key: &[u8], entry: Entry) {
+        // Never back: a failed write gives back the entry it replaced, and meanwhile the key
+        // may have been written again, or the index rebuilt from newer records (an index
+        // dropped and rebuilt while a write was under way is the one it gives the entry back
+        // to). Serving the older entry then would read a value a later write replaced.
+        if self.get(key).is_some_and(|e| e.version >= entry.version) {
+            return;
+        }
         for u in &mut self.used_bytes[..entry.positions] {
             *u += entry.charge_bytes;
         }
@@ -781,6 +790,30 @@ mod tests {
         let swept = ix.sweep(20, 400, 200);
         assert_eq!(swept.len(), 1);
         assert_eq!(swept[0].0, b"w");
+    }
+
+    /// A write fails and gives back the entry it replaced after the key was written again (or
+    /// the index rebuilt from newer records): the newer entry stays, with its charge, and the
+    /// older one comes back only where the key has none or an older one.
+    #[test]
+    fn an_entry_given_back_never_replaces_a_newer_one() {
+        let mut ix = StripeIndex::new(9, 1 << 20);
+        let e = |v| Entry::new(v, 1, 0, 0, Kind::Replica, v, 4, 10);
+        ix.adopt(b"k", e(70));
+        ix.adopt(b"k", e(50));
+        assert_eq!(ix.get(b"k").map(|e| e.version), Some(70));
+        assert_eq!(ix.used_bytes[..4], [10; 4], "charged once");
+        ix.adopt(b"k", e(70));
+        assert_eq!(
+            ix.used_bytes[..4],
+            [10; 4],
+            "the same version is not charged again"
+        );
+        ix.adopt(b"k", e(90));
+        assert_eq!(ix.get(b"k").map(|e| e.version), Some(90));
+        assert_eq!(ix.used_bytes[..4], [10; 4]);
+        ix.adopt(b"j", e(40));
+        assert_eq!(ix.get(b"j").map(|e| e.version), Some(40));
     }
 
     #[test]
