@@ -502,7 +502,12 @@ mod tests {
         first
             .set_read_timeout(Some(Duration::from_secs(5)))
             .unwrap();
-        let _ = first.read_to_end(&mut rest);
+        let end = first.read_to_end(&mut rest);
+        assert_eq!(
+            end.map_err(|e| e.kind()).err(),
+            Some(io::ErrorKind::ConnectionReset),
+            "the abort was a clean close"
+        );
         links
             .queue(registry, 0, Lane::Heartbeats, (2, 0), &hb, false)
             .unwrap();
