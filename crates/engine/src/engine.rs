@@ -226,8 +226,8 @@ impl std::fmt::Debug for Engine {
 }
 
 impl Engine {
-    /// Starts the engine thread over `transport`.
-    pub fn start<T: Transport>(transport: T, pool: BufferPool) -> Engine {
+    /// The handle and the loop of an engine over `transport`, not started.
+    fn new_loop<T: Transport>(transport: T, pool: BufferPool) -> (Engine, Loop<T>) {
         let node = transport.local();
         let shared = Arc::new(Shared {
             wq: Mutex::new(Vec::new()),
@@ -236,7 +236,7 @@ impl Engine {
             frames_sent: AtomicU64::new(0),
             frames_received: AtomicU64::new(0),
         });
-        let mut lp = Loop {
+        let lp = Loop {
             t: transport,
             shared: shared.clone(),
             pool: pool.clone(),
@@ -252,6 +252,30 @@ impl Engine {
             done: Vec::new(),
             unflushed: 0,
         };
+        let engine = Engine {
+            shared,
+            node,
+            pool,
+            thread: Arc::new(Mutex::new(None)),
+        };
+        (engine, lp)
+    }
+
+    /// An engine whose loop turns inside the caller's event loop instead of on a thread of
+    /// its own: the caller polls the transport's sockets with its own, hands their events to
+    /// [`Driven::turn`] and turns it again whenever the transport's waker fires (a work
+    /// request was posted) or [`Driven::next_deadline`] passes. The engine's semantics do not
+    /// change: in coherent mode each arriving slice is computed and sent on in the turn that
+    /// received it, by the caller's thread.
+    pub fn driven<T: Transport>(transport: T, pool: BufferPool) -> (Engine, Driven<T>) {
+        let (engine, lp) = Engine::new_loop(transport, pool);
+        (engine, Driven { lp, stopped: None })
+    }
+
+    /// Starts the engine thread over `transport`.
+    pub fn start<T: Transport>(transport: T, pool: BufferPool) -> Engine {
+        let (engine, mut lp) = Engine::new_loop(transport, pool);
+        let (shared, node) = (engine.shared.clone(), engine.node);
         let guard = StopGuard(shared.clone());
         let thread = std::thread::Builder::new()
             .name(format!("engine-{node}"))
@@ -260,12 +284,8 @@ impl Engine {
                 lp.run()
             })
             .expect("spawn engine thread");
-        Engine {
-            shared,
-            node,
-            pool,
-            thread: Arc::new(Mutex::new(Some(thread))),
-        }
+        *engine.thread.lock().unwrap_or_else(PoisonError::into_inner) = Some(thread);
+        engine
     }
 
     pub fn node(&self) -> NodeId {
@@ -315,7 +335,7 @@ impl Engine {
         )
     }
 
-    /// Stops the engine thread and waits for it.
+    /// Stops the engine thread and waits for it (a driven engine stops at its next turn).
     pub fn shutdown(&self) {
         self.post(WorkRequest::Shutdown);
         if let Some(t) = self
@@ -325,6 +345,89 @@ impl Engine {
             .take()
         {
             let _ = t.join();
+        }
+    }
+}
+
+/// The loop of an engine driven by its caller's event loop ([`Engine::driven`]). Dropping it
+/// stops the engine: its operations fail and the application sees `Stopped`.
+pub struct Driven<T: Transport> {
+    lp: Loop<T>,
+    stopped: Option<String>,
+}
+
+impl<T: Transport> std::fmt::Debug for Driven<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Driven(node {})", self.lp.t.local())
+    }
+}
+
+impl<T: Transport> Driven<T> {
+    /// The transport, for the caller to hand it the readiness of its sockets.
+    pub fn transport(&mut self) -> &mut T {
+        &mut self.lp.t
+    }
+
+    /// One turn of the engine: the work requests posted since the last, then `events` (what
+    /// the caller's poll found on the transport's sockets; drained), then the frames this node
+    /// sent itself (an edge between two of its vertices), then the sockets written, the deadlines checked and the completions pushed
+    /// to the application. `Err` once the engine stopped (a `Shutdown` was posted), with why.
+    pub fn turn(&mut self, events: &mut Vec<Event>) -> Result<(), String> {
+        if let Some(reason) = &self.stopped {
+            events.clear();
+            return Err(reason.clone());
+        }
+        let lp = &mut self.lp;
+        if lp.drain_work() {
+            events.clear();
+            let reason = "shutdown".to_string();
+            lp.stop(reason.clone());
+            self.stopped = Some(reason.clone());
+            return Err(reason);
+        }
+        for ev in events.drain(..) {
+            lp.event(ev);
+        }
+        // Until none is left: a plan is acyclic, so its frames to this node come to an end.
+        loop {
+            let mut local = std::mem::take(&mut lp.events);
+            if let Err(e) = lp.t.poll(&mut local, Some(Duration::ZERO)) {
+                let reason = e.to_string();
+                lp.stop(reason.clone());
+                self.stopped = Some(reason.clone());
+                return Err(reason);
+            }
+            let empty = local.is_empty();
+            for ev in local.drain(..) {
+                lp.event(ev);
+            }
+            lp.events = local;
+            if empty {
+                break;
+            }
+        }
+        lp.t.flush();
+        lp.unflushed = 0;
+        lp.expire(Instant::now());
+        lp.shared.cq.push_all(&mut lp.done);
+        Ok(())
+    }
+
+    /// When the engine must turn next without an event: the nearest deadline of its
+    /// operations and held frames.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if self.stopped.is_some() {
+            return None;
+        }
+        self.lp.next_deadline()
+    }
+}
+
+impl<T: Transport> Drop for Driven<T> {
+    fn drop(&mut self) {
+        if self.stopped.is_none() {
+            self.lp
+                .stop("the loop driving the engine ended".to_string());
         }
     }
 }
@@ -499,22 +602,7 @@ fn with_start(
 impl<T: Transport> Loop<T> {
     fn run(&mut self) {
         let reason = loop {
-            let wrs = std::mem::take(
-                &mut *self
-                    .shared
-                    .wq
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner),
-            );
-            let mut stop = false;
-            for wr in wrs {
-                if let WorkRequest::Shutdown = wr {
-                    stop = true;
-                    break;
-                }
-                self.work(wr);
-            }
-            if stop {
+            if self.drain_work() {
                 break "shutdown".to_string();
             }
             self.t.flush();
@@ -535,6 +623,29 @@ impl<T: Transport> Loop<T> {
             self.events = events;
             self.shared.cq.push_all(&mut self.done);
         };
+        self.stop(reason);
+    }
+
+    /// Runs the posted work requests; true if one of them was `Shutdown`.
+    fn drain_work(&mut self) -> bool {
+        let wrs = std::mem::take(
+            &mut *self
+                .shared
+                .wq
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for wr in wrs {
+            if let WorkRequest::Shutdown = wr {
+                return true;
+            }
+            self.work(wr);
+        }
+        false
+    }
+
+    /// Fails every operation under way and tells the application the engine stopped.
+    fn stop(&mut self, reason: String) {
         self.t.flush();
         let ops: Vec<u64> = self
             .chains

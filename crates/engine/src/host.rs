@@ -897,6 +897,12 @@ impl LocalNode {
         Ok(LocalNode::spawn(Engine::start(t, pool), bound, app))
     }
 
+    /// A node running `app` on the host thread over an engine made already: one driven by
+    /// another event loop ([`Engine::driven`]), so that the node runs no engine thread.
+    pub fn with_engine<A: Application + Send + 'static>(engine: Engine, app: A) -> LocalNode {
+        LocalNode::spawn(engine, None, app)
+    }
+
     fn spawn<A: Application + Send + 'static>(
         engine: Engine,
         addr: Option<SocketAddr>,

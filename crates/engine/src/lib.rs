@@ -66,7 +66,7 @@ pub mod transport;
 pub mod wire;
 
 pub use driver::{Handled, OpDriver, OpResult};
-pub use engine::{Completion, CompletionQueue, Engine, Mode, WorkRequest};
+pub use engine::{Completion, CompletionQueue, Driven, Engine, Mode, WorkRequest};
 pub use graph::part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
 pub use graph::Primitive;
 pub use host::{

@@ -112,11 +112,23 @@ impl PlanRunner {
 
     /// A runner connected over TCP to every node in `nodes`.
     pub fn tcp(id: NodeId, nodes: &[(NodeId, String)]) -> Result<PlanRunner, EngineError> {
+        PlanRunner::tcp_with_preamble(id, nodes, &[])
+    }
+
+    /// A runner connected over TCP to every node in `nodes`, writing `preamble` first on each
+    /// connection (nodes whose engine shares a port with another protocol:
+    /// [`TcpTransport::set_preamble`]).
+    pub fn tcp_with_preamble(
+        id: NodeId,
+        nodes: &[(NodeId, String)],
+        preamble: &[u8],
+    ) -> Result<PlanRunner, EngineError> {
         let pool = BufferPool::new();
         let mut t = TcpTransport::unbound(id, pool.clone()).map_err(|e| EngineError::Io {
             what: "runner transport",
             reason: e.to_string(),
         })?;
+        t.set_preamble(preamble);
         for (peer, addr) in nodes {
             crate::transport::Transport::connect(&mut t, *peer, addr)?;
         }

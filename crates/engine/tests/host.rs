@@ -401,3 +401,223 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
         assert_eq!(n.join(), "shutdown requested");
     }
 }
+
+/// What engine connections to a driven node's shared port write first.
+const PREAMBLE: &[u8] = b"ENG\xff";
+
+/// Wakes a test loop's poll.
+struct PollWaker(Arc<mio::Waker>);
+
+impl engine::transport::Waker for PollWaker {
+    fn wake(&self) {
+        let _ = self.0.wake();
+    }
+}
+
+/// Node 0 with its engine driven by an event loop of the test's own, as a cache node runs
+/// it: one listening port shared by engine connections (they write [`PREAMBLE`] first) and a
+/// protocol of the loop's (every byte it reads is answered with the byte plus one). Returns
+/// the node, the port and the loop's thread, which ends when the engine stops.
+fn driven_node(app: Keyed) -> (LocalNode, std::net::SocketAddr, std::thread::JoinHandle<()>) {
+    use engine::transport::TcpTransport;
+    use mio::{Events, Interest, Poll, Token};
+    use std::io::{Read, Write};
+    const LISTENER: Token = Token(0);
+    const WAKE: Token = Token(1);
+    const ENGINE_BASE: usize = 1000;
+    let pool = BufferPool::new();
+    let poll = Poll::new().unwrap();
+    let mut listener = mio::net::TcpListener::bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let addr = listener.local_addr().unwrap();
+    poll.registry()
+        .register(&mut listener, LISTENER, Interest::READABLE)
+        .unwrap();
+    let waker = Arc::new(mio::Waker::new(poll.registry(), WAKE).unwrap());
+    let t = TcpTransport::driven(
+        0,
+        poll.registry(),
+        ENGINE_BASE,
+        Arc::new(PollWaker(waker)),
+        pool.clone(),
+    )
+    .unwrap();
+    let (engine, mut driven) = engine::Engine::driven(t, pool);
+    let node = LocalNode::with_engine(engine, app);
+    let thread = std::thread::spawn(move || {
+        let mut poll = poll;
+        let mut events = Events::with_capacity(64);
+        // Connections not known to be the engine's yet, and the loop's own.
+        let mut conns: HashMap<Token, (mio::net::TcpStream, Vec<u8>, bool)> = HashMap::new();
+        let mut next = 10;
+        let mut frames = Vec::new();
+        loop {
+            let timeout = driven
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            poll.poll(&mut events, timeout).unwrap();
+            for ev in events.iter() {
+                match ev.token() {
+                    LISTENER => {
+                        while let Ok((mut s, _)) = listener.accept() {
+                            let token = Token(next);
+                            next += 1;
+                            poll.registry()
+                                .register(&mut s, token, Interest::READABLE)
+                                .unwrap();
+                            conns.insert(token, (s, Vec::new(), false));
+                        }
+                    }
+                    WAKE => {}
+                    t if t.0 >= ENGINE_BASE => driven.transport().ready(ev, &mut frames),
+                    t => {
+                        let Some((s, buf, known)) = conns.get_mut(&t) else {
+                            continue;
+                        };
+                        let mut chunk = [0u8; 4096];
+                        loop {
+                            match s.read(&mut chunk) {
+                                Ok(0) => break,
+                                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                                Err(_) => break,
+                            }
+                        }
+                        if !*known && buf.len() >= PREAMBLE.len() {
+                            if buf.starts_with(PREAMBLE) {
+                                let (mut s, buf, _) = conns.remove(&t).unwrap();
+                                poll.registry().deregister(&mut s).unwrap();
+                                driven
+                                    .transport()
+                                    .adopt(s, &buf[PREAMBLE.len()..], &mut frames)
+                                    .unwrap();
+                                continue;
+                            }
+                            *known = true;
+                        }
+                        if *known {
+                            let reply: Vec<u8> = buf.drain(..).map(|b| b.wrapping_add(1)).collect();
+                            s.write_all(&reply).unwrap();
+                        }
+                    }
+                }
+            }
+            if driven.turn(&mut frames).is_err() {
+                return;
+            }
+        }
+    });
+    (node, addr, thread)
+}
+
+/// An engine driven by another event loop runs launched writes and reads in both modes with
+/// the same bytes and frame counts as an engine on its own thread, while that loop serves a
+/// protocol of its own on the same port; it stops when asked.
+#[test]
+fn a_driven_engine_shares_its_loop_and_port() {
+    use engine::transport::{TcpTransport, Transport};
+    let apps = [Keyed::default(), Keyed::default(), Keyed::default()];
+    let (node0, addr, driver) = driven_node(apps[0].clone());
+    let mut nodes = vec![node0];
+    for (i, app) in apps.iter().enumerate().skip(1) {
+        let pool = BufferPool::new();
+        let mut t =
+            TcpTransport::bind(i as NodeId, "127.0.0.1:0".parse().unwrap(), pool.clone()).unwrap();
+        t.set_preamble(PREAMBLE);
+        t.connect(0, &addr.to_string()).unwrap();
+        nodes.push(LocalNode::with_engine(
+            engine::Engine::start(t, pool),
+            app.clone(),
+        ));
+    }
+    // The loop's own protocol on the shared port.
+    let echo = || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(b"abcd").unwrap();
+        let mut got = [0u8; 4];
+        s.read_exact(&mut got).unwrap();
+        assert_eq!(&got, b"bcde");
+    };
+    echo();
+    let (write, read) = fan_plans();
+    for (i, n) in nodes.iter().enumerate() {
+        let mine = |parts: &[VertexPart]| -> Vec<VertexPart> {
+            parts.iter().filter(|p| p.node == i).cloned().collect()
+        };
+        n.launcher().install(1, mine(&write)).unwrap();
+        n.launcher().install(2, mine(&read)).unwrap();
+    }
+    let key = b"k".to_vec();
+    apps[0]
+        .chunks
+        .lock()
+        .unwrap()
+        .insert((key.clone(), 0), Arc::new((1..=12).collect()));
+    for (n, app) in apps.iter().enumerate().skip(1) {
+        app.chunks
+            .lock()
+            .unwrap()
+            .insert((key.clone(), 1), Arc::new(vec![n as u8; 12]));
+    }
+    let counts = || -> Vec<(u64, u64)> { nodes.iter().map(|n| n.engine.frame_counts()).collect() };
+    let settled = || -> Vec<(u64, u64)> {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let mut last = counts();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = counts();
+            if now == last || Instant::now() > deadline {
+                return now;
+            }
+            last = now;
+        }
+    };
+    for mode in [Mode::Coherent, Mode::Incoherent] {
+        let before = settled();
+        nodes[0]
+            .launcher()
+            .run(engine::Launch {
+                template: 1,
+                nodes: vec![1, 2],
+                acks: vec![1, 2],
+                mode,
+                timeout: Duration::from_secs(5),
+                chunk_bytes: Some(12),
+                payload: key.clone(),
+            })
+            .unwrap();
+        for app in &apps[1..] {
+            let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
+            assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "{mode:?}");
+        }
+        let after = settled();
+        assert_eq!(after[0].0 - before[0].0, 2, "{mode:?}");
+        assert_eq!(after[0].1 - before[0].1, 2, "{mode:?}");
+        let before = after;
+        nodes[0]
+            .launcher()
+            .run(engine::Launch {
+                template: 2,
+                nodes: vec![1, 2],
+                acks: vec![],
+                mode,
+                timeout: Duration::from_secs(5),
+                chunk_bytes: Some(12),
+                payload: key.clone(),
+            })
+            .unwrap();
+        for n in 1..3u32 {
+            let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
+            assert_eq!(*got, vec![n as u8; 12], "{mode:?}");
+        }
+        let after = settled();
+        assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+        echo();
+    }
+    for n in &nodes {
+        n.engine.shutdown();
+    }
+    driver.join().unwrap();
+    for n in nodes {
+        assert_eq!(n.join(), "shutdown");
+    }
+}

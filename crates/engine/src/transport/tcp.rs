@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mio::net::{TcpListener, TcpStream};
-use mio::{Events, Interest, Poll, Token};
+use mio::{Events, Interest, Poll, Registry, Token};
 
 use super::{Event, NodeId, Payload, Transport, TransportError, Waker};
 use crate::pool::BufferPool;
@@ -67,14 +67,25 @@ struct Conn {
     read_cap: usize,
     /// A non-blocking connect not yet established: nothing is written until it is.
     connecting: Option<String>,
+    /// Bytes written before the first frame (the transport's preamble, on connections it
+    /// opens), and how many of them are written.
+    preamble: Vec<u8>,
+    preamble_pos: usize,
 }
 
 /// See the module documentation.
 pub struct TcpTransport {
     id: NodeId,
-    poll: Poll,
+    /// Its own poll, or `None` when the sockets are polled by the caller's event loop
+    /// ([`TcpTransport::driven`]).
+    poll: Option<Poll>,
+    registry: Registry,
+    /// The token of the first connection; connection `i` has token `first_conn + i`.
+    first_conn: usize,
     mio_events: Events,
-    waker: Arc<mio::Waker>,
+    waker: Arc<dyn Waker>,
+    /// Written first on every connection this transport opens ([`TcpTransport::set_preamble`]).
+    preamble: Vec<u8>,
     listener: Option<TcpListener>,
     /// Connections by token index − `FIRST_CONN`; `None` marks a closed slot.
     conns: Vec<Option<Conn>>,
@@ -114,8 +125,7 @@ impl TcpTransport {
     pub fn bind(id: NodeId, addr: SocketAddr, pool: BufferPool) -> io::Result<TcpTransport> {
         let mut t = TcpTransport::unbound(id, pool)?;
         let mut listener = TcpListener::bind(addr)?;
-        t.poll
-            .registry()
+        t.registry
             .register(&mut listener, LISTENER, Interest::READABLE)?;
         t.listener = Some(listener);
         Ok(t)
@@ -131,11 +141,15 @@ impl TcpTransport {
         }
         let poll = Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
+        let registry = poll.registry().try_clone()?;
         Ok(TcpTransport {
             id,
-            poll,
+            poll: Some(poll),
+            registry,
+            first_conn: FIRST_CONN,
             mio_events: Events::with_capacity(256),
-            waker,
+            waker: Arc::new(MioWaker(waker)),
+            preamble: Vec::new(),
             listener: None,
             conns: Vec::new(),
             by_peer: HashMap::new(),
@@ -145,6 +159,99 @@ impl TcpTransport {
             deferred: Vec::new(),
             pool,
         })
+    }
+
+    /// A transport whose sockets another event loop polls: they are registered with
+    /// `registry` under tokens from `first_token` up, and the loop hands each of their events
+    /// to [`TcpTransport::ready`]; `poll` then only returns the events produced in between
+    /// (frames to this node itself, failed writes) and never waits. `waker` wakes that loop.
+    /// It has no listener: the loop accepts connections and gives them over with
+    /// [`TcpTransport::adopt`]. For an engine driven by that loop ([`crate::Engine::driven`]).
+    pub fn driven(
+        id: NodeId,
+        registry: &Registry,
+        first_token: usize,
+        waker: Arc<dyn Waker>,
+        pool: BufferPool,
+    ) -> io::Result<TcpTransport> {
+        if u32::try_from(id).is_err() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("node id {id} does not fit the 32 bits of a Hello frame"),
+            ));
+        }
+        Ok(TcpTransport {
+            id,
+            poll: None,
+            registry: registry.try_clone()?,
+            first_conn: first_token,
+            mio_events: Events::with_capacity(0),
+            waker,
+            preamble: Vec::new(),
+            listener: None,
+            conns: Vec::new(),
+            by_peer: HashMap::new(),
+            pending: HashMap::new(),
+            lost: HashSet::new(),
+            dirty: Vec::new(),
+            deferred: Vec::new(),
+            pool,
+        })
+    }
+
+    /// Bytes written first on every connection this transport opens from now on, before its
+    /// `Hello`: what a port shared with another protocol tells engine connections by.
+    pub fn set_preamble(&mut self, bytes: &[u8]) {
+        self.preamble = bytes.to_vec();
+    }
+
+    /// Takes over a connection accepted elsewhere, of which `read` was already read (past
+    /// any preamble): the frames among those bytes are appended to `events` at once, the
+    /// rest as they come.
+    pub fn adopt(
+        &mut self,
+        stream: TcpStream,
+        read: &[u8],
+        events: &mut Vec<Event>,
+    ) -> io::Result<()> {
+        let idx = self.add_conn(stream, None)?;
+        let conn = self.conns[idx].as_mut().expect("just added");
+        if read.len() > conn.rbuf.len() {
+            conn.rbuf.resize(read.len(), 0);
+        }
+        conn.rbuf[..read.len()].copy_from_slice(read);
+        conn.rend = read.len();
+        self.read_in(idx, events);
+        Ok(())
+    }
+
+    /// One readiness event of the caller's poll for a socket of this transport (a driven
+    /// one): reads what came (appending its frames and losses to `events`) and writes what
+    /// waits. Events of tokens it does not own are ignored.
+    pub fn ready(&mut self, ev: &mio::event::Event, events: &mut Vec<Event>) {
+        let Some(idx) = ev.token().0.checked_sub(self.first_conn) else {
+            return;
+        };
+        self.conn_event(idx, ev, events);
+        events.append(&mut self.deferred);
+    }
+
+    fn conn_event(&mut self, idx: usize, ev: &mio::event::Event, events: &mut Vec<Event>) {
+        let connecting = self
+            .conns
+            .get(idx)
+            .and_then(|c| c.as_ref())
+            .is_some_and(|c| c.connecting.is_some());
+        if connecting {
+            // Finish (or fail) the connect first, for a clear reason.
+            self.write_out(idx);
+        }
+        if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+            self.read_in(idx, events);
+        }
+        if ev.is_writable() {
+            self.write_out(idx);
+        }
     }
 
     /// The address the listener is bound to.
@@ -161,9 +268,9 @@ impl TcpTransport {
                 self.conns.len() - 1
             }
         };
-        self.poll.registry().register(
+        self.registry.register(
             &mut stream,
-            Token(idx + FIRST_CONN),
+            Token(idx + self.first_conn),
             Interest::READABLE | Interest::WRITABLE,
         )?;
         self.conns[idx] = Some(Conn {
@@ -177,6 +284,8 @@ impl TcpTransport {
             partial: None,
             read_cap: READ_BUF_BYTES,
             connecting: None,
+            preamble: Vec::new(),
+            preamble_pos: 0,
         });
         Ok(idx)
     }
@@ -207,7 +316,7 @@ impl TcpTransport {
         let Some(mut conn) = self.conns[idx].take() else {
             return;
         };
-        let _ = self.poll.registry().deregister(&mut conn.stream);
+        let _ = self.registry.deregister(&mut conn.stream);
         for item in conn.out.drain(..) {
             item.payload.recycle(&self.pool);
         }
@@ -253,7 +362,13 @@ impl TcpTransport {
                 }
             }
         }
-        let result = write_queue(conn, &self.pool);
+        let result = write_preamble(conn).and_then(|()| {
+            if conn.preamble_pos < conn.preamble.len() {
+                Ok(())
+            } else {
+                write_queue(conn, &self.pool)
+            }
+        });
         if let Err(e) = result {
             let reason = format!("write failed: {e}");
             self.close(idx, &reason, true);
@@ -292,6 +407,20 @@ impl TcpTransport {
             }
         }
     }
+}
+
+/// Writes what is left of the connection's preamble, if any.
+fn write_preamble(conn: &mut Conn) -> io::Result<()> {
+    while conn.preamble_pos < conn.preamble.len() {
+        match conn.stream.write(&conn.preamble[conn.preamble_pos..]) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "wrote 0 bytes")),
+            Ok(n) => conn.preamble_pos += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 fn write_queue(conn: &mut Conn, pool: &BufferPool) -> io::Result<()> {
@@ -520,13 +649,18 @@ impl Transport for TcpTransport {
         events: &mut Vec<Event>,
         timeout: Option<Duration>,
     ) -> Result<(), TransportError> {
+        let Some(poll) = self.poll.as_mut() else {
+            // Driven: the caller's loop polls the sockets.
+            events.append(&mut self.deferred);
+            return Ok(());
+        };
         let timeout = if self.deferred.is_empty() {
             timeout
         } else {
             Some(Duration::ZERO)
         };
         let mut mio_events = std::mem::replace(&mut self.mio_events, Events::with_capacity(0));
-        let r = self.poll.poll(&mut mio_events, timeout);
+        let r = poll.poll(&mut mio_events, timeout);
         if let Err(e) = r {
             self.mio_events = mio_events;
             if e.kind() == io::ErrorKind::Interrupted {
@@ -540,24 +674,7 @@ impl Transport for TcpTransport {
             match ev.token() {
                 WAKER => {}
                 LISTENER => self.accept_all(),
-                Token(t) => {
-                    let idx = t - FIRST_CONN;
-                    let connecting = self
-                        .conns
-                        .get(idx)
-                        .and_then(|c| c.as_ref())
-                        .is_some_and(|c| c.connecting.is_some());
-                    if connecting {
-                        // Finish (or fail) the connect first, for a clear reason.
-                        self.write_out(idx);
-                    }
-                    if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                        self.read_in(idx, events);
-                    }
-                    if ev.is_writable() {
-                        self.write_out(idx);
-                    }
-                }
+                Token(t) => self.conn_event(t - self.first_conn, ev, events),
             }
         }
         self.mio_events = mio_events;
@@ -566,7 +683,7 @@ impl Transport for TcpTransport {
     }
 
     fn waker(&self) -> Arc<dyn Waker> {
-        Arc::new(MioWaker(self.waker.clone()))
+        Arc::clone(&self.waker)
     }
 
     fn connect(&mut self, peer: NodeId, addr: &str) -> Result<(), TransportError> {
@@ -590,6 +707,7 @@ impl Transport for TcpTransport {
         };
         let conn = self.conns[idx].as_mut().expect("just added");
         conn.connecting = Some(sa.to_string());
+        conn.preamble = self.preamble.clone();
         conn.out.push_back(hello);
         self.bind_peer(idx, peer);
         self.dirty.push(idx);
