@@ -7,11 +7,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codes::Code;
-use engine::{BufferPool, LocalNode};
+use engine::transport::TcpTransport;
+use engine::{BufferPool, Engine, LocalNode};
 use graph::Scheme;
 
 use crate::carrier::calls::LoopTransport;
 use crate::carrier::plans::{CacheApp, PlanExec};
+use crate::carrier::ENGINE_PREAMBLE;
 use crate::cluster::placement::Placement;
 use crate::front::{self, ServerConfig};
 use crate::member::store::ChunkStore;
@@ -20,15 +22,16 @@ use crate::node::{Node, NodeConfig, NodeParts};
 /// Everything a node needs to start.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// The node's own settings; `node.id` indexes `peers` and `engines`.
+    /// The node's own settings; `node.id` indexes `peers`.
     pub node: NodeConfig,
     /// Where clients connect (memcached's `-l`, `-p`).
     pub client: SocketAddr,
     /// Every node's peer address, in node-id order.
     pub peers: Vec<SocketAddr>,
-    /// Every node's engine host, in node-id order; with them, writes, reads and degraded
-    /// reads run as engine plans, without them over peer messages.
-    pub engines: Option<Vec<SocketAddr>>,
+    /// Whether writes, reads and degraded reads run as plans on the node's engine (their
+    /// frames on connections to the peer ports, polled by the first event loop); without,
+    /// they go over peer messages.
+    pub plans: bool,
     /// memcached's `-c`.
     pub max_connections: usize,
     /// Event loops serving the client and peer connections (`-t`, memcached's threads).
@@ -51,6 +54,8 @@ pub enum StartError {
     Coordinator(String),
     #[error("making the event loops' polls: {0}")]
     Loops(std::io::Error),
+    #[error("making the engine's transport: {0}")]
+    Engine(std::io::Error),
     #[error("binding {what} address {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -125,7 +130,7 @@ impl Server {
         let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
         // Every call the node's other threads make to other nodes is carried by its event
         // loops, on the links they keep to each node: one set of connections per pair of nodes.
-        let loops = front::Loops::new(config.loops).map_err(StartError::Loops)?;
+        let mut loops = front::Loops::new(config.loops).map_err(StartError::Loops)?;
         let transport = Arc::new(LoopTransport::new(loops.posts(), front::PEER_TIMEOUT));
         let heartbeats = Arc::new(LoopTransport::new(loops.posts(), hb_timeout));
         let incarnation = crate::time::now_micros();
@@ -133,17 +138,25 @@ impl Server {
         // Writes, normal and degraded reads run as plans on the engine hosts when every node
         // has one. The host's application shares the node's store and plan state, built first.
         let mut plans_not_installed = None;
-        let (plans, engine_host) = match config.engines {
-            Some(addrs) if addrs.len() == nodes => {
-                let mine = addrs[id];
-                let exec = Arc::new(PlanExec::new(addrs, incarnation));
+        let (plans, engine_host) = match config.plans {
+            true if nodes > 1 => {
+                // The engine is driven by the first event loop: its frames travel on
+                // connections to the peer ports, which begin with the engine's preamble.
+                let pool = BufferPool::new();
+                let mut t = TcpTransport::driven(
+                    id as engine::NodeId,
+                    loops.engine_registry(),
+                    front::ENGINE_BASE,
+                    loops.engine_waker(),
+                    pool.clone(),
+                )
+                .map_err(StartError::Engine)?;
+                t.set_preamble(&ENGINE_PREAMBLE);
+                let (engine, driven) = Engine::driven(t, pool);
+                loops.drive(driven);
+                let exec = Arc::new(PlanExec::new(config.peers.clone(), incarnation));
                 let app = CacheApp::new(id, Arc::clone(&store), Arc::clone(&exec), debug_commands);
-                let host = LocalNode::tcp_with(id as engine::NodeId, mine, BufferPool::new(), app)
-                    .map_err(|source| StartError::Bind {
-                        what: "engine",
-                        addr: mine,
-                        source,
-                    })?;
+                let host = LocalNode::with_engine(engine, app);
                 // Engines connect on the peers' first heartbeat answers.
                 exec.set_engine(host.engine.clone());
                 // This node's parts of the write and read templates of its stripes, installed

@@ -82,7 +82,6 @@ pub fn serve(a: ServeArgs) -> Result<()> {
                 id: 0,
                 client,
                 peer,
-                engine: None,
             }]
         }
     };
@@ -131,7 +130,7 @@ pub fn serve(a: ServeArgs) -> Result<()> {
         },
         client: me.client,
         peers: members.iter().map(|m| m.peer).collect(),
-        engines: members.iter().map(|m| m.engine).collect(),
+        plans: true,
         max_connections: o.max_conns,
         loops: o.threads.unwrap_or_else(harness::cache::machine_cores),
         workers: o.workers,
@@ -186,9 +185,8 @@ pub struct UpArgs {
     /// Number of nodes (default: the chunks per stripe of the code, e.g. 9 for rs:6,3).
     #[arg(long)]
     pub nodes: Option<usize>,
-    /// First client port; node i uses base+i for clients, base+1000+i for peers and
-    /// base+2000+i for engine hosts
-    /// (default: free ports chosen by the system).
+    /// First client port; node i uses base+i for clients and base+1000+i for peers (their
+    /// requests, heartbeats and plan frames) (default: free ports chosen by the system).
     #[arg(long)]
     pub base_port: Option<u16>,
     /// Seconds to wait for every node to answer.

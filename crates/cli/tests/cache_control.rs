@@ -198,13 +198,13 @@ fn restart_waits_out_a_port_taken_for_a_moment() {
     let dir = std::env::temp_dir().join(format!("inec-cache-retake-{}", std::process::id()));
     let mut c = rs32_cache(&dir);
     set(c.addrs()[0], "before", &value(1));
-    // Node 1's engine address, from the cluster file: `node <id> <client> <peer> <engine>`.
+    // Node 1's peer address, from the cluster file: `node <id> <client> <peer>`.
     let cluster = std::fs::read_to_string(dir.join("cluster.txt")).unwrap();
-    let engine: SocketAddr = cluster
+    let port: SocketAddr = cluster
         .lines()
         .find_map(|l| l.strip_prefix("node 1 "))
-        .and_then(|rest| rest.split(' ').nth(2))
-        .expect("node 1's engine address")
+        .and_then(|rest| rest.split(' ').nth(1))
+        .expect("node 1's peer address")
         .parse()
         .unwrap();
     c.kill(1).unwrap();
@@ -214,12 +214,12 @@ fn restart_waits_out_a_port_taken_for_a_moment() {
     // connections close: the case the restart's retries are for. Take it once it is free.)
     let bind_deadline = Instant::now() + Duration::from_secs(20);
     let held = loop {
-        match std::net::TcpListener::bind(engine) {
+        match std::net::TcpListener::bind(port) {
             Ok(l) => break l,
             Err(_) if Instant::now() < bind_deadline => {
                 std::thread::sleep(Duration::from_millis(10));
             }
-            Err(e) => panic!("binding {engine}: {e}"),
+            Err(e) => panic!("binding {port}: {e}"),
         }
     };
     let log_path = dir.join("node-1.log");

@@ -197,14 +197,12 @@ impl CacheOptions {
 pub struct Member {
     pub id: usize,
     pub client: SocketAddr,
+    /// Where the other nodes connect: their requests, heartbeats and plan frames.
     pub peer: SocketAddr,
-    /// The node's engine host (plans run there); optional.
-    #[serde(default)]
-    pub engine: Option<SocketAddr>,
 }
 
-/// Parses a cluster file: `node <id> <client addr> <peer addr> [<engine addr>]` per line, ids
-/// 0..N in order; `#` starts a comment.
+/// Parses a cluster file: `node <id> <client addr> <peer addr>` per line, ids 0..N in order;
+/// `#` starts a comment.
 pub fn parse_cluster(text: &str) -> Result<Vec<Member>, Error> {
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -214,9 +212,16 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>, Error> {
         }
         let bad = |what: &str| Error::Usage(format!("cluster file line {}: {what}", i + 1));
         let t: Vec<&str> = line.split_whitespace().collect();
-        if !(4..=5).contains(&t.len()) || t[0] != "node" {
+        if t.len() == 5 && t[0] == "node" {
             return Err(bad(&format!(
-                "expected `node <id> <client addr> <peer addr> [<engine addr>]`, got {line:?}"
+                "{line:?} names an engine address ({}): a node's plan frames now travel on \
+                 its peer port, so the cluster file has no engine column; remove it",
+                t[4]
+            )));
+        }
+        if t.len() != 4 || t[0] != "node" {
+            return Err(bad(&format!(
+                "expected `node <id> <client addr> <peer addr>`, got {line:?}"
             )));
         }
         let id: usize = t[1].parse().map_err(|_| bad("bad node id"))?;
@@ -230,7 +235,6 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>, Error> {
             id,
             client: addr(t[2], "client")?,
             peer: addr(t[3], "peer")?,
-            engine: t.get(4).map(|a| addr(a, "engine")).transpose()?,
         });
     }
     if out.is_empty() {
@@ -241,14 +245,9 @@ pub fn parse_cluster(text: &str) -> Result<Vec<Member>, Error> {
 
 /// The text of a cluster file, as [`parse_cluster`] reads it.
 pub fn cluster_text(members: &[Member]) -> String {
-    let mut s =
-        String::from("# inec cache cluster: node <id> <client addr> <peer addr> [<engine addr>]\n");
+    let mut s = String::from("# inec cache cluster: node <id> <client addr> <peer addr>\n");
     for m in members {
-        s.push_str(&format!("node {} {} {}", m.id, m.client, m.peer));
-        if let Some(e) = m.engine {
-            s.push_str(&format!(" {e}"));
-        }
-        s.push('\n');
+        s.push_str(&format!("node {} {} {}\n", m.id, m.client, m.peer));
     }
     s
 }
@@ -301,8 +300,7 @@ pub struct UpConfig {
     pub dir: PathBuf,
     /// Nodes (`None`: as many as the code has chunks).
     pub nodes: Option<usize>,
-    /// Client ports base+i, peer ports base+1000+i, engine ports base+2000+i (`None`: free
-    /// ports).
+    /// Client ports base+i, peer ports base+1000+i (`None`: free ports).
     pub base_port: Option<u16>,
     /// How long every node has to answer.
     pub ready_timeout: Duration,
@@ -430,24 +428,18 @@ fn start(cfg: &UpConfig, n: usize) -> Result<CacheState, Error> {
                 id,
                 client: SocketAddr::new(ip, 11211),
                 peer: SocketAddr::new(ip, 11311),
-                engine: Some(SocketAddr::new(ip, 11411)),
             });
             continue;
         }
-        let (cp, pp, ep) = match cfg.base_port {
-            Some(b) => (b + id as u16, b + 1000 + id as u16, b + 2000 + id as u16),
-            None => (
-                free_port(&mut held)?,
-                free_port(&mut held)?,
-                free_port(&mut held)?,
-            ),
+        let (cp, pp) = match cfg.base_port {
+            Some(b) => (b + id as u16, b + 1000 + id as u16),
+            None => (free_port(&mut held)?, free_port(&mut held)?),
         };
         let local = |port| SocketAddr::from(([127, 0, 0, 1], port));
         members.push(Member {
             id,
             client: local(cp),
             peer: local(pp),
-            engine: Some(local(ep)),
         });
     }
     drop(held);
@@ -1109,9 +1101,13 @@ mod tests {
             id: 0,
             client: "127.0.0.1:1".parse().unwrap(),
             peer: "127.0.0.1:2".parse().unwrap(),
-            engine: Some("127.0.0.1:3".parse().unwrap()),
         }];
         assert_eq!(parse_cluster(&cluster_text(&m)).unwrap(), m);
         assert!(parse_cluster("node 1 a b").is_err());
+        // A file of the builds whose engines had ports of their own: told, not misread.
+        let old = parse_cluster("node 0 127.0.0.1:1 127.0.0.1:2 127.0.0.1:3")
+            .unwrap_err()
+            .to_string();
+        assert!(old.contains("no engine column"), "{old}");
     }
 }

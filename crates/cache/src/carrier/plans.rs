@@ -364,7 +364,8 @@ const STARTUP_CHUNK_BYTES: usize = 4096;
 /// the inputs of the writes it runs.
 #[derive(Debug)]
 pub struct PlanExec {
-    /// Engine address of every node, by id.
+    /// Every node's peer address, by id: engine connections go there (they begin with
+    /// [`super::ENGINE_PREAMBLE`]).
     pub addrs: Vec<SocketAddr>,
     runner: Mutex<Option<Runner>>,
     outputs: Mutex<HashMap<u64, Delivered>>,
@@ -975,7 +976,11 @@ impl PlanExec {
                 .enumerate()
                 .map(|(i, a)| (i as engine::NodeId, a.to_string()))
                 .collect();
-            let runner = PlanRunner::tcp(engine::runner_id(), &nodes).map_err(ExecError::Runner)?;
+            // To the peer ports, where the nodes' engines take connections that begin with
+            // their preamble.
+            let runner =
+                PlanRunner::tcp_with_preamble(engine::runner_id(), &nodes, &super::ENGINE_PREAMBLE)
+                    .map_err(ExecError::Runner)?;
             *guard = Some(Runner {
                 runner,
                 templates: HashMap::new(),

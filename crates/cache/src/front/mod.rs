@@ -29,7 +29,7 @@ use crate::time;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
 use crate::carrier::links::{Answer, Answers, Lane, Links, LINK_BASE};
-use crate::member::conn::{PeerConn, PeerJob};
+use crate::member::conn::{PeerConn, PeerJob, Served};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
 pub const OUTPUT_MAX_BYTES: usize = 4 << 20;
@@ -101,6 +101,25 @@ enum Mail {
     Peer(TcpStream),
     /// Requests of another thread of the node for other nodes (`carrier::calls`).
     Call(Call),
+    /// A connection to the peer port that began with the engine's preamble, read by another
+    /// loop, for the first loop's engine: the socket and the bytes read after the preamble.
+    Engine(TcpStream, Vec<u8>),
+}
+
+/// The node's engine as the first loop drives it (`engine::Engine::driven`): its plan frames
+/// travel on connections to the peer ports, polled by that loop.
+pub type EngineLoop = engine::Driven<engine::transport::TcpTransport>;
+
+/// Tokens of the engine's connections, in the first loop: from here up (above the links').
+pub const ENGINE_BASE: usize = 1 << 44;
+
+/// Wakes the first loop when a work request is posted to the engine it drives.
+struct LoopWaker(Arc<Mailbox>);
+
+impl engine::transport::Waker for LoopWaker {
+    fn wake(&self) {
+        let _ = self.0.waker.wake();
+    }
 }
 
 /// A loop's mailbox: a channel and the waker of its poll.
@@ -140,6 +159,8 @@ impl CallPost for Mailbox {
 pub struct Loops {
     polls: Vec<(Poll, mpsc::Receiver<Mail>)>,
     homes: Vec<Arc<Mailbox>>,
+    /// The node's engine, for the first loop to drive ([`Loops::drive`]).
+    engine: Option<EngineLoop>,
 }
 
 impl Loops {
@@ -154,7 +175,28 @@ impl Loops {
             homes.push(Arc::new(Mailbox { tx, waker }));
             polls.push((poll, rx));
         }
-        Ok(Loops { polls, homes })
+        Ok(Loops {
+            polls,
+            homes,
+            engine: None,
+        })
+    }
+
+    /// The first loop's registry: the engine's sockets are polled there.
+    pub fn engine_registry(&self) -> &Registry {
+        self.polls[0].0.registry()
+    }
+
+    /// What wakes the first loop: the engine's waker.
+    pub fn engine_waker(&self) -> Arc<dyn engine::transport::Waker> {
+        Arc::new(LoopWaker(Arc::clone(&self.homes[0])))
+    }
+
+    /// Gives the node's engine (made over [`Loops::engine_registry`] and
+    /// [`Loops::engine_waker`], tokens from [`ENGINE_BASE`]) to the first loop, which turns
+    /// it in every pass.
+    pub fn drive(&mut self, engine: EngineLoop) {
+        self.engine = Some(engine);
     }
 
     /// Where other threads post their calls, one per loop.
@@ -1053,6 +1095,10 @@ struct EventLoop {
     mail: mpsc::Receiver<Mail>,
     hand: Handoff,
     acceptor: Option<Acceptor>,
+    /// The node's engine, driven by the first loop.
+    engine: Option<EngineLoop>,
+    /// The first loop's mailbox: where engine connections read by another loop go.
+    engine_home: Arc<Mailbox>,
 }
 
 /// Runs the node's event loops (`prepared`, `-t` of them) (client connections, the peer port, the requests
@@ -1066,7 +1112,12 @@ pub fn serve(
     cfg: ServerConfig,
     prepared: Loops,
 ) -> io::Result<()> {
-    let Loops { polls, homes } = prepared;
+    let Loops {
+        polls,
+        homes,
+        mut engine,
+    } = prepared;
+    let engine_home = Arc::clone(&homes[0]);
     let loops = polls.len();
     let workers = cfg.workers.max(1);
     let counts = Arc::new(ConnCounts::default());
@@ -1152,6 +1203,8 @@ pub fn serve(
                 home,
             },
             acceptor: acceptor.take(),
+            engine: engine.take(),
+            engine_home: Arc::clone(&engine_home),
         };
         if let Some(a) = &mut l.acceptor {
             let registry = l.poll.registry();
@@ -1247,6 +1300,8 @@ impl EventLoop {
         let mut scratch = vec![0u8; 64 * 1024];
         let mut next_token = FIRST_CONN;
         let mut events = Events::with_capacity(1024);
+        // What this pass's events brought the engine (first loop only).
+        let mut frames: Vec<engine::transport::Event> = Vec::new();
         let mut ops = LoopOps {
             links: Links::new(cfg.peer_addrs.clone()),
             pending: HashMap::new(),
@@ -1261,7 +1316,11 @@ impl EventLoop {
         loop {
             // Wait for events, or for the first loop request to run out of patience.
             let timeout = if carried.is_empty() {
-                ops.next_deadline()
+                let engine = self.engine.as_ref().and_then(|e| e.next_deadline());
+                [ops.next_deadline(), engine]
+                    .into_iter()
+                    .flatten()
+                    .min()
                     .map(|d| d.saturating_duration_since(Instant::now()))
             } else {
                 Some(Duration::ZERO)
@@ -1278,6 +1337,11 @@ impl EventLoop {
             let mut accepted: Vec<(usize, Mail)> = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
+                    t if t.0 >= ENGINE_BASE => {
+                        if let Some(e) = &mut self.engine {
+                            e.transport().ready(ev, &mut frames);
+                        }
+                    }
                     t if t.0 >= LINK_BASE => {
                         let link = t.0 - LINK_BASE;
                         let registry = self.poll.registry();
@@ -1380,6 +1444,9 @@ impl EventLoop {
                         }
                     }
                     Mail::Call(call) => ops.start_call(self.poll.registry(), call),
+                    Mail::Engine(stream, read) => {
+                        self.engine_conn(node, stream, &read, &mut frames)
+                    }
                 }
             }
             // Loop requests that ended: their replies, or their requests for a worker.
@@ -1395,9 +1462,18 @@ impl EventLoop {
                     let mut wait = |request| {
                         start_peer_request(request, token, node, &mut ops, registry, hand)
                     };
-                    if !pc.service(node, &mut scratch, &mut wait) {
-                        if let Some(mut pc) = peer_conns.remove(&token) {
-                            let _ = self.poll.registry().deregister(pc.stream());
+                    match pc.service(node, &mut scratch, &mut wait) {
+                        Served::Open => {}
+                        Served::Closed => {
+                            if let Some(mut pc) = peer_conns.remove(&token) {
+                                let _ = self.poll.registry().deregister(pc.stream());
+                            }
+                        }
+                        Served::Engine(read) => {
+                            if let Some(mut pc) = peer_conns.remove(&token) {
+                                let _ = self.poll.registry().deregister(pc.stream());
+                                self.engine_conn(node, pc.into_stream(), &read, &mut frames);
+                            }
                         }
                     }
                     continue;
@@ -1433,6 +1509,42 @@ impl EventLoop {
                 std::mem::take(&mut ops.links.sent),
                 std::mem::take(&mut ops.links.received),
             );
+            // The engine's turn: the work its host posted, the frames this pass read.
+            if let Some(e) = &mut self.engine {
+                if let Err(reason) = e.turn(&mut frames) {
+                    log::warn!(
+                        "node {}: its engine stopped ({reason}); plans no longer run",
+                        node.cfg.id
+                    );
+                    self.engine = None;
+                }
+            }
+        }
+    }
+
+    /// An engine connection to the peer port: the engine takes it over (or, read by another
+    /// loop, it goes to the first loop's). `read` came after the preamble.
+    fn engine_conn(
+        &mut self,
+        node: &Node,
+        stream: TcpStream,
+        read: &[u8],
+        frames: &mut Vec<engine::transport::Event>,
+    ) {
+        match &mut self.engine {
+            Some(e) => {
+                if let Err(err) = e.transport().adopt(stream, read, frames) {
+                    log::warn!(
+                        "node {}: an engine connection was dropped: {err}",
+                        node.cfg.id
+                    );
+                }
+            }
+            None if self.id != 0 => {
+                self.engine_home.post(Mail::Engine(stream, read.to_vec()));
+            }
+            // A node without an engine (one node alone, or it stopped): the connection closes.
+            None => {}
         }
     }
 }

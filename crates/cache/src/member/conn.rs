@@ -26,6 +26,20 @@ pub struct PeerConn {
     /// A request is with a peer worker: nothing further is answered until its reply is in.
     busy: bool,
     eof: bool,
+    /// Nothing answered yet: the first bytes may be the engine's preamble.
+    fresh: bool,
+}
+
+/// What a peer connection is after a pass of [`PeerConn::service`].
+#[derive(Debug, PartialEq, Eq)]
+pub enum Served {
+    /// Still open.
+    Open,
+    /// Done: closed by the peer, broken, or a frame this node cannot trust.
+    Closed,
+    /// An engine connection (it began with [`crate::carrier::ENGINE_PREAMBLE`]): the bytes
+    /// that came after the preamble, for the node's engine, which takes the connection over.
+    Engine(Vec<u8>),
 }
 
 /// A request of a peer connection for a peer worker.
@@ -48,7 +62,13 @@ impl PeerConn {
             out_pos: 0,
             busy: false,
             eof: false,
+            fresh: true,
         }
+    }
+
+    /// The connection's socket, for the engine taking it over.
+    pub fn into_stream(self) -> TcpStream {
+        self.stream
     }
 
     pub fn stream(&mut self) -> &mut TcpStream {
@@ -61,8 +81,8 @@ impl PeerConn {
         self.busy = false;
     }
 
-    /// Reads what came, answers what it can, writes; false when the connection is done (closed
-    /// by the peer, broken, or a frame this node cannot trust).
+    /// Reads what came, answers what it can, writes; says whether the connection is still
+    /// open, done, or the engine's.
     ///
     /// A request that cannot be answered at once goes to `wait`, which gives its framed reply
     /// if it has one already, or takes it (the loop or a peer worker) and gives `None`: the
@@ -72,16 +92,29 @@ impl PeerConn {
         node: &Node,
         scratch: &mut [u8],
         wait: &mut dyn FnMut(Request) -> Option<Vec<u8>>,
-    ) -> bool {
+    ) -> Served {
         while !self.eof {
             match self.stream.read(scratch) {
                 Ok(0) => self.eof = true,
+                Ok(n) if self.fresh => {
+                    self.inbuf.extend_from_slice(&scratch[..n]);
+                    let p = crate::carrier::ENGINE_PREAMBLE.len();
+                    if self.inbuf.len() >= p {
+                        self.fresh = false;
+                        if self.inbuf[..p] == crate::carrier::ENGINE_PREAMBLE {
+                            return Served::Engine(self.inbuf.split_off(p));
+                        }
+                    }
+                    if n < scratch.len() {
+                        break;
+                    }
+                }
                 Ok(n) => {
                     if self.inbuf.is_empty() {
                         // The frames are answered from the read's buffer: only what they leave
                         // (a frame cut by the read's end, those behind a wait) is kept.
                         let Some(used) = self.answer(node, &scratch[..n], wait) else {
-                            return false;
+                            return Served::Closed;
                         };
                         self.inbuf.extend_from_slice(&scratch[used..n]);
                     } else {
@@ -94,23 +127,27 @@ impl PeerConn {
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
+                Err(_) => return Served::Closed,
             }
+        }
+        if self.fresh && !self.eof {
+            // Too few bytes yet to tell the engine's preamble.
+            return Served::Open;
         }
         let mut inbuf = std::mem::take(&mut self.inbuf);
         let Some(used) = self.answer(node, &inbuf, wait) else {
-            return false;
+            return Served::Closed;
         };
         inbuf.drain(..used);
         self.inbuf = inbuf;
         crate::carrier::shrink_idle(&mut self.inbuf);
         while self.out_pos < self.out.len() {
             match self.stream.write(&self.out[self.out_pos..]) {
-                Ok(0) => return false,
+                Ok(0) => return Served::Closed,
                 Ok(n) => self.out_pos += n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
+                Err(_) => return Served::Closed,
             }
         }
         if self.out_pos == self.out.len() {
@@ -119,7 +156,11 @@ impl PeerConn {
             crate::carrier::shrink_idle(&mut self.out);
         }
         // The peer closed its side: done once nothing is under way or left to send.
-        !(self.eof && !self.busy && self.out.is_empty())
+        if self.eof && !self.busy && self.out.is_empty() {
+            Served::Closed
+        } else {
+            Served::Open
+        }
     }
 
     /// Answers the whole frames at the start of `bytes` until one must wait (`busy`): how
