@@ -254,6 +254,12 @@ enum LocalRequest {
         parts: Vec<VertexPart>,
         done: mpsc::Sender<Result<(), RunError>>,
     },
+    InstallEverywhere {
+        template: u64,
+        parts: Vec<VertexPart>,
+        timeout: Duration,
+        done: mpsc::Sender<Result<(), RunError>>,
+    },
 }
 
 /// Asks this node's host, from any thread, to install templates locally (no message) and to
@@ -296,6 +302,29 @@ impl Launcher {
             done: tx,
         });
         rx.recv_timeout(Duration::from_secs(30))
+            .map_err(|_| RunError::HostSilent {
+                what: "answer the install",
+            })?
+    }
+
+    /// Installs a template on every node that has parts of it: this node's parts locally,
+    /// every other node's with one `install` message from this node's engine, on the
+    /// connections its runs use; waits until each has answered (or one failed, a node was
+    /// lost, or `timeout` passed).
+    pub fn install_everywhere(
+        &self,
+        template: u64,
+        parts: Vec<VertexPart>,
+        timeout: Duration,
+    ) -> Result<(), RunError> {
+        let (tx, rx) = mpsc::channel();
+        self.submit(LocalRequest::InstallEverywhere {
+            template,
+            parts,
+            timeout,
+            done: tx,
+        });
+        rx.recv_timeout(timeout + Duration::from_secs(2))
             .map_err(|_| RunError::HostSilent {
                 what: "answer the install",
             })?
@@ -666,8 +695,67 @@ impl<A: Application> Host<'_, A> {
                     let _ = done.send(r);
                 }
                 LocalRequest::Launch(l, tx) => self.launch(l, tx),
+                LocalRequest::InstallEverywhere {
+                    template,
+                    parts,
+                    timeout,
+                    done,
+                } => self.install_everywhere(template, parts, timeout, done),
             }
         }
+    }
+
+    /// Installs this node's parts of a template and sends every other node its own; the
+    /// answers are counted as a launch's (`launch_reply`).
+    fn install_everywhere(
+        &mut self,
+        template: u64,
+        parts: Vec<VertexPart>,
+        timeout: Duration,
+        done: mpsc::Sender<Result<(), RunError>>,
+    ) {
+        if let Err(e) = parts.iter().try_for_each(VertexPart::validate) {
+            let _ = done.send(Err(RunError::BadPart(e)));
+            return;
+        }
+        let node = self.ctx.node();
+        let mut by_node: HashMap<NodeId, Vec<VertexPart>> = HashMap::new();
+        for p in parts {
+            by_node.entry(p.node as NodeId).or_default().push(p);
+        }
+        if let Some(mine) = by_node.remove(&node) {
+            self.templates
+                .insert(template, mine.into_iter().map(Arc::new).collect());
+        }
+        self.next_op += 1;
+        let op = self.next_op;
+        let mut messages = Vec::new();
+        for (p, parts) in by_node {
+            let req = Request::Install { template, parts };
+            match channel::encode_json(Port::Engine, &req, &[], self.ctx.pool()) {
+                Ok(bytes) => messages.push((p, bytes)),
+                Err(e) => {
+                    let _ = done.send(Err(RunError::Engine(e)));
+                    return;
+                }
+            }
+        }
+        self.launches.insert(
+            op,
+            LaunchState {
+                acks: messages.iter().map(|(p, _)| *p).collect(),
+                own_done: true,
+                deadline: Instant::now() + timeout,
+                tx: done,
+            },
+        );
+        for (p, bytes) in messages {
+            if let Err(e) = channel::post(&self.ctx.engine, p, op, bytes) {
+                self.launch_failed(op, RunError::Engine(e));
+                return;
+            }
+        }
+        self.launch_progress(op);
     }
 
     /// Starts a launch: the participants' starts (attached to the first frame each is fed,
@@ -764,7 +852,8 @@ impl<A: Application> Host<'_, A> {
             return;
         }
         match reply {
-            Reply::Done { error: None, .. } => {
+            // `Ok` answers an install sent by `install_everywhere`.
+            Reply::Done { error: None, .. } | Reply::Ok => {
                 if let Some(l) = self.launches.get_mut(&op) {
                     l.acks.remove(&from);
                 }
@@ -775,7 +864,6 @@ impl<A: Application> Host<'_, A> {
                 ..
             }
             | Reply::Error { message } => self.launch_failed(op, RunError::Failed(message)),
-            Reply::Ok => {}
         }
     }
 

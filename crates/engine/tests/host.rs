@@ -539,13 +539,15 @@ fn a_driven_engine_shares_its_loop_and_port() {
     };
     echo();
     let (write, read) = fan_plans();
+    // Each node installs its own parts of the write; node 0 installs the read everywhere.
     for (i, n) in nodes.iter().enumerate() {
-        let mine = |parts: &[VertexPart]| -> Vec<VertexPart> {
-            parts.iter().filter(|p| p.node == i).cloned().collect()
-        };
-        n.launcher().install(1, mine(&write)).unwrap();
-        n.launcher().install(2, mine(&read)).unwrap();
+        let mine: Vec<VertexPart> = write.iter().filter(|p| p.node == i).cloned().collect();
+        n.launcher().install(1, mine).unwrap();
     }
+    nodes[0]
+        .launcher()
+        .install_everywhere(2, read.clone(), Duration::from_secs(5))
+        .unwrap();
     let key = b"k".to_vec();
     apps[0]
         .chunks
@@ -571,6 +573,17 @@ fn a_driven_engine_shares_its_loop_and_port() {
             last = now;
         }
     };
+    // The install cost node 0 one message to each other node and one answer from each.
+    assert_eq!(settled()[0], (2, 2));
+    // A node that never answers (7 never connects) fails the install at its timeout.
+    let mut lone = read[0].clone();
+    lone.node = 7;
+    let err = nodes[0]
+        .launcher()
+        .install_everywhere(3, vec![lone], Duration::from_millis(300))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("timed out waiting for nodes [7]"), "{err}");
     for mode in [Mode::Coherent, Mode::Incoherent] {
         let before = settled();
         nodes[0]

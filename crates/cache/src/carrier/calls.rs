@@ -49,6 +49,12 @@ pub fn mark_loop_thread() {
     ON_LOOP.with(|l| l.set(true));
 }
 
+/// Whether the calling thread is an event loop, which must never wait on another node (the
+/// first loop also drives the node's engine: a loop waiting for a plan would wait for itself).
+pub fn on_loop() -> bool {
+    ON_LOOP.with(|l| l.get())
+}
+
 /// How much longer than a call's deadline its caller waits for the loop's answer before it
 /// takes the loop for stuck: a loop answers at its deadline, at the latest in the pass after.
 const LOOP_MARGIN: Duration = Duration::from_secs(1);
@@ -100,7 +106,7 @@ impl PeerTransport for LoopTransport {
             return Vec::new();
         }
         assert!(
-            !ON_LOOP.with(|l| l.get()),
+            !on_loop(),
             "an event loop called other nodes and would wait for itself: {calls:?}"
         );
         let nodes: Vec<(usize, bool)> = calls.iter().map(|(n, r)| (*n, r.is_data())).collect();

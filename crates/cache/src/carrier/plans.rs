@@ -1,5 +1,6 @@
-//! The cache's plans on the engine: every cache node runs an engine host ([`CacheApp`]) next
-//! to its peer port.
+//! The cache's plans on the engine: every cache node runs an engine host ([`CacheApp`]); its
+//! engine is driven by the node's first event loop and its frames travel on connections to the
+//! other nodes' peer ports (`front::EngineLoop`).
 //!
 //! - **Writes and normal reads** of coded values run templates every node installs for its own
 //!   parts at start-up, locally (no message): for each stripe it is a member of, the scheme's
@@ -14,8 +15,9 @@
 //!   host like the others: one quiet `start` per other participant, then the plan's data
 //!   edges. The repair of one lost data chunk at the designated agent is a start-up template
 //!   too (every scheme but ECPipe, whose sliced plan depends on the chunk size); other loss
-//!   patterns are built and installed (by the agent's [`engine::PlanRunner`], `Install`
-//!   messages) once per (stripe, lost positions, chunk size class).
+//!   patterns are built and installed by the agent's host
+//!   ([`engine::Launcher::install_everywhere`]: its own parts locally, one `install` message to
+//!   each other participant) once per (stripe, lost positions, chunk size class).
 //!
 //! Every run's `start` carries [`RunPayload`]: the key and version whose chunks the members
 //! read from their stores (CRC, key, version and position checked there) or, for a write, the
@@ -32,8 +34,8 @@ use std::time::Duration;
 
 use codes::Code;
 use engine::{
-    AppError, Application, ChunkRef, EngineError, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge,
-    OutputSpec, PlanRunner, RunError, RunInfo, VertexPart,
+    AppError, Application, ChunkRef, HostCtx, InEdge, Launch, Launcher, Mode, OutEdge, OutputSpec,
+    RunError, RunInfo, VertexPart,
 };
 use graph::{PlanSpec, Scheme, Target};
 
@@ -153,10 +155,8 @@ pub enum ExecError {
     NotDelivered { what: &'static str, position: usize },
     #[error("repair plan failed: {0}")]
     RepairFailed(Box<ExecError>),
-    #[error("cannot start the plan runner: {0}")]
-    Runner(EngineError),
     #[error("installing the repair plan failed: {0}")]
-    Install(EngineError),
+    Install(RunError),
 }
 
 const PAYLOAD_HEAD: usize = 1 + 8 + 4 + 8 + 4 + 2 + 8;
@@ -367,7 +367,10 @@ pub struct PlanExec {
     /// Every node's peer address, by id: engine connections go there (they begin with
     /// [`super::ENGINE_PREAMBLE`]).
     pub addrs: Vec<SocketAddr>,
-    runner: Mutex<Option<Runner>>,
+    /// Repair templates installed on their participants on first use, by (stripe, lost
+    /// positions, size class): (template id, participants). Forgotten after a failed run (a
+    /// participant may have restarted without them), so that they are installed again.
+    repair_templates: Mutex<HashMap<TemplateKey, (u64, Vec<usize>)>>,
     outputs: Mutex<HashMap<u64, Delivered>>,
     /// Data chunks of writes this node runs as agent, by nonce.
     inputs: Mutex<HashMap<u64, Vec<Arc<Vec<u8>>>>>,
@@ -384,8 +387,6 @@ pub struct PlanExec {
     /// Participants of the start-up repair templates of the stripes this node is the
     /// designated agent of, by (stripe, lost data position).
     startup_repairs: Mutex<HashMap<(usize, usize), Vec<usize>>>,
-    /// Frames of runners dropped after a failure.
-    old_runner_frames: [AtomicU64; 2],
     /// By stripe, the fencing token of this node's term (`set_fence`).
     fences: Mutex<HashMap<usize, u64>>,
     /// Runs given up (a participant went down), by nonce, with when.
@@ -404,13 +405,6 @@ pub struct RepairAt<'a> {
     pub agent: usize,
     pub stripe: usize,
     pub lost: &'a [usize],
-}
-
-#[derive(Debug)]
-struct Runner {
-    runner: PlanRunner,
-    /// Installed repair templates → (template id, participants).
-    templates: HashMap<TemplateKey, (u64, Vec<usize>)>,
 }
 
 /// The normal-read parts of `stripe`: each data position held by another node than the agent
@@ -504,7 +498,7 @@ impl PlanExec {
     pub fn new(addrs: Vec<SocketAddr>, seed: u64) -> PlanExec {
         PlanExec {
             addrs,
-            runner: Mutex::new(None),
+            repair_templates: Mutex::new(HashMap::new()),
             outputs: Mutex::new(HashMap::new()),
             inputs: Mutex::new(HashMap::new()),
             next_nonce: AtomicU64::new(seed << 20),
@@ -513,7 +507,6 @@ impl PlanExec {
             launcher: std::sync::OnceLock::new(),
             startup: std::sync::OnceLock::new(),
             startup_repairs: Mutex::new(HashMap::new()),
-            old_runner_frames: [AtomicU64::new(0), AtomicU64::new(0)],
             abandoned: Mutex::new(HashMap::new()),
             counters: PlanCounters::default(),
             fences: Mutex::new(HashMap::new()),
@@ -618,6 +611,10 @@ impl PlanExec {
         nonce: u64,
         up: &dyn Fn(usize) -> bool,
     ) -> Result<(), ExecError> {
+        assert!(
+            !super::calls::on_loop(),
+            "an event loop would wait for the engine it drives"
+        );
         let nodes = l.nodes.clone();
         let rx = launcher.launch(l);
         loop {
@@ -940,8 +937,8 @@ impl PlanExec {
         let outs = self.take_outputs(nonce);
         if let Err(e) = ran {
             // A participant may have restarted without the template: install it again next
-            // time, from a fresh runner.
-            self.drop_runner();
+            // time.
+            self.forget_repair_templates();
             return Err(ExecError::RepairFailed(Box::new(e)));
         }
         wanted
@@ -959,7 +956,9 @@ impl PlanExec {
             .collect()
     }
 
-    /// The repair template of `tkey`, built and installed on its participants on first use.
+    /// The repair template of `tkey`, built and installed on its participants on first use:
+    /// this node's parts locally, the others' with one `install` message each from this
+    /// node's engine (on the connections its runs use).
     fn repair_template(
         &self,
         code: Code,
@@ -968,26 +967,17 @@ impl PlanExec {
         agent: usize,
         tkey: &TemplateKey,
     ) -> Result<(u64, Vec<usize>), ExecError> {
-        let mut guard = self.runner.lock().unwrap_or_else(PoisonError::into_inner);
-        if guard.is_none() {
-            let nodes: Vec<(engine::NodeId, String)> = self
-                .addrs
-                .iter()
-                .enumerate()
-                .map(|(i, a)| (i as engine::NodeId, a.to_string()))
-                .collect();
-            // To the peer ports, where the nodes' engines take connections that begin with
-            // their preamble.
-            let runner =
-                PlanRunner::tcp_with_preamble(engine::runner_id(), &nodes, &super::ENGINE_PREAMBLE)
-                    .map_err(ExecError::Runner)?;
-            *guard = Some(Runner {
-                runner,
-                templates: HashMap::new(),
-            });
-        }
-        let r = guard.as_mut().expect("runner");
-        if let Some(t) = r.templates.get(tkey) {
+        assert!(
+            !super::calls::on_loop(),
+            "an event loop would wait for the engine it drives"
+        );
+        let launcher = self.launcher()?;
+        // Held over the install: two reads needing one template install it once.
+        let mut templates = self
+            .repair_templates
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(t) = templates.get(tkey) {
             return Ok(t.clone());
         }
         let (stripe, lost, class) = tkey.clone();
@@ -1015,53 +1005,28 @@ impl PlanExec {
                 source,
             })?;
         let id = repair_template_id(agent, self.next_template.fetch_add(1, Ordering::Relaxed));
-        if let Err(e) = r.runner.install(id, &parts) {
-            drop(guard);
-            self.drop_runner();
-            return Err(ExecError::Install(e));
-        }
+        launcher
+            .install_everywhere(id, parts, RUN_TIMEOUT)
+            .map_err(ExecError::Install)?;
         self.counters
             .plan_templates_installed
             .fetch_add(1, Ordering::Relaxed);
         let t = (id, plan.nodes());
-        r.templates.insert(tkey.clone(), t.clone());
+        templates.insert(tkey.clone(), t.clone());
         Ok(t)
     }
 
-    fn drop_runner(&self) {
-        let old = self
-            .runner
+    fn forget_repair_templates(&self) {
+        self.repair_templates
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        if let Some(r) = old {
-            let (s, rcv) = r.runner.engine().frame_counts();
-            self.old_runner_frames[0].fetch_add(s, Ordering::Relaxed);
-            self.old_runner_frames[1].fetch_add(rcv, Ordering::Relaxed);
-        }
+            .clear();
     }
 
-    /// Engine frames this node sent and received: its host's engine and its runners' (every
-    /// kind but Hello; a node's frames to itself excluded).
+    /// Engine frames this node sent and received (every kind but Hello; a node's frames to
+    /// itself excluded).
     pub fn frame_counts(&self) -> (u64, u64) {
-        let mut s = self.old_runner_frames[0].load(Ordering::Relaxed);
-        let mut r = self.old_runner_frames[1].load(Ordering::Relaxed);
-        if let Some(e) = self.engine.get() {
-            let (a, b) = e.frame_counts();
-            s += a;
-            r += b;
-        }
-        if let Some(x) = self
-            .runner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .as_ref()
-        {
-            let (a, b) = x.runner.engine().frame_counts();
-            s += a;
-            r += b;
-        }
-        (s, r)
+        self.engine.get().map_or((0, 0), |e| e.frame_counts())
     }
 
     /// Remembers this node's engine.
