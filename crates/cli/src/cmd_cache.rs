@@ -194,7 +194,7 @@ pub struct UpArgs {
     pub ready_timeout_s: u64,
     /// Put each node in its own network namespace behind a veth pair on a bridge, as
     /// `inec cluster up --netns` does (root; one namespace cluster per machine at a time).
-    /// Node i listens on 10.77.x.y ports 11211 (clients), 11311 (peers), 11411 (engine).
+    /// Node i listens on 10.77.x.y ports 11211 (clients) and 11311 (peers).
     #[arg(long, conflicts_with = "base_port")]
     pub netns: bool,
     /// With --netns: `tc tbf` rate of every node's link, each direction (e.g. 1gbit).
