@@ -261,3 +261,79 @@ fn count_reply(node: &Node) {
         .peer_replies_sent
         .fetch_add(1, Ordering::Relaxed);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::carrier::ENGINE_PREAMBLE;
+    use std::time::Duration;
+
+    /// A connection to a listener of this process: (the side a node accepted, the peer's).
+    fn pair() -> (TcpStream, std::net::TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let peer = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (accepted, _) = l.accept().unwrap();
+        accepted.set_nonblocking(true).unwrap();
+        (TcpStream::from_std(accepted), peer)
+    }
+
+    /// Serves `conn` until it is not open or `done` says the pass's result is the one awaited
+    /// (the bytes the peer wrote may come in more than one read).
+    fn serve_until(conn: &mut PeerConn, node: &Node, done: impl Fn(&Served) -> bool) -> Served {
+        let mut scratch = vec![0u8; 64 << 10];
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let r = conn.service(node, &mut scratch, &mut |_| panic!("nothing waits"));
+            if done(&r) || r != Served::Open || std::time::Instant::now() > deadline {
+                return r;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// A connection that begins with the engine's preamble is handed over with the bytes after
+    /// it, even when the preamble comes in pieces; one of peer messages is answered as ever.
+    #[test]
+    fn the_engine_preamble_hands_a_connection_to_the_engine() {
+        use std::io::Write as _;
+        let node = crate::node::tests::leading_node(&[]);
+        // The preamble in two pieces, then engine bytes.
+        let (s, mut peer) = pair();
+        let mut conn = PeerConn::new(s);
+        peer.write_all(&ENGINE_PREAMBLE[..2]).unwrap();
+        assert_eq!(
+            serve_until(&mut conn, &node, |_| true),
+            Served::Open,
+            "two bytes cannot tell"
+        );
+        peer.write_all(&ENGINE_PREAMBLE[2..]).unwrap();
+        peer.write_all(b"IE\x01frame").unwrap();
+        let got = serve_until(
+            &mut conn,
+            &node,
+            |r| matches!(r, Served::Engine(b) if b.len() == 8),
+        );
+        assert_eq!(got, Served::Engine(b"IE\x01frame".to_vec()));
+        // Peer messages: a chunk read is answered, and the connection stays open.
+        let (s, mut peer) = pair();
+        let mut conn = PeerConn::new(s);
+        let get = peer::encode_request(&Request::Get {
+            stripe: 0,
+            position: 1,
+            key: b"k".to_vec(),
+            version: 1,
+        });
+        peer::write_frame(&mut peer, &get).unwrap();
+        // Served until the reply is on its way back.
+        peer.set_nonblocking(true).unwrap();
+        let r = serve_until(&mut conn, &node, |_| peer.peek(&mut [0u8; 1]).is_ok());
+        assert_eq!(r, Served::Open);
+        peer.set_nonblocking(false).unwrap();
+        peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let reply = peer::read_frame(&mut peer).unwrap();
+        assert!(
+            matches!(peer::decode_response(&reply), Some(Response::Record(None))),
+            "{reply:?}"
+        );
+    }
+}
