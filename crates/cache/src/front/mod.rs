@@ -28,7 +28,7 @@ use crate::node::{ExecMode, Node, RecoveryState};
 use crate::time;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
-use crate::carrier::links::{Answer, Answers, Lane, Links, LINK_BASE};
+use crate::carrier::links::{Answer, Answers, Failure, Lane, Links, LINK_BASE};
 use crate::member::conn::{PeerConn, PeerJob, Served};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
@@ -633,6 +633,11 @@ impl LoopOp {
 struct CallOp {
     /// Node and lane of each request.
     sent: Vec<(usize, Lane)>,
+    /// Each request, kept for one more try while it has had none: a request whose link failed
+    /// before it was written whole (a connection the peer's restart broke, which this loop had
+    /// not seen closed yet) goes again once on a fresh connection. Not sent, it cannot have
+    /// been acted on.
+    again: Vec<Option<peer::Request>>,
     replies: Vec<Option<Result<peer::Response, peer::PeerError>>>,
     outstanding: usize,
     deadline: Instant,
@@ -761,6 +766,7 @@ impl LoopOps {
         self.next_id += 1;
         let mut op = CallOp {
             sent: Vec::with_capacity(call.requests.len()),
+            again: Vec::with_capacity(call.requests.len()),
             replies: Vec::with_capacity(call.requests.len()),
             outstanding: 0,
             deadline: call.deadline,
@@ -772,6 +778,7 @@ impl LoopOps {
             if !self.links.reaches(to) {
                 op.replies
                     .push(Some(Err(peer::PeerError::UnknownNode { node: to })));
+                op.again.push(None);
                 continue;
             }
             match self
@@ -781,10 +788,13 @@ impl LoopOps {
                 Ok(()) => {
                     op.outstanding += 1;
                     op.replies.push(None);
+                    op.again.push(Some(request));
                 }
-                Err(source) => op
-                    .replies
-                    .push(Some(Err(peer::PeerError::Io { node: to, source }))),
+                Err(source) => {
+                    op.replies
+                        .push(Some(Err(peer::PeerError::Io { node: to, source })));
+                    op.again.push(None);
+                }
             }
         }
         if op.outstanding == 0 {
@@ -795,14 +805,28 @@ impl LoopOps {
     }
 
     /// Takes a reply (or failure) of a call's request: the call is answered once all are in.
-    fn call_answered(&mut self, id: u64, at: usize, reply: Answer) {
+    /// A request not sent goes again once, on a fresh connection, while its deadline lasts.
+    fn call_answered(&mut self, registry: &Registry, id: u64, at: usize, reply: Answer) {
         let Some(op) = self.calls.get_mut(&id) else {
             return; // a request given up meanwhile
         };
-        let Some(slot) = op.replies.get_mut(at).filter(|r| r.is_none()) else {
+        if op.replies.get(at).is_none_or(|r| r.is_some()) {
             return;
-        };
-        let to = op.sent[at].0;
+        }
+        let (to, lane) = op.sent[at];
+        if matches!(reply, Err(Failure::NotSent(_))) && Instant::now() < op.deadline {
+            if let Some(request) = op.again[at].take() {
+                if self
+                    .links
+                    .queue(registry, to, lane, (id, at), &request, false)
+                    .is_ok()
+                {
+                    return;
+                }
+            }
+        }
+        op.again[at] = None;
+        let slot = &mut op.replies[at];
         *slot = Some(reply.map_err(|f| calls::peer_error(to, f)));
         op.outstanding -= 1;
         if op.outstanding == 0 {
@@ -816,7 +840,7 @@ impl LoopOps {
         for ((id, position), reply) in answers {
             let Some(pr) = self.pending.get_mut(&id) else {
                 // Another thread's call, or a request given up or handed to a worker meanwhile.
-                self.call_answered(id, position, reply);
+                self.call_answered(registry, id, position, reply);
                 continue;
             };
             pr.outstanding -= 1;
@@ -1315,7 +1339,7 @@ impl EventLoop {
         let mut carried: Vec<Done> = Vec::new();
         loop {
             // Wait for events, or for the first loop request to run out of patience.
-            let timeout = if carried.is_empty() {
+            let timeout = if carried.is_empty() && ops.early_failures.is_empty() {
                 let engine = self.engine.as_ref().and_then(|e| e.next_deadline());
                 [ops.next_deadline(), engine]
                     .into_iter()
@@ -1505,6 +1529,9 @@ impl EventLoop {
             // forwarded write that may have left is answered as in doubt, and its connection
             // served next pass.
             carried.extend(ops.answered(node, self.poll.registry(), failed));
+            // Requests queued while taking those failures (a call's request sent again on a
+            // fresh connection) leave now; their own failures are taken next pass.
+            ops.flush_now(self.poll.registry());
             node.count_loop_messages(
                 std::mem::take(&mut ops.links.sent),
                 std::mem::take(&mut ops.links.received),
@@ -2592,5 +2619,112 @@ mod tests {
                 _ => panic!("no end"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod call_tests {
+    use super::*;
+    use crate::node::tests::leading_node;
+    use std::cell::RefCell;
+
+    /// Runs `ops` as its loop does (flush, poll the links, take their answers) until `done` or
+    /// 5 s.
+    fn drive(ops: &mut LoopOps, poll: &mut Poll, node: &Node, done: &dyn Fn() -> bool) {
+        let mut events = Events::with_capacity(64);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !done() && Instant::now() < deadline {
+            let mut failed = ops.links.flush(poll.registry());
+            failed.append(&mut ops.early_failures);
+            ops.answered(node, poll.registry(), failed);
+            ops.flush_now(poll.registry());
+            poll.poll(&mut events, Some(Duration::from_millis(10)))
+                .unwrap();
+            for ev in events.iter() {
+                let Some(link) = ev.token().0.checked_sub(LINK_BASE) else {
+                    continue;
+                };
+                let registry = poll.registry();
+                let mut answers = Vec::new();
+                if ev.is_writable() {
+                    answers.extend(ops.links.writable(registry, link));
+                }
+                if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
+                    answers.extend(ops.links.readable(registry, link));
+                }
+                ops.answered(node, registry, answers);
+            }
+        }
+    }
+
+    /// Reads one request from `s` and answers it `Ack`.
+    fn answer_one(s: &mut std::net::TcpStream) -> peer::Request {
+        let mut head = [0u8; 4];
+        s.read_exact(&mut head).unwrap();
+        let mut body = vec![0; u32::from_le_bytes(head) as usize];
+        s.read_exact(&mut body).unwrap();
+        peer::write_frame(s, &peer::encode_response(&peer::Response::Ack)).unwrap();
+        peer::decode_request(&body).unwrap()
+    }
+
+    /// A call made on a link the peer reset (it restarted), before the loop saw the reset, is
+    /// not sent; it goes again on a fresh connection and is answered, instead of failing as an
+    /// I/O error that would mark a live peer down until its next heartbeat.
+    #[test]
+    fn a_call_on_a_connection_the_peer_reset_goes_again_on_a_fresh_one() {
+        let node = leading_node(&[]);
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut poll = Poll::new().unwrap();
+        let mut ops = LoopOps {
+            links: Links::new(vec![addr]),
+            pending: HashMap::new(),
+            calls: HashMap::new(),
+            next_id: 0,
+            patience: Duration::from_secs(1),
+            early_failures: Vec::new(),
+        };
+        let call = |ops: &mut LoopOps, poll: &mut Poll| -> Replies {
+            let (tx, rx) = mpsc::channel();
+            ops.start_call(
+                poll.registry(),
+                Call {
+                    requests: vec![(0, peer::Request::List { stripe: 0 })],
+                    deadline: Instant::now() + Duration::from_secs(5),
+                    reply: tx,
+                },
+            );
+            let got = RefCell::new(None);
+            drive(ops, poll, &node, &|| {
+                if got.borrow().is_none() {
+                    *got.borrow_mut() = rx.try_recv().ok();
+                }
+                got.borrow().is_some()
+            });
+            got.into_inner().expect("the call was answered")
+        };
+        // The first call opens the link and is answered.
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            answer_one(&mut s);
+            (listener, s)
+        });
+        let first = call(&mut ops, &mut poll);
+        assert!(matches!(first[..], [Ok(peer::Response::Ack)]), "{first:?}");
+        let (listener, s) = peer.join().unwrap();
+        // The peer goes away with a reset, unseen by the loop, and comes back.
+        peer::abort(&s);
+        drop(s);
+        std::thread::sleep(Duration::from_millis(50));
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            answer_one(&mut s)
+        });
+        let second = call(&mut ops, &mut poll);
+        assert!(
+            matches!(second[..], [Ok(peer::Response::Ack)]),
+            "{second:?}"
+        );
+        assert_eq!(peer.join().unwrap(), peer::Request::List { stripe: 0 });
     }
 }
