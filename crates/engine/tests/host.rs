@@ -289,6 +289,40 @@ fn fan_plans() -> (Vec<VertexPart>, Vec<VertexPart>) {
     (write, read)
 }
 
+/// A launch of `fan_plans`' template `template` from node 0 to nodes 1 and 2 with 12-byte
+/// chunks, waiting for the `done` of `acks`.
+fn fan_launch(template: u64, acks: Vec<NodeId>, mode: Mode, key: &[u8]) -> engine::Launch {
+    engine::Launch {
+        template,
+        nodes: vec![1, 2],
+        acks,
+        mode,
+        timeout: Duration::from_secs(5),
+        chunk_bytes: Some(12),
+        payload: key.to_vec(),
+    }
+}
+
+/// Frames each node's engine sent and received so far.
+fn frame_counts(nodes: &[LocalNode]) -> Vec<(u64, u64)> {
+    nodes.iter().map(|n| n.engine.frame_counts()).collect()
+}
+
+/// [`frame_counts`] once they have stopped moving (at most 2 s): a sender counts a frame once
+/// its send returned, which can be after the receiver acted on it (and the launch finished).
+fn settled_counts(nodes: &[LocalNode]) -> Vec<(u64, u64)> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut last = frame_counts(nodes);
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = frame_counts(nodes);
+        if now == last || Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
+}
+
 #[test]
 fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
     let hub = MemHub::new();
@@ -306,21 +340,8 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
         n.launcher().install(1, mine(&write)).unwrap();
         n.launcher().install(2, mine(&read)).unwrap();
     }
-    let counts = || -> Vec<(u64, u64)> { nodes.iter().map(|n| n.engine.frame_counts()).collect() };
-    // A sender counts a frame once its send returned, which can be after the receiver acted
-    // on it (and the launch finished): read the counts once they have stopped moving.
-    let settled = || -> Vec<(u64, u64)> {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut last = counts();
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            let now = counts();
-            if now == last || Instant::now() > deadline {
-                return now;
-            }
-            last = now;
-        }
-    };
+    let counts = || frame_counts(&nodes);
+    let settled = || settled_counts(&nodes);
     assert_eq!(counts(), vec![(0, 0); 3]);
     let key = b"k".to_vec();
     // The run's chunk size (12) differs from the template's (8).
@@ -331,15 +352,7 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
         .insert((key.clone(), 0), Arc::new((1..=12).collect()));
     for (i, mode) in [Mode::Coherent, Mode::Incoherent].into_iter().enumerate() {
         let before = counts();
-        let launch = engine::Launch {
-            template: 1,
-            nodes: vec![1, 2],
-            acks: vec![1, 2],
-            mode,
-            timeout: Duration::from_secs(5),
-            chunk_bytes: Some(12),
-            payload: key.clone(),
-        };
+        let launch = fan_launch(1, vec![1, 2], mode, &key);
         nodes[0].launcher().run(launch).unwrap();
         for app in &apps[1..] {
             let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
@@ -560,19 +573,7 @@ fn a_driven_engine_shares_its_loop_and_port() {
             .unwrap()
             .insert((key.clone(), 1), Arc::new(vec![n as u8; 12]));
     }
-    let counts = || -> Vec<(u64, u64)> { nodes.iter().map(|n| n.engine.frame_counts()).collect() };
-    let settled = || -> Vec<(u64, u64)> {
-        let deadline = Instant::now() + Duration::from_secs(2);
-        let mut last = counts();
-        loop {
-            std::thread::sleep(Duration::from_millis(50));
-            let now = counts();
-            if now == last || Instant::now() > deadline {
-                return now;
-            }
-            last = now;
-        }
-    };
+    let settled = || settled_counts(&nodes);
     // The install cost node 0 one message to each other node and one answer from each.
     assert_eq!(settled()[0], (2, 2));
     // A node that never answers (7 never connects) fails the install at its timeout.
@@ -588,15 +589,7 @@ fn a_driven_engine_shares_its_loop_and_port() {
         let before = settled();
         nodes[0]
             .launcher()
-            .run(engine::Launch {
-                template: 1,
-                nodes: vec![1, 2],
-                acks: vec![1, 2],
-                mode,
-                timeout: Duration::from_secs(5),
-                chunk_bytes: Some(12),
-                payload: key.clone(),
-            })
+            .run(fan_launch(1, vec![1, 2], mode, &key))
             .unwrap();
         for app in &apps[1..] {
             let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
@@ -608,15 +601,7 @@ fn a_driven_engine_shares_its_loop_and_port() {
         let before = after;
         nodes[0]
             .launcher()
-            .run(engine::Launch {
-                template: 2,
-                nodes: vec![1, 2],
-                acks: vec![],
-                mode,
-                timeout: Duration::from_secs(5),
-                chunk_bytes: Some(12),
-                payload: key.clone(),
-            })
+            .run(fan_launch(2, vec![], mode, &key))
             .unwrap();
         for n in 1..3u32 {
             let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();

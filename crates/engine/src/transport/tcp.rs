@@ -133,32 +133,17 @@ impl TcpTransport {
 
     /// A transport that only connects out (a plan runner).
     pub fn unbound(id: NodeId, pool: BufferPool) -> io::Result<TcpTransport> {
-        if u32::try_from(id).is_err() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("node id {id} does not fit the 32 bits of a Hello frame"),
-            ));
-        }
         let poll = Poll::new()?;
         let waker = Arc::new(mio::Waker::new(poll.registry(), WAKER)?);
         let registry = poll.registry().try_clone()?;
-        Ok(TcpTransport {
+        TcpTransport::new(
             id,
-            poll: Some(poll),
+            Some(poll),
             registry,
-            first_conn: FIRST_CONN,
-            mio_events: Events::with_capacity(256),
-            waker: Arc::new(MioWaker(waker)),
-            preamble: Vec::new(),
-            listener: None,
-            conns: Vec::new(),
-            by_peer: HashMap::new(),
-            pending: HashMap::new(),
-            lost: HashSet::new(),
-            dirty: Vec::new(),
-            deferred: Vec::new(),
+            FIRST_CONN,
+            Arc::new(MioWaker(waker)),
             pool,
-        })
+        )
     }
 
     /// A transport whose sockets another event loop polls: they are registered with
@@ -174,18 +159,30 @@ impl TcpTransport {
         waker: Arc<dyn Waker>,
         pool: BufferPool,
     ) -> io::Result<TcpTransport> {
+        TcpTransport::new(id, None, registry.try_clone()?, first_token, waker, pool)
+    }
+
+    fn new(
+        id: NodeId,
+        poll: Option<Poll>,
+        registry: Registry,
+        first_conn: usize,
+        waker: Arc<dyn Waker>,
+        pool: BufferPool,
+    ) -> io::Result<TcpTransport> {
         if u32::try_from(id).is_err() {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
                 format!("node id {id} does not fit the 32 bits of a Hello frame"),
             ));
         }
+        let events = if poll.is_some() { 256 } else { 0 };
         Ok(TcpTransport {
             id,
-            poll: None,
-            registry: registry.try_clone()?,
-            first_conn: first_token,
-            mio_events: Events::with_capacity(0),
+            poll,
+            registry,
+            first_conn,
+            mio_events: Events::with_capacity(events),
             waker,
             preamble: Vec::new(),
             listener: None,
