@@ -24,6 +24,16 @@ struct Keyed {
     finished: Arc<Mutex<Finished>>,
 }
 
+impl Keyed {
+    /// Holds `bytes` as chunk `index` of `key`.
+    fn give(&self, key: &[u8], index: u32, bytes: Vec<u8>) {
+        self.chunks
+            .lock()
+            .unwrap()
+            .insert((key.to_vec(), index), Arc::new(bytes));
+    }
+}
+
 impl Application for Keyed {
     fn input(
         &mut self,
@@ -345,11 +355,7 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
     assert_eq!(counts(), vec![(0, 0); 3]);
     let key = b"k".to_vec();
     // The run's chunk size (12) differs from the template's (8).
-    apps[0]
-        .chunks
-        .lock()
-        .unwrap()
-        .insert((key.clone(), 0), Arc::new((1..=12).collect()));
+    apps[0].give(&key, 0, (1..=12).collect());
     for (i, mode) in [Mode::Coherent, Mode::Incoherent].into_iter().enumerate() {
         let before = counts();
         let launch = fan_launch(1, vec![1, 2], mode, &key);
@@ -369,10 +375,7 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
     }
     // The read: one start to each member, one chunk back, no done.
     for (n, app) in apps.iter().enumerate().skip(1) {
-        app.chunks
-            .lock()
-            .unwrap()
-            .insert((key.clone(), 1), Arc::new(vec![n as u8; 12]));
+        app.give(&key, 1, vec![n as u8; 12]);
     }
     let before = counts();
     let launch = engine::Launch {
@@ -562,16 +565,9 @@ fn a_driven_engine_shares_its_loop_and_port() {
         .install_everywhere(2, read.clone(), Duration::from_secs(5))
         .unwrap();
     let key = b"k".to_vec();
-    apps[0]
-        .chunks
-        .lock()
-        .unwrap()
-        .insert((key.clone(), 0), Arc::new((1..=12).collect()));
+    apps[0].give(&key, 0, (1..=12).collect());
     for (n, app) in apps.iter().enumerate().skip(1) {
-        app.chunks
-            .lock()
-            .unwrap()
-            .insert((key.clone(), 1), Arc::new(vec![n as u8; 12]));
+        app.give(&key, 1, vec![n as u8; 12]);
     }
     let settled = || settled_counts(&nodes);
     // The install cost node 0 one message to each other node and one answer from each.

@@ -223,14 +223,14 @@ impl TcpTransport {
     }
 
     /// One readiness event of the caller's poll for a socket of this transport (a driven
-    /// one): reads what came (appending its frames and losses to `events`) and writes what
-    /// waits. Events of tokens it does not own are ignored.
+    /// one): reads what came (appending its frames to `events`) and writes what waits; a
+    /// connection lost is reported by the next `poll`, as every event made outside one.
+    /// Events of tokens it does not own are ignored.
     pub fn ready(&mut self, ev: &mio::event::Event, events: &mut Vec<Event>) {
         let Some(idx) = ev.token().0.checked_sub(self.first_conn) else {
             return;
         };
         self.conn_event(idx, ev, events);
-        events.append(&mut self.deferred);
     }
 
     fn conn_event(&mut self, idx: usize, ev: &mio::event::Event, events: &mut Vec<Event>) {
