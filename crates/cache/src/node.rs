@@ -212,8 +212,12 @@ pub struct Counters {
     /// Reads the client loop began and handed to a worker (a member down or slow, a chunk
     /// missing or bad, the lease lost meanwhile).
     pub loop_read_fallbacks: AtomicU64,
-    /// `set`s the client loop ran to completion itself (`node::loop_write`).
+    /// `set`s, `add`s, `replace`s and `cas`es the client loop ran to completion itself
+    /// (`agent::loop_write`).
     pub loop_writes: AtomicU64,
+    /// Of those the loop began, the ones its condition refused (`NOT_STORED`, `EXISTS`,
+    /// `NOT_FOUND`), answered with no message.
+    pub loop_writes_refused: AtomicU64,
     /// `set`s the client loop began and handed to a worker (a member failed or was slow).
     pub loop_write_fallbacks: AtomicU64,
     /// Gets and sets the client loop forwarded to the key's agent over its own connections

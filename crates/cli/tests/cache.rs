@@ -268,6 +268,27 @@ impl Client {
         self.send(&b)
     }
 
+    /// `add`, `replace`, `cas` (with `cas`), … of `value`: the reply line.
+    fn store(&mut self, cmd: &str, key: &str, value: &[u8], cas: Option<u64>) -> String {
+        let cas = cas.map_or(String::new(), |c| format!(" {c}"));
+        let mut b = format!("{cmd} {key} 0 0 {}{cas}\r\n", value.len()).into_bytes();
+        b.extend_from_slice(value);
+        b.extend_from_slice(b"\r\n");
+        self.send(&b)
+    }
+
+    /// The CAS value of a present key (`gets`).
+    fn cas_of(&mut self, key: &str) -> u64 {
+        let first = self.send(format!("gets {key}\r\n").as_bytes());
+        let cas = first
+            .split_whitespace()
+            .nth(4)
+            .expect("VALUE … cas")
+            .parse();
+        assert!(matches!(self.read_value(&first), Got::Hit(_)));
+        cas.unwrap()
+    }
+
     fn read_value(&mut self, first: &str) -> Got {
         if first == "END\r\n" || first == "EN\r\n" {
             return Got::Miss;
@@ -1283,6 +1304,42 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(c.sum_stat("startup_templates"), startup);
     assert_eq!(c.sum_stat("write_plan_fallbacks"), 0);
     assert_eq!(c.sum_stat("read_plan_fallbacks"), 0);
+    // `add`, `replace` and `cas` run on the agent's loop as a `set` does. A refused one (an
+    // `add` of a present key, a `cas` with a stale value) is answered there with no message.
+    let cas = cl.cas_of(key);
+    let (writes0, refused0) = (stat("loop_writes"), stat("loop_writes_refused"));
+    let (m6, p6) = count();
+    assert_eq!(cl.store("add", key, &[3u8; 8192], None), "NOT_STORED\r\n");
+    assert_eq!(
+        cl.store("cas", key, &[3u8; 8192], Some(cas + 1)),
+        "EXISTS\r\n"
+    );
+    assert_eq!(count(), (m6, p6), "refused writes send no message");
+    assert_eq!(stat("loop_writes_refused") - refused0, 2);
+    assert_eq!(cl.store("cas", key, &[4u8; 8192], Some(cas)), "STORED\r\n");
+    let (m7, p7) = count();
+    assert_eq!(m7 - m6, 2 * (n - 1) as u64, "cas");
+    assert_eq!(p7 - p6, 2 * (n - 1) as u64, "cas: peer messages");
+    assert_eq!(stat("loop_writes") - writes0, 1);
+    // Through another node: the front's loop forwards it, the agent's runs it.
+    let forwards0 = front_stat("loop_forwards");
+    let mut other = c.client(front);
+    assert_eq!(
+        other.store("replace", key, &[5u8; 8192], None),
+        "STORED\r\n"
+    );
+    assert_eq!(
+        other.store("add", key, &[6u8; 8192], None),
+        "NOT_STORED\r\n"
+    );
+    let (m8, p8) = count();
+    assert_eq!(m8 - m7, 2 * (n - 1) as u64 + 4, "forwarded replace and add");
+    assert_eq!(p8 - p7, 2 * (n - 1) as u64 + 4);
+    assert_eq!(stat("loop_writes") - writes0, 2);
+    assert_eq!(stat("loop_writes_refused") - refused0, 3);
+    assert_eq!(front_stat("loop_forwards") - forwards0, 2);
+    assert_eq!(cl.get(key), Got::Hit(vec![5u8; 8192]));
+    assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! Writes run to completion on the client event loop.
 //!
-//! A plain `set` at the stripe's agent, with every member up and room in the stripe's share
+//! A `set`, `add`, `replace` or `cas` at the stripe's agent (the condition decided on the
+//! agent's index under the key's lock: a refusal is answered at once, with no message), with every member up and room in the stripe's share
 //! (no eviction), needs no worker either: under the key's lock, which the loop holds across the
 //! replies (an [`ArcMutexGuard`]), the agent reserves the bytes, takes a version, encodes the
 //! records, stores its own and sends each other member its record (`Put`); the acks resume the
@@ -22,8 +23,35 @@ use crate::agent::index::Entry;
 use crate::carrier::peer::{Attempt, Once, Request, Response};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind};
+use crate::semantics::{self, Decision};
 use crate::time;
 use graph::Scheme;
+use proto::StoreMode;
+
+/// What a storage command asks of the key's present value: its mode and, for `cas`, the CAS
+/// value the client holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StoreIf {
+    pub mode: StoreMode,
+    pub compare_cas: Option<u64>,
+}
+
+impl StoreIf {
+    /// A plain `set`.
+    pub const SET: StoreIf = StoreIf {
+        mode: StoreMode::Set,
+        compare_cas: None,
+    };
+
+    /// Whether the loop can run the command: `set`, `add`, `replace` and `cas` (`append` and
+    /// `prepend` read the present value first, on a worker).
+    pub fn on_loop(self) -> bool {
+        matches!(
+            self.mode,
+            StoreMode::Set | StoreMode::Add | StoreMode::Replace | StoreMode::Cas
+        )
+    }
+}
 
 /// What the client loop can do with a `set`.
 #[derive(Debug)]
@@ -34,6 +62,9 @@ pub enum LoopWriteStart {
     Stored(u64),
     /// Records to send: [`LoopWrite::remote`].
     Send(Box<LoopWrite>),
+    /// The condition refused the write (`NOT_STORED`, `EXISTS`, `NOT_FOUND`): nothing stored,
+    /// no message sent.
+    Refused(Decision),
     /// Another node leads the key's stripe: send it the request.
     Forward(usize),
 }
@@ -61,6 +92,8 @@ pub struct LoopWrite {
     started: std::time::Instant,
     /// The write's request id (`agent::once`).
     id: u64,
+    /// The command's mode (a `cas` counts its hits when stored).
+    mode: StoreMode,
     /// The index the write reserved its version in (`StripeIndex::epoch`).
     epoch: u64,
     _key_guard: ArcMutexGuard<RawMutex, ()>,
@@ -85,6 +118,11 @@ impl LoopWrite {
     /// The write's request id (0: none).
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// The storage command's mode.
+    pub fn mode(&self) -> StoreMode {
+        self.mode
     }
 
     /// The version the write stores (its CAS value).
@@ -121,10 +159,12 @@ impl LoopWrite {
 }
 
 impl Node {
-    /// Starts `set key flags exptime value` on the client loop, a first try of the request `id`.
+    /// Starts `set key flags exptime value` (or `add`, `replace`, `cas` as `cond` says) on the
+    /// client loop, a first try of the request `id`.
     pub fn loop_write_start(
         &self,
         key: &[u8],
+        cond: StoreIf,
         flags: u32,
         exptime: i64,
         value: &[u8],
@@ -137,7 +177,7 @@ impl Node {
                 _ => LoopWriteStart::Worker,
             };
         }
-        if self.cfg.scheme == Scheme::Triec {
+        if self.cfg.scheme == Scheme::Triec || !cond.on_loop() {
             return LoopWriteStart::Worker;
         }
         let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
@@ -160,6 +200,24 @@ impl Node {
             let Some(ix) = g.as_mut() else {
                 return LoopWriteStart::Worker;
             };
+            if cond != StoreIf::SET {
+                // memcached's condition on the live entry; an expired or flushed one is
+                // deleted by the worker's path first.
+                let oldest = self
+                    .oldest_live_us
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                let Ok(current) = ix.lookup_live(key, now_secs, now_us, oldest) else {
+                    return LoopWriteStart::Worker;
+                };
+                let compare = match cond.mode {
+                    StoreMode::Cas => cond.compare_cas.or(Some(0)),
+                    _ => cond.compare_cas,
+                };
+                match semantics::decide(cond.mode, current.as_ref(), compare) {
+                    Decision::Proceed => {}
+                    refused => return LoopWriteStart::Refused(refused),
+                }
+            }
             let old = ix.remove(key);
             // Evictions and a value shrinking to fewer positions delete records elsewhere:
             // the worker's path does that.
@@ -205,6 +263,7 @@ impl Node {
             remote: Vec::new(),
             started: std::time::Instant::now(),
             id,
+            mode: cond.mode,
             epoch,
             _key_guard: guard,
         };

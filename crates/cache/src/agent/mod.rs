@@ -27,7 +27,7 @@ pub mod read;
 pub mod whole;
 pub mod write;
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
-pub use loop_write::{LoopWrite, LoopWriteStart};
+pub use loop_write::{LoopWrite, LoopWriteStart, StoreIf};
 
 impl Node {
     /// Runs an operation at the agent of the key's stripe, wherever it is: locally, or

@@ -22,9 +22,10 @@ use proto::{
     compose, Command, Limits, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply, StoreMode,
 };
 
-use crate::agent::{LoopPending, LoopRead, LoopWrite, LoopWriteStart};
+use crate::agent::{LoopPending, LoopRead, LoopWrite, LoopWriteStart, StoreIf};
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
+use crate::semantics::Decision;
 use crate::time;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
@@ -311,11 +312,12 @@ enum LoopOp {
         to: ReplyTo,
         meta: Option<Box<OwnedCommand>>,
     },
-    /// `set` (`Node::loop_write_start`).
+    /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
-    /// A `get`, `gets` or `set` sent to the key's agent, another node: one step, whose answer
-    /// is the reply (a get: a value or a miss; a set: stored). Any other answer, or none, and a
-    /// worker runs the request the full way (which retries while views settle).
+    /// A `get`, `gets`, `set`, `add`, `replace` or `cas` sent to the key's agent, another
+    /// node: one step, whose answer is the reply (a get: a value or a miss; a store: stored,
+    /// not stored, exists or not found). Any other answer, or none, and a worker runs the
+    /// request the full way (which retries while views settle).
     Forward {
         /// `[(agent, 0)]`.
         remote: [(usize, usize); 1],
@@ -325,6 +327,8 @@ enum LoopOp {
         write: bool,
         /// The agent answered that it does not lead the key's stripe (it applied nothing).
         refused: bool,
+        /// A `cas` (its hits, misses and bad values are counted here, where its client is).
+        cas: bool,
         /// The write's request id (`agent::once`; 0 for a read).
         once: Once,
         key: Vec<u8>,
@@ -337,6 +341,13 @@ impl LoopOp {
     fn forward(agent: usize, key: &[u8], op: AgentOp, to: ReplyTo) -> LoopOp {
         LoopOp::Forward {
             remote: [(agent, 0)],
+            cas: matches!(
+                op,
+                AgentOp::Store {
+                    mode: StoreMode::Cas,
+                    ..
+                }
+            ),
             write: !op.repeatable(),
             once: op.once().unwrap_or_default(),
             op: Some(op),
@@ -386,6 +397,9 @@ impl LoopOp {
                     r @ (AgentResult::Value { .. }
                     | AgentResult::Miss
                     | AgentResult::Stored { .. }
+                    | AgentResult::NotStored
+                    | AgentResult::Exists
+                    | AgentResult::NotFound
                     | AgentResult::Error(_)),
                 )) => {
                     *result = Some(r);
@@ -446,7 +460,7 @@ impl LoopOp {
                 }
             }
             LoopOp::Write { write, to } => {
-                let id = write.id();
+                let (id, mode) = (write.id(), write.mode());
                 let Some(cas) = node.loop_write_finish(*write) else {
                     // Stored on every member, then the lease ran out: tried again as a retry
                     // (answered from the records a rebuilt index adopts, never applied twice),
@@ -470,10 +484,14 @@ impl LoopOp {
                 bump(&c.loop_writes);
                 match to {
                     ReplyTo::Client { noreply, .. } => {
-                        bump(&c.cmd_set);
-                        if !noreply {
-                            compose::reply(&mut out, Reply::Stored);
-                        }
+                        let cas_mode = mode == StoreMode::Cas;
+                        store_reply(
+                            node,
+                            cas_mode,
+                            &AgentResult::Stored { cas },
+                            noreply,
+                            &mut out,
+                        );
                     }
                     ReplyTo::Peer => {
                         let res = peer::Response::Agent(AgentResult::Stored { cas });
@@ -482,7 +500,11 @@ impl LoopOp {
                 }
             }
             LoopOp::Forward {
-                to, result, key, ..
+                to,
+                result,
+                key,
+                cas: cas_mode,
+                ..
             } => {
                 let ReplyTo::Client { with_cas, noreply } = to else {
                     unreachable!("a forwarded request is not forwarded again");
@@ -503,17 +525,15 @@ impl LoopOp {
                         bump(&c.get_misses);
                         compose::reply(&mut out, Reply::End);
                     }
-                    AgentResult::Stored { .. } => {
-                        bump(&c.cmd_set);
-                        if !noreply {
-                            compose::reply(&mut out, Reply::Stored);
-                        }
-                    }
                     AgentResult::Error(e) => {
                         if !noreply {
                             server_error(&mut out, &e);
                         }
                     }
+                    r @ (AgentResult::Stored { .. }
+                    | AgentResult::NotStored
+                    | AgentResult::Exists
+                    | AgentResult::NotFound) => store_reply(node, cas_mode, &r, noreply, &mut out),
                     _ => unreachable!("take accepts only these"),
                 }
             }
@@ -1006,14 +1026,23 @@ fn start_peer_request(
             key,
             flags,
             exptime,
-            compare_cas: None,
+            compare_cas,
             value,
             once,
-        }) if *mode == StoreMode::Set && once.attempt == Attempt::First => {
-            match node.loop_write_start(key, *flags, *exptime, value, once.id) {
+        }) if once.attempt == Attempt::First => {
+            let cond = StoreIf {
+                mode: *mode,
+                compare_cas: *compare_cas,
+            };
+            match node.loop_write_start(key, cond, *flags, *exptime, value, once.id) {
                 LoopWriteStart::Stored(cas) => {
                     bump(&c.loop_writes);
                     let res = peer::Response::Agent(AgentResult::Stored { cas });
+                    return Some(crate::member::conn::frame_reply(node, &res));
+                }
+                LoopWriteStart::Refused(d) => {
+                    bump(&c.loop_writes_refused);
+                    let res = peer::Response::Agent(refusal(d));
                     return Some(crate::member::conn::frame_reply(node, &res));
                 }
                 LoopWriteStart::Send(write) => Some(LoopOp::Write {
@@ -1764,23 +1793,29 @@ fn service(
                                 }
                             }
                         }
-                        Command::Store(st)
-                            if st.mode == StoreMode::Set && !ops.links.is_empty() =>
-                        {
+                        Command::Store(st) if store_if(st).on_loop() && !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
                                 noreply: st.noreply,
                             };
                             let id = node.next_request_id();
                             let once = Once::first(id);
-                            match node.loop_write_start(st.key, st.flags, st.exptime, st.data, id) {
+                            let cond = store_if(st);
+                            let cas_mode = st.mode == StoreMode::Cas;
+                            match node
+                                .loop_write_start(st.key, cond, st.flags, st.exptime, st.data, id)
+                            {
                                 LoopWriteStart::Worker => Some((command.to_owned_command(), once)),
-                                LoopWriteStart::Stored(_) => {
-                                    bump(&node.counters.cmd_set);
+                                LoopWriteStart::Stored(cas) => {
                                     bump(&node.counters.loop_writes);
-                                    if !st.noreply {
-                                        compose::reply(&mut c.out, Reply::Stored);
-                                    }
+                                    let r = AgentResult::Stored { cas };
+                                    store_reply(node, cas_mode, &r, st.noreply, &mut c.out);
+                                    None
+                                }
+                                LoopWriteStart::Refused(d) => {
+                                    bump(&node.counters.loop_writes_refused);
+                                    let r = refusal(d);
+                                    store_reply(node, cas_mode, &r, st.noreply, &mut c.out);
                                     None
                                 }
                                 LoopWriteStart::Send(write) => {
@@ -1793,11 +1828,11 @@ fn service(
                                 }
                                 LoopWriteStart::Forward(agent) => {
                                     let set = AgentOp::Store {
-                                        mode: StoreMode::Set,
+                                        mode: st.mode,
                                         key: st.key.to_vec(),
                                         flags: st.flags,
                                         exptime: st.exptime,
-                                        compare_cas: None,
+                                        compare_cas: cond.compare_cas,
                                         value: st.data.to_vec(),
                                         once,
                                     };
@@ -1870,6 +1905,51 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
         .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
         .collect();
     compose::server_error(out, &clean);
+}
+
+/// A storage command's mode and, for `cas`, the client's CAS value.
+fn store_if(s: &proto::Store<'_>) -> StoreIf {
+    StoreIf {
+        mode: s.mode,
+        compare_cas: (s.mode == StoreMode::Cas).then_some(s.cas_unique),
+    }
+}
+
+/// The agent's answer to a condition that refused a write.
+fn refusal(d: Decision) -> AgentResult {
+    match d {
+        Decision::NotStored => AgentResult::NotStored,
+        Decision::Exists => AgentResult::Exists,
+        Decision::NotFound => AgentResult::NotFound,
+        Decision::Proceed => unreachable!("a write that proceeds is not refused"),
+    }
+}
+
+/// A storage command's answer at the node its client reached: counted (`cmd_set`; a `cas`'s
+/// hits, bad values and misses, as memcached counts them) and, unless `noreply`, its reply
+/// line appended to `out`.
+fn store_reply(node: &Node, cas: bool, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    bump(&c.cmd_set);
+    if cas {
+        match r {
+            AgentResult::Stored { .. } => bump(&c.cas_hits),
+            AgentResult::Exists => bump(&c.cas_badval),
+            AgentResult::NotFound => bump(&c.cas_misses),
+            _ => {}
+        }
+    }
+    if noreply {
+        return;
+    }
+    match r {
+        AgentResult::Stored { .. } => compose::reply(out, Reply::Stored),
+        AgentResult::NotStored => compose::reply(out, Reply::NotStored),
+        AgentResult::Exists => compose::reply(out, Reply::Exists),
+        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
+        AgentResult::Error(r) => server_error(out, r),
+        other => server_error(out, &format!("unexpected {other:?}")),
+    }
 }
 
 fn meta_store_mode(m: Option<proto::MetaMode>) -> StoreMode {
@@ -1958,37 +2038,17 @@ fn execute(
     };
     match command {
         Command::Store(s) => {
-            inc(&c.cmd_set);
             let op = AgentOp::Store {
                 mode: s.mode,
                 key: s.key.to_vec(),
                 flags: s.flags,
                 exptime: s.exptime,
-                compare_cas: (s.mode == StoreMode::Cas).then_some(s.cas_unique),
+                compare_cas: store_if(&s).compare_cas,
                 value: s.data.to_vec(),
                 once,
             };
             let r = node.route_key(op, s.key);
-            if s.mode == StoreMode::Cas {
-                match r {
-                    AgentResult::Stored { .. } => inc(&c.cas_hits),
-                    AgentResult::Exists => inc(&c.cas_badval),
-                    AgentResult::NotFound => inc(&c.cas_misses),
-                    _ => {}
-                }
-            }
-            let mut reply = Vec::new();
-            match r {
-                AgentResult::Stored { .. } => compose::reply(&mut reply, Reply::Stored),
-                AgentResult::NotStored => compose::reply(&mut reply, Reply::NotStored),
-                AgentResult::Exists => compose::reply(&mut reply, Reply::Exists),
-                AgentResult::NotFound => compose::reply(&mut reply, Reply::NotFound),
-                AgentResult::Error(r) => server_error(&mut reply, &r),
-                other => server_error(&mut reply, &format!("unexpected {other:?}")),
-            }
-            if !s.noreply {
-                out.extend_from_slice(&reply);
-            }
+            store_reply(node, s.mode == StoreMode::Cas, &r, s.noreply, out);
         }
         Command::Get(g) => {
             let start = out.len();
@@ -2443,6 +2503,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_reads", g(&c.loop_reads));
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
     compose::stat(out, "loop_writes", g(&c.loop_writes));
+    compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
@@ -2548,7 +2609,8 @@ mod tests {
         let settle = |lapsed: bool, to: ReplyTo, id: u64| {
             // An index built after any lapse before (a read rebuilds it).
             assert_eq!(get(&node, key), AgentResult::Miss);
-            let LoopWriteStart::Send(write) = node.loop_write_start(key, 0, 0, &[7; 100], id)
+            let LoopWriteStart::Send(write) =
+                node.loop_write_start(key, StoreIf::SET, 0, 0, &[7; 100], id)
             else {
                 panic!("a coded set of a leading node with every member up runs on the loop");
             };

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{ExecMode, Node, NodeConfig};
-use crate::agent::LoopWriteStart;
+use crate::agent::{LoopWriteStart, StoreIf};
 use crate::carrier::peer::{
     AgentOp, AgentResult, Attempt, Once, PeerError, PeerTransport, Request, Response,
 };
@@ -311,7 +311,9 @@ fn a_loop_write_given_up_and_adopted_by_a_rebuild_is_not_written_again() {
     let key = key_of_stripe_0(&node);
     assert_eq!(get(&node, &key), AgentResult::Miss);
     let value = vec![9u8; 100];
-    let LoopWriteStart::Send(mut write) = node.loop_write_start(&key, 0, 0, &value, 500) else {
+    let LoopWriteStart::Send(mut write) =
+        node.loop_write_start(&key, StoreIf::SET, 0, 0, &value, 500)
+    else {
         panic!("a coded set of a leading node with every member up runs on the loop");
     };
     let version = write.version();
@@ -397,4 +399,82 @@ fn a_write_tried_on_the_loop_is_never_answered_not_agent_by_its_later_try() {
         answer(Attempt::First, true),
         Response::Agent(AgentResult::NotAgent)
     );
+}
+
+/// `add`, `replace` and `cas` run on the loop as a `set` does, their condition decided on the
+/// agent's index: a refusal is answered at once with nothing stored, a write
+/// that proceeds stores its records like a `set`; `append` and `prepend` go to a worker.
+#[test]
+fn conditional_writes_are_decided_on_the_loop() {
+    use crate::semantics::Decision;
+    use proto::StoreMode::{Add, Append, Cas, Prepend, Replace};
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    assert_eq!(get(&node, &key), AgentResult::Miss);
+    let cond = |mode, compare_cas| StoreIf { mode, compare_cas };
+    // Runs a write the loop began to its end, as the loop does with the members' acks.
+    let finish = |start: LoopWriteStart| -> u64 {
+        let LoopWriteStart::Send(mut write) = start else {
+            panic!("the write proceeds on the loop: {start:?}");
+        };
+        let puts: Vec<_> = write
+            .remote
+            .clone()
+            .iter()
+            .map(|&(member, p)| (member, write.request(p)))
+            .collect();
+        assert!(!puts.is_empty(), "its records go to the other members");
+        assert!(node
+            .call(puts)
+            .iter()
+            .all(|r| matches!(r, Ok(Response::Ack))));
+        node.loop_write_finish(*write).expect("still the agent")
+    };
+    let start = |c: StoreIf, value: &[u8], id: u64| node.loop_write_start(&key, c, 0, 0, value, id);
+    let refused = |s: LoopWriteStart| match s {
+        LoopWriteStart::Refused(d) => d,
+        other => panic!("refused on the loop, not {other:?}"),
+    };
+    // A missing key: replace and cas refused, add stored.
+    assert_eq!(
+        refused(start(cond(Replace, None), b"r", 1)),
+        Decision::NotStored
+    );
+    assert_eq!(
+        refused(start(cond(Cas, Some(1)), b"c", 2)),
+        Decision::NotFound
+    );
+    assert_eq!(get(&node, &key), AgentResult::Miss);
+    let added = finish(start(cond(Add, None), b"added", 3));
+    assert_eq!(value_of(&node, &key), (b"added".to_vec(), added));
+    // A present key: add refused, cas with another value refused, replace and cas stored.
+    assert_eq!(
+        refused(start(cond(Add, None), b"a", 4)),
+        Decision::NotStored
+    );
+    assert_eq!(
+        refused(start(cond(Cas, Some(added + 1)), b"c", 5)),
+        Decision::Exists
+    );
+    assert_eq!(
+        value_of(&node, &key),
+        (b"added".to_vec(), added),
+        "unchanged"
+    );
+    let replaced = finish(start(cond(Replace, None), b"replaced", 6));
+    assert!(replaced > added);
+    let swapped = finish(start(cond(Cas, Some(replaced)), b"swapped", 7));
+    assert_eq!(value_of(&node, &key), (b"swapped".to_vec(), swapped));
+    // The CAS value the client held before the last write no longer matches.
+    assert_eq!(
+        refused(start(cond(Cas, Some(replaced)), b"late", 8)),
+        Decision::Exists
+    );
+    for mode in [Append, Prepend] {
+        assert!(matches!(
+            start(cond(mode, None), b"+", 9),
+            LoopWriteStart::Worker
+        ));
+    }
+    assert_eq!(value_of(&node, &key), (b"swapped".to_vec(), swapped));
 }

@@ -439,7 +439,7 @@ fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
     stored(set(&nodes[0], &key, &[1; 10]));
     let id = nodes[0].next_request_id();
     let crate::agent::LoopWriteStart::Send(mut w) =
-        nodes[0].loop_write_start(&key, 3, 0, &[5; 900], id)
+        nodes[0].loop_write_start(&key, crate::agent::StoreIf::SET, 3, 0, &[5; 900], id)
     else {
         panic!("the loop writes a whole value");
     };
