@@ -1340,6 +1340,36 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(front_stat("loop_forwards") - forwards0, 2);
     assert_eq!(cl.get(key), Got::Hit(vec![5u8; 8192]));
     assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);
+    // A delete on the agent's loop: one `Delete` to and one ack from each other member; a miss
+    // is answered there with no message. Forwarded, one forward and its reply more.
+    let deletes0 = stat("loop_deletes");
+    let (m8, p8) = count();
+    assert_eq!(
+        cl.send(format!("delete {key}\r\n").as_bytes()),
+        "DELETED\r\n"
+    );
+    let (m9, p9) = count();
+    assert_eq!(m9 - m8, 2 * (n - 1) as u64, "delete");
+    assert_eq!(p9 - p8, 2 * (n - 1) as u64, "delete: peer messages");
+    assert_eq!(
+        cl.send(format!("delete {key}\r\n").as_bytes()),
+        "NOT_FOUND\r\n"
+    );
+    assert_eq!(count(), (m9, p9), "a delete's miss sends no message");
+    assert_eq!(cl.get(key), Got::Miss);
+    assert_eq!(cl.set(key, &[7u8; 8192]), "STORED\r\n");
+    let (m10, p10) = count();
+    assert_eq!(
+        other.send(format!("delete {key}\r\n").as_bytes()),
+        "DELETED\r\n"
+    );
+    let (m11, p11) = count();
+    assert_eq!(m11 - m10, 2 * (n - 1) as u64 + 2, "forwarded delete");
+    assert_eq!(p11 - p10, 2 * (n - 1) as u64 + 2);
+    assert_eq!(stat("loop_deletes") - deletes0, 2);
+    assert_eq!(front_stat("loop_forwards") - forwards0, 3);
+    assert_eq!(cl.get(key), Got::Miss);
+    assert_eq!(other.get(key), Got::Miss);
 }
 
 #[test]

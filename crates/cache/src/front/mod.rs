@@ -22,7 +22,9 @@ use proto::{
     compose, Command, Limits, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply, StoreMode,
 };
 
-use crate::agent::{LoopPending, LoopRead, LoopWrite, LoopWriteStart, StoreIf};
+use crate::agent::{
+    LoopDelete, LoopDeleteStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart, StoreIf,
+};
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
 use crate::semantics::Decision;
@@ -314,10 +316,17 @@ enum LoopOp {
     },
     /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
-    /// A `get`, `gets`, `set`, `add`, `replace` or `cas` sent to the key's agent, another
-    /// node: one step, whose answer is the reply (a get: a value or a miss; a store: stored,
-    /// not stored, exists or not found). Any other answer, or none, and a worker runs the
-    /// request the full way (which retries while views settle).
+    /// `delete` (`Node::loop_delete_start`): the index entry is gone before any message
+    /// leaves, so a member that fails to answer does not fail it ([`LoopOp::tolerant`]).
+    Delete {
+        delete: Box<LoopDelete>,
+        to: ReplyTo,
+    },
+    /// A `get`, `gets`, `set`, `add`, `replace`, `cas` or `delete` sent to the key's agent,
+    /// another node: one step, whose answer is the reply (a get: a value or a miss; a store:
+    /// stored, not stored, exists or not found; a delete: deleted or not found). Any other
+    /// answer, or none, and a worker runs the request the full way (which retries while views
+    /// settle).
     Forward {
         /// `[(agent, 0)]`.
         remote: [(usize, usize); 1],
@@ -327,8 +336,9 @@ enum LoopOp {
         write: bool,
         /// The agent answered that it does not lead the key's stripe (it applied nothing).
         refused: bool,
-        /// A `cas` (its hits, misses and bad values are counted here, where its client is).
-        cas: bool,
+        /// What the request is (a `cas` counts its hits, misses and bad values here, where its
+        /// client is; a `delete` its hits and misses).
+        what: Forwarded,
         /// The write's request id (`agent::once`; 0 for a read).
         once: Once,
         key: Vec<u8>,
@@ -341,13 +351,14 @@ impl LoopOp {
     fn forward(agent: usize, key: &[u8], op: AgentOp, to: ReplyTo) -> LoopOp {
         LoopOp::Forward {
             remote: [(agent, 0)],
-            cas: matches!(
-                op,
+            what: match &op {
                 AgentOp::Store {
                     mode: StoreMode::Cas,
                     ..
-                }
-            ),
+                } => Forwarded::Cas,
+                AgentOp::Delete { .. } => Forwarded::Delete,
+                _ => Forwarded::Other,
+            },
             write: !op.repeatable(),
             once: op.once().unwrap_or_default(),
             op: Some(op),
@@ -362,6 +373,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => &read.remote,
             LoopOp::Write { write, .. } => &write.remote,
+            LoopOp::Delete { delete, .. } => &delete.remote,
             LoopOp::Forward { remote, .. } => remote,
         }
     }
@@ -370,6 +382,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => read.request(position),
             LoopOp::Write { write, .. } => write.request(position),
+            LoopOp::Delete { delete, .. } => delete.request(),
             LoopOp::Forward { op, .. } => peer::Request::Agent(op.take().expect("sent once")),
         }
     }
@@ -383,12 +396,19 @@ impl LoopOp {
         }
     }
 
+    /// Whether the op ends as it would have with every step answered when a step fails or is
+    /// not answered in time (a delete: see [`LoopOp::Delete`]).
+    fn tolerant(&self) -> bool {
+        matches!(self, LoopOp::Delete { .. })
+    }
+
     /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
     fn take(&mut self, node: &Node, position: usize, reply: Answer) -> bool {
         let reply = reply.ok();
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
+            LoopOp::Delete { .. } => true,
             LoopOp::Forward {
                 result, refused, ..
             } => match reply {
@@ -400,6 +420,7 @@ impl LoopOp {
                     | AgentResult::NotStored
                     | AgentResult::Exists
                     | AgentResult::NotFound
+                    | AgentResult::Deleted
                     | AgentResult::Error(_)),
                 )) => {
                     *result = Some(r);
@@ -499,11 +520,34 @@ impl LoopOp {
                     }
                 }
             }
+            LoopOp::Delete { delete, to } => {
+                if !node.loop_delete_finish(*delete) {
+                    match to {
+                        ReplyTo::Client { noreply: true, .. } => {}
+                        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
+                        ReplyTo::Peer => {
+                            let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
+                            out = crate::member::conn::frame_reply(node, &res);
+                        }
+                    }
+                    return Some(out);
+                }
+                bump(&c.loop_deletes);
+                match to {
+                    ReplyTo::Client { noreply, .. } => {
+                        delete_reply(node, &AgentResult::Deleted, noreply, &mut out);
+                    }
+                    ReplyTo::Peer => {
+                        let res = peer::Response::Agent(AgentResult::Deleted);
+                        out = crate::member::conn::frame_reply(node, &res);
+                    }
+                }
+            }
             LoopOp::Forward {
                 to,
                 result,
                 key,
-                cas: cas_mode,
+                what,
                 ..
             } => {
                 let ReplyTo::Client { with_cas, noreply } = to else {
@@ -530,10 +574,18 @@ impl LoopOp {
                             server_error(&mut out, &e);
                         }
                     }
+                    r @ (AgentResult::Deleted | AgentResult::NotFound | AgentResult::Exists)
+                        if what == Forwarded::Delete =>
+                    {
+                        delete_reply(node, &r, noreply, &mut out)
+                    }
                     r @ (AgentResult::Stored { .. }
                     | AgentResult::NotStored
                     | AgentResult::Exists
-                    | AgentResult::NotFound) => store_reply(node, cas_mode, &r, noreply, &mut out),
+                    | AgentResult::NotFound) => {
+                        let cas = what == Forwarded::Cas;
+                        store_reply(node, cas, &r, noreply, &mut out)
+                    }
                     _ => unreachable!("take accepts only these"),
                 }
             }
@@ -646,8 +698,17 @@ impl LoopOp {
                 node.loop_write_abandon(*write);
             }
             LoopOp::Forward { .. } => bump(&c.loop_forward_fallbacks),
+            LoopOp::Delete { .. } => unreachable!("a delete is not given up (`tolerant`)"),
         }
     }
+}
+
+/// What a forwarded request is, for the counters of the node its client reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Forwarded {
+    Cas,
+    Delete,
+    Other,
 }
 /// Another thread's call the loop carries (`carrier::calls`).
 struct CallOp {
@@ -707,7 +768,12 @@ impl LoopOps {
         while !pr.failed && pr.next < pr.op.remote().len() && (coherent || pr.outstanding == 0) {
             let (member, position) = pr.op.remote()[pr.next];
             pr.next += 1;
+            // A tolerant op goes on without the member (a delete: as a worker's does).
+            let tolerant = pr.op.tolerant();
             if !self.links.reaches(member) || !node.is_up(member) {
+                if tolerant {
+                    continue;
+                }
                 pr.failed = true;
                 break;
             }
@@ -718,7 +784,7 @@ impl LoopOps {
                 .queue(registry, member, lane, (id, position), &request, true)
             {
                 Ok(()) => pr.outstanding += 1,
-                Err(_) => pr.failed = true,
+                Err(_) => pr.failed = !tolerant,
             }
         }
     }
@@ -731,11 +797,12 @@ impl LoopOps {
             return None;
         }
         let pr = self.pending.remove(&id).expect("present");
-        if pr.failed && pr.op.in_doubt(node) {
+        let failed = pr.failed && !pr.op.tolerant();
+        if failed && pr.op.in_doubt(node) {
             bump(&node.counters.writes_in_doubt);
             return Some(Done::Reply(pr.conn, pr.op.doubt(node)));
         }
-        if pr.failed {
+        if failed {
             let rerun = pr.op.rerun(node);
             if let Some(once) = rerun {
                 log::debug!("a write given up on the loop goes to a worker as {once:x?}");
@@ -1050,6 +1117,21 @@ fn start_peer_request(
                     to: ReplyTo::Peer,
                 }),
                 LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
+            }
+        }
+        peer::Request::Agent(AgentOp::Delete { key, compare_cas }) => {
+            let answer = |r: AgentResult| {
+                let res = peer::Response::Agent(r);
+                Some(crate::member::conn::frame_reply(node, &res))
+            };
+            match node.loop_delete_start(key, *compare_cas) {
+                LoopDeleteStart::NotFound => return answer(AgentResult::NotFound),
+                LoopDeleteStart::Exists => return answer(AgentResult::Exists),
+                LoopDeleteStart::Send(delete) => Some(LoopOp::Delete {
+                    delete,
+                    to: ReplyTo::Peer,
+                }),
+                LoopDeleteStart::Worker | LoopDeleteStart::Forward(_) => None,
             }
         }
         _ => None,
@@ -1845,6 +1927,47 @@ fn service(
                                 }
                             }
                         }
+                        Command::Delete { key, noreply } if !ops.links.is_empty() => {
+                            let to = ReplyTo::Client {
+                                with_cas: false,
+                                noreply: *noreply,
+                            };
+                            let refused = |r: AgentResult, out: &mut Vec<u8>| {
+                                delete_reply(node, &r, *noreply, out);
+                                None
+                            };
+                            match node.loop_delete_start(key, None) {
+                                LoopDeleteStart::Worker => {
+                                    Some((command.to_owned_command(), Once::default()))
+                                }
+                                LoopDeleteStart::NotFound => {
+                                    refused(AgentResult::NotFound, &mut c.out)
+                                }
+                                LoopDeleteStart::Exists => refused(AgentResult::Exists, &mut c.out),
+                                LoopDeleteStart::Send(delete) => {
+                                    let op = LoopOp::Delete { delete, to };
+                                    let request = command.to_owned_command();
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c, token, node, hand, ops, registry, op, request, once,
+                                    );
+                                    None
+                                }
+                                LoopDeleteStart::Forward(agent) => {
+                                    let delete = AgentOp::Delete {
+                                        key: key.to_vec(),
+                                        compare_cas: None,
+                                    };
+                                    let op = LoopOp::forward(agent, key, delete, to);
+                                    let request = command.to_owned_command();
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c, token, node, hand, ops, registry, op, request, once,
+                                    );
+                                    None
+                                }
+                            }
+                        }
                         _ => Some((command.to_owned_command(), Once::default())),
                     };
                     // Anything else goes to a worker, parsed (not to be parsed again).
@@ -1912,6 +2035,27 @@ fn store_if(s: &proto::Store<'_>) -> StoreIf {
     StoreIf {
         mode: s.mode,
         compare_cas: (s.mode == StoreMode::Cas).then_some(s.cas_unique),
+    }
+}
+
+/// A delete's answer at the node its client reached: counted (`delete_hits`,
+/// `delete_misses`) and, unless `noreply`, its reply line appended to `out`.
+fn delete_reply(node: &Node, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    match r {
+        AgentResult::Deleted => bump(&c.delete_hits),
+        AgentResult::NotFound => bump(&c.delete_misses),
+        _ => {}
+    }
+    if noreply {
+        return;
+    }
+    match r {
+        AgentResult::Deleted => compose::reply(out, Reply::Deleted),
+        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
+        AgentResult::Exists => compose::reply(out, Reply::Exists),
+        AgentResult::Error(r) => server_error(out, r),
+        other => server_error(out, &format!("unexpected {other:?}")),
     }
 }
 
@@ -2127,28 +2271,12 @@ fn execute(
             }
         }
         Command::Delete { key, noreply } => {
-            let mut reply = Vec::new();
-            match node.route_key(
-                AgentOp::Delete {
-                    key: key.to_vec(),
-                    compare_cas: None,
-                },
-                key,
-            ) {
-                AgentResult::Deleted => {
-                    inc(&c.delete_hits);
-                    compose::reply(&mut reply, Reply::Deleted)
-                }
-                AgentResult::NotFound => {
-                    inc(&c.delete_misses);
-                    compose::reply(&mut reply, Reply::NotFound)
-                }
-                AgentResult::Error(r) => server_error(&mut reply, &r),
-                other => server_error(&mut reply, &format!("unexpected {other:?}")),
-            }
-            if !noreply {
-                out.extend_from_slice(&reply);
-            }
+            let op = AgentOp::Delete {
+                key: key.to_vec(),
+                compare_cas: None,
+            };
+            let r = node.route_key(op, key);
+            delete_reply(node, &r, noreply, out);
         }
         Command::Arith {
             op,
@@ -2504,6 +2632,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));
+    compose::stat(out, "loop_deletes", g(&c.loop_deletes));
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
@@ -2589,6 +2718,85 @@ pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
 mod tests {
     use super::*;
     use crate::node::tests::{get, key_of_stripe_0, lapse_lease, leading_node};
+
+    /// A delete on the loop whose members did not all answer in time is still answered
+    /// `DELETED` (as a worker's delete, which does not wait on them either: the index entry
+    /// went before any message left), and never handed to a worker, which would find no entry
+    /// and answer `NOT_FOUND`; with the lease lapsed meanwhile, it is in doubt.
+    #[test]
+    fn a_loop_delete_a_member_did_not_answer_is_deleted_unless_the_lease_lapsed() {
+        let node = leading_node(&[]);
+        let key = key_of_stripe_0(&node);
+        let key = key.as_slice();
+        let settle = |lapsed: bool, to: ReplyTo| {
+            assert!(matches!(
+                node.agent(AgentOp::Store {
+                    mode: StoreMode::Set,
+                    key: key.to_vec(),
+                    flags: 0,
+                    exptime: 0,
+                    compare_cas: None,
+                    value: vec![3; 100],
+                    once: Once::first(node.next_request_id()),
+                }),
+                AgentResult::Stored { .. }
+            ));
+            let LoopDeleteStart::Send(delete) = node.loop_delete_start(key, None) else {
+                panic!("a delete of a present key at its agent runs on the loop");
+            };
+            assert_eq!(delete.remote.len(), 2, "the two other members");
+            // (The delete holds the key's lock: the index is looked at directly.)
+            let indexed = node.stripes[0]
+                .lock()
+                .unwrap()
+                .as_ref()
+                .unwrap()
+                .get(key)
+                .is_some();
+            assert!(!indexed, "gone from the index before any message left");
+            if lapsed {
+                lapse_lease(&node, 1);
+            }
+            let mut ops = LoopOps {
+                links: Links::new(Vec::new()),
+                pending: HashMap::new(),
+                calls: HashMap::new(),
+                next_id: 0,
+                patience: Duration::from_secs(1),
+                early_failures: Vec::new(),
+            };
+            ops.pending.insert(
+                0,
+                PendingOp {
+                    conn: Token(1),
+                    op: LoopOp::Delete { delete, to },
+                    retry: Retry::Client(proto::OwnedCommand::Version, Once::default()),
+                    outstanding: 2,
+                    next: 2,
+                    // A member's answer did not come in time.
+                    failed: true,
+                    deadline: Instant::now(),
+                },
+            );
+            match ops.settle(&node, 0) {
+                Some(Done::Reply(Token(1), out)) => out,
+                Some(Done::Worker(..)) => panic!("a delete handed to a worker"),
+                _ => panic!("no end"),
+            }
+        };
+        let client = ReplyTo::Client {
+            with_cas: false,
+            noreply: false,
+        };
+        assert_eq!(settle(false, client), b"DELETED\r\n");
+        let peer = settle(false, ReplyTo::Peer);
+        assert_eq!(
+            crate::member::conn::frame_reply(&node, &peer::Response::Agent(AgentResult::Deleted)),
+            peer
+        );
+        let out = String::from_utf8(settle(true, client)).unwrap();
+        assert!(out.contains("may or may not have been applied"), "{out}");
+    }
 
     /// The loop's `set` stored its own record and sent the others', and a member did not
     /// answer. If a member voting for this node saw it down since the write began, another
