@@ -277,6 +277,28 @@ impl Client {
         self.send(&b)
     }
 
+    /// `get` of several keys: the (key, value) of each hit, in the order of the reply.
+    fn get_many(&mut self, keys: &[&str]) -> Vec<(String, Vec<u8>)> {
+        self.w
+            .write_all(format!("get {}\r\n", keys.join(" ")).as_bytes())
+            .unwrap();
+        let mut hits = Vec::new();
+        loop {
+            let first = self.line();
+            if first == "END\r\n" {
+                return hits;
+            }
+            let mut t = first.split_whitespace();
+            assert_eq!(t.next(), Some("VALUE"), "{first:?}");
+            let key = t.next().unwrap().to_string();
+            let len: usize = t.nth(1).unwrap().parse().unwrap();
+            let mut v = vec![0u8; len + 2];
+            self.r.read_exact(&mut v).unwrap();
+            v.truncate(len);
+            hits.push((key, v));
+        }
+    }
+
     /// The CAS value of a present key (`gets`).
     fn cas_of(&mut self, key: &str) -> u64 {
         let first = self.send(format!("gets {key}\r\n").as_bytes());
@@ -1370,6 +1392,34 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(front_stat("loop_forwards") - forwards0, 3);
     assert_eq!(cl.get(key), Got::Miss);
     assert_eq!(other.get(key), Got::Miss);
+    // A get of several keys on the loop: each key read (or forwarded to its agent) at once,
+    // the reply in the keys' order. Here a key of this agent, a missing one of this agent,
+    // and one of another agent: k - 1 chunks each for the two hits, one forward for the third.
+    let of = |prefix: &str, here: bool| {
+        (0..)
+            .map(|i| format!("{prefix}{i}"))
+            .find(|k| (placement.stripe_of(k.as_bytes()) == agent) == here)
+            .unwrap()
+    };
+    let (missing, elsewhere) = (of("missing", true), of("elsewhere", false));
+    assert_eq!(cl.set(key, &[8u8; 8192]), "STORED\r\n");
+    assert_eq!(cl.set(&elsewhere, &[9u8; 8192]), "STORED\r\n");
+    let multi0 = stat("loop_multi_gets");
+    let (m12, p12) = count();
+    assert_eq!(
+        cl.get_many(&[key, &missing, &elsewhere, key]),
+        vec![
+            (key.to_string(), vec![8u8; 8192]),
+            (elsewhere.clone(), vec![9u8; 8192]),
+            (key.to_string(), vec![8u8; 8192]),
+        ]
+    );
+    let (m13, p13) = count();
+    assert_eq!(m13 - m12, 3 * 2 * (k - 1) as u64 + 2, "multi-key get");
+    assert_eq!(p13 - p12, 3 * 2 * (k - 1) as u64 + 2);
+    assert_eq!(stat("loop_multi_gets") - multi0, 1);
+    assert_eq!(c.sum_stat("loop_read_fallbacks"), 0);
+    assert_eq!(c.sum_stat("loop_forward_fallbacks"), 0);
 }
 
 #[test]

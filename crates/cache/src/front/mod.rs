@@ -322,6 +322,10 @@ enum LoopOp {
         delete: Box<LoopDelete>,
         to: ReplyTo,
     },
+    /// A client's `get` or `gets` of several keys: each key a read or a forward of its own,
+    /// their steps sent together, the reply composed in the keys' order once all are in. Any
+    /// key the loop cannot finish and a worker runs the whole command.
+    MultiGet(Box<MultiGet>),
     /// A `get`, `gets`, `set`, `add`, `replace`, `cas` or `delete` sent to the key's agent,
     /// another node: one step, whose answer is the reply (a get: a value or a miss; a store:
     /// stored, not stored, exists or not found; a delete: deleted or not found). Any other
@@ -374,6 +378,7 @@ impl LoopOp {
             LoopOp::Read { read, .. } => &read.remote,
             LoopOp::Write { write, .. } => &write.remote,
             LoopOp::Delete { delete, .. } => &delete.remote,
+            LoopOp::MultiGet(m) => &m.remote,
             LoopOp::Forward { remote, .. } => remote,
         }
     }
@@ -383,6 +388,10 @@ impl LoopOp {
             LoopOp::Read { read, .. } => read.request(position),
             LoopOp::Write { write, .. } => write.request(position),
             LoopOp::Delete { delete, .. } => delete.request(),
+            LoopOp::MultiGet(m) => {
+                let (op, position) = m.step(position);
+                op.request(position)
+            }
             LoopOp::Forward { op, .. } => peer::Request::Agent(op.take().expect("sent once")),
         }
     }
@@ -404,11 +413,16 @@ impl LoopOp {
 
     /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
     fn take(&mut self, node: &Node, position: usize, reply: Answer) -> bool {
+        if let LoopOp::MultiGet(m) = self {
+            let (op, position) = m.step(position);
+            return op.take(node, position, reply);
+        }
         let reply = reply.ok();
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
             LoopOp::Delete { .. } => true,
+            LoopOp::MultiGet(_) => unreachable!("taken above"),
             LoopOp::Forward {
                 result, refused, ..
             } => match reply {
@@ -520,6 +534,7 @@ impl LoopOp {
                     }
                 }
             }
+            LoopOp::MultiGet(m) => return m.finish(node),
             LoopOp::Delete { delete, to } => {
                 if !node.loop_delete_finish(*delete) {
                     match to {
@@ -699,7 +714,145 @@ impl LoopOp {
             }
             LoopOp::Forward { .. } => bump(&c.loop_forward_fallbacks),
             LoopOp::Delete { .. } => unreachable!("a delete is not given up (`tolerant`)"),
+            LoopOp::MultiGet(m) => {
+                for part in m.parts {
+                    if let GetPart::Waiting(op) = part {
+                        op.abandon(node);
+                    }
+                }
+            }
         }
+    }
+}
+
+/// One key of a [`MultiGet`].
+enum GetPart {
+    /// Answered when the command began: its reply lines (`VALUE`, the data), none for a miss.
+    Ready { lines: Vec<u8>, hit: bool },
+    /// Waiting for other nodes: a [`LoopOp::Read`] or a [`LoopOp::Forward`].
+    Waiting(LoopOp),
+}
+
+/// The keys of a multi-key get and the steps of those that wait.
+struct MultiGet {
+    parts: Vec<GetPart>,
+    with_cas: bool,
+    /// (node, step) of every waiting part's steps, in the parts' order.
+    remote: Vec<(usize, usize)>,
+    /// The part and the part's own position of each step.
+    steps: Vec<(usize, usize)>,
+}
+
+impl MultiGet {
+    /// Starts `get`/`gets` of `keys` on the loop: `None` if a key needs a worker (nothing was
+    /// sent; the worker runs the command).
+    fn start(node: &Node, keys: &[&[u8]], with_cas: bool) -> Option<MultiGet> {
+        let mut m = MultiGet {
+            parts: Vec::with_capacity(keys.len()),
+            with_cas,
+            remote: Vec::new(),
+            steps: Vec::new(),
+        };
+        let to = ReplyTo::Client {
+            with_cas,
+            noreply: false,
+        };
+        for key in keys {
+            let mut lines = Vec::new();
+            let part = match node.loop_read_into(key, &mut lines, with_cas) {
+                LoopRead::Worker => return None,
+                LoopRead::Composed => {
+                    // The composed reply ends as a one-key get's does: its `END` goes.
+                    let body = lines.len() - b"END\r\n".len();
+                    debug_assert_eq!(&lines[body..], b"END\r\n");
+                    lines.truncate(body);
+                    GetPart::Ready { lines, hit: true }
+                }
+                LoopRead::Miss => GetPart::Ready { lines, hit: false },
+                LoopRead::Value(v) => {
+                    let cas = with_cas.then_some(v.cas);
+                    compose::value(&mut lines, &v.key, v.flags, &v.value, cas);
+                    GetPart::Ready { lines, hit: true }
+                }
+                LoopRead::Fetch(read) => GetPart::Waiting(LoopOp::Read {
+                    read,
+                    to,
+                    meta: None,
+                }),
+                LoopRead::Forward(agent) => {
+                    let get = AgentOp::Get {
+                        key: key.to_vec(),
+                        touch: None,
+                        degrade: None,
+                    };
+                    GetPart::Waiting(LoopOp::forward(agent, key, get, to))
+                }
+            };
+            if let GetPart::Waiting(op) = &part {
+                for &(member, position) in op.remote() {
+                    m.remote.push((member, m.steps.len()));
+                    m.steps.push((m.parts.len(), position));
+                }
+            }
+            m.parts.push(part);
+        }
+        Some(m)
+    }
+
+    /// The waiting op of step `step` and the step's position in it.
+    fn step(&mut self, step: usize) -> (&mut LoopOp, usize) {
+        let (part, position) = self.steps[step];
+        match &mut self.parts[part] {
+            GetPart::Waiting(op) => (op, position),
+            GetPart::Ready { .. } => unreachable!("a ready part has no steps"),
+        }
+    }
+
+    /// The reply once every step is in (counted as memcached counts a get of each key), or
+    /// `None` if a key did not come whole: a worker runs the command again.
+    fn finish(self, node: &Node) -> Option<Vec<u8>> {
+        let c = &node.counters;
+        let mut out = Vec::new();
+        let mut hits = 0;
+        let keys = self.parts.len() as u64;
+        for part in self.parts {
+            match part {
+                GetPart::Ready { lines, hit } => {
+                    out.extend_from_slice(&lines);
+                    hits += u64::from(hit);
+                }
+                GetPart::Waiting(LoopOp::Read { read, .. }) => {
+                    let Some(v) = node.loop_read_finish(read) else {
+                        bump(&c.loop_read_fallbacks);
+                        return None;
+                    };
+                    let cas = self.with_cas.then_some(v.cas);
+                    compose::value(&mut out, &v.key, v.flags, &v.value, cas);
+                    hits += 1;
+                }
+                GetPart::Waiting(LoopOp::Forward { result, key, .. }) => match result {
+                    Some(AgentResult::Value {
+                        flags, cas, value, ..
+                    }) => {
+                        let cas = self.with_cas.then_some(cas);
+                        compose::value(&mut out, &key, flags, &value, cas);
+                        hits += 1;
+                    }
+                    Some(AgentResult::Miss) => {}
+                    _ => {
+                        bump(&c.loop_forward_fallbacks);
+                        return None;
+                    }
+                },
+                GetPart::Waiting(_) => unreachable!("a part is a read or a forward"),
+            }
+        }
+        compose::reply(&mut out, Reply::End);
+        c.cmd_get.fetch_add(keys, Ordering::Relaxed);
+        c.get_hits.fetch_add(hits, Ordering::Relaxed);
+        c.get_misses.fetch_add(keys - hits, Ordering::Relaxed);
+        bump(&c.loop_multi_gets);
+        Some(out)
     }
 }
 
@@ -1927,6 +2080,22 @@ fn service(
                                 }
                             }
                         }
+                        Command::Get(g)
+                            if g.keys.len() > 1 && g.exptime.is_none() && !ops.links.is_empty() =>
+                        {
+                            match MultiGet::start(node, &g.keys, g.kind.with_cas()) {
+                                None => Some((command.to_owned_command(), Once::default())),
+                                Some(m) => {
+                                    let op = LoopOp::MultiGet(Box::new(m));
+                                    let request = command.to_owned_command();
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c, token, node, hand, ops, registry, op, request, once,
+                                    );
+                                    None
+                                }
+                            }
+                        }
                         Command::Delete { key, noreply } if !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
@@ -2633,6 +2802,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));
     compose::stat(out, "loop_deletes", g(&c.loop_deletes));
+    compose::stat(out, "loop_multi_gets", g(&c.loop_multi_gets));
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
