@@ -730,7 +730,7 @@ enum GetPart {
     /// Answered when the command began: its reply lines (`VALUE`, the data), none for a miss.
     Ready { lines: Vec<u8>, hit: bool },
     /// Waiting for other nodes: a [`LoopOp::Read`] or a [`LoopOp::Forward`].
-    Waiting(LoopOp),
+    Waiting(Box<LoopOp>),
 }
 
 /// The keys of a multi-key get and the steps of those that wait.
@@ -774,18 +774,18 @@ impl MultiGet {
                     compose::value(&mut lines, &v.key, v.flags, &v.value, cas);
                     GetPart::Ready { lines, hit: true }
                 }
-                LoopRead::Fetch(read) => GetPart::Waiting(LoopOp::Read {
+                LoopRead::Fetch(read) => GetPart::Waiting(Box::new(LoopOp::Read {
                     read,
                     to,
                     meta: None,
-                }),
+                })),
                 LoopRead::Forward(agent) => {
                     let get = AgentOp::Get {
                         key: key.to_vec(),
                         touch: None,
                         degrade: None,
                     };
-                    GetPart::Waiting(LoopOp::forward(agent, key, get, to))
+                    GetPart::Waiting(Box::new(LoopOp::forward(agent, key, get, to)))
                 }
             };
             if let GetPart::Waiting(op) = &part {
@@ -821,30 +821,32 @@ impl MultiGet {
                     out.extend_from_slice(&lines);
                     hits += u64::from(hit);
                 }
-                GetPart::Waiting(LoopOp::Read { read, .. }) => {
-                    let Some(v) = node.loop_read_finish(read) else {
-                        bump(&c.loop_read_fallbacks);
-                        return None;
-                    };
-                    let cas = self.with_cas.then_some(v.cas);
-                    compose::value(&mut out, &v.key, v.flags, &v.value, cas);
-                    hits += 1;
-                }
-                GetPart::Waiting(LoopOp::Forward { result, key, .. }) => match result {
-                    Some(AgentResult::Value {
-                        flags, cas, value, ..
-                    }) => {
-                        let cas = self.with_cas.then_some(cas);
-                        compose::value(&mut out, &key, flags, &value, cas);
+                GetPart::Waiting(op) => match *op {
+                    LoopOp::Read { read, .. } => {
+                        let Some(v) = node.loop_read_finish(read) else {
+                            bump(&c.loop_read_fallbacks);
+                            return None;
+                        };
+                        let cas = self.with_cas.then_some(v.cas);
+                        compose::value(&mut out, &v.key, v.flags, &v.value, cas);
                         hits += 1;
                     }
-                    Some(AgentResult::Miss) => {}
-                    _ => {
-                        bump(&c.loop_forward_fallbacks);
-                        return None;
-                    }
+                    LoopOp::Forward { result, key, .. } => match result {
+                        Some(AgentResult::Value {
+                            flags, cas, value, ..
+                        }) => {
+                            let cas = self.with_cas.then_some(cas);
+                            compose::value(&mut out, &key, flags, &value, cas);
+                            hits += 1;
+                        }
+                        Some(AgentResult::Miss) => {}
+                        _ => {
+                            bump(&c.loop_forward_fallbacks);
+                            return None;
+                        }
+                    },
+                    _ => unreachable!("a part is a read or a forward"),
                 },
-                GetPart::Waiting(_) => unreachable!("a part is a read or a forward"),
             }
         }
         compose::reply(&mut out, Reply::End);
