@@ -1418,8 +1418,54 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(m13 - m12, 3 * 2 * (k - 1) as u64 + 2, "multi-key get");
     assert_eq!(p13 - p12, 3 * 2 * (k - 1) as u64 + 2);
     assert_eq!(stat("loop_multi_gets") - multi0, 1);
+    // `incr`, `decr`, `append` and `prepend` of a small (replicated) value on the agent's loop:
+    // read from its own replica, written as a `set` of it is (m records and m acks); a miss
+    // and a value that is not a number are answered with no message. Through another node,
+    // one forward and its reply more.
+    let m = (n - k) as u64;
+    let counter = of("counter", true);
+    assert_eq!(
+        cl.send(format!("incr {counter} 1\r\n").as_bytes()),
+        "NOT_FOUND\r\n"
+    );
+    assert_eq!(cl.set(&counter, b"41"), "STORED\r\n");
+    let writes0 = stat("loop_writes");
+    let (m14, p14) = count();
+    assert_eq!(
+        cl.send(format!("incr {counter} 1\r\n").as_bytes()),
+        "42\r\n"
+    );
+    assert_eq!(
+        cl.send(format!("decr {counter} 2\r\n").as_bytes()),
+        "40\r\n"
+    );
+    let (m15, p15) = count();
+    assert_eq!(m15 - m14, 2 * 2 * m, "incr and decr");
+    assert_eq!(p15 - p14, 2 * 2 * m);
+    assert_eq!(cl.store("append", &counter, b"x", None), "STORED\r\n");
+    assert_eq!(cl.store("prepend", &counter, b"y", None), "STORED\r\n");
+    let (m16, p16) = count();
+    assert_eq!(m16 - m15, 2 * 2 * m, "append and prepend");
+    assert_eq!(
+        cl.send(format!("incr {counter} 1\r\n").as_bytes()),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(count(), (m16, p16), "a non-number sends nothing");
+    assert_eq!(cl.get(&counter), Got::Hit(b"y40x".to_vec()));
+    assert_eq!(stat("loop_writes") - writes0, 4);
+    assert_eq!(cl.set(&counter, b"7"), "STORED\r\n");
+    let (m17, p17) = count();
+    assert_eq!(
+        other.send(format!("incr {counter} 3\r\n").as_bytes()),
+        "10\r\n"
+    );
+    let (m18, p18) = count();
+    assert_eq!(m18 - m17, 2 * m + 2, "forwarded incr");
+    assert_eq!(p18 - p17, 2 * m + 2);
+    assert_eq!(stat("loop_writes") - writes0, 6);
     assert_eq!(c.sum_stat("loop_read_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_forward_fallbacks"), 0);
+    assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);
 }
 
 #[test]

@@ -130,6 +130,50 @@ impl Node {
         self.loop_read_begin(key, Some(position), None)
     }
 
+    /// Runs `f` on the data of this node's own record of `e` at position `p` (a whole value at
+    /// its home, or a replica), under the store's lock: `None` when the record is not here as
+    /// the index says (missing, another version, refused by the store's fence, or failing its
+    /// CRC, which is counted), for the worker's path to rebuild.
+    pub(crate) fn with_own_record<R>(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: &Entry,
+        p: usize,
+        f: impl FnOnce(&[u8]) -> R,
+    ) -> Option<R> {
+        let fence = self.fence(stripe);
+        let mut store = lock(&self.store);
+        store.admit(stripe as u32, fence).ok()?;
+        // A whole value's record is read where the index says it lies (no lookup in the slot
+        // table) when it is there; else as any record.
+        let at_home = e.whole_at.filter(|_| e.kind == Kind::Whole);
+        let found = at_home
+            .and_then(|at| store.whole_slot(at))
+            .map(record::check)
+            .filter(|c| {
+                c.as_ref()
+                    .is_ok_and(|c| c.key == key && c.version == e.version)
+            })
+            .or_else(|| {
+                store
+                    .get(stripe as u32, p as u8, key, e.version)
+                    .map(record::check)
+            });
+        match found {
+            Some(Ok(c))
+                if c.key == key && c.chunk_index as usize == p && c.version == e.version =>
+            {
+                Some(f(c.data))
+            }
+            Some(Err(_)) => {
+                bump(&self.counters.crc_errors);
+                None
+            }
+            _ => None,
+        }
+    }
+
     fn loop_read_begin(
         &self,
         key: &[u8],
@@ -193,55 +237,22 @@ impl Node {
         if let Some(p) = single {
             if self.placement.node_of(stripe, p) == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
-                let fence = self.fence(stripe);
                 // With a sink, the reply is composed from the store's bytes (`mark`: where it
                 // starts, to take it back should the lease have lapsed meanwhile).
                 let mut sink = sink;
                 let mut mark = None;
-                let value = {
-                    let mut store = lock(&self.store);
-                    if store.admit(stripe as u32, fence).is_err() {
-                        return LoopRead::Worker;
+                let read = self.with_own_record(stripe, key, &e, p, |data| match sink.as_mut() {
+                    Some((out, with_cas)) => {
+                        mark = Some(out.len());
+                        let cas = with_cas.then_some(e.version);
+                        proto::compose::value(out, key, e.flags, data, cas);
+                        proto::compose::reply(out, proto::Reply::End);
+                        Vec::new()
                     }
-                    // A whole value's record is read where the index says it lies (no lookup
-                    // in the slot table) when it is there; else as any record.
-                    let at_home = e.whole_at.filter(|_| e.kind == Kind::Whole);
-                    let found = at_home
-                        .and_then(|at| store.whole_slot(at))
-                        .map(record::check)
-                        .filter(|c| {
-                            c.as_ref()
-                                .is_ok_and(|c| c.key == key && c.version == e.version)
-                        })
-                        .or_else(|| {
-                            store
-                                .get(stripe as u32, p as u8, key, e.version)
-                                .map(record::check)
-                        });
-                    match found {
-                        Some(Ok(c))
-                            if c.key == key
-                                && c.chunk_index as usize == p
-                                && c.version == e.version =>
-                        {
-                            let data = c.data;
-                            match sink.as_mut() {
-                                Some((out, with_cas)) => {
-                                    mark = Some(out.len());
-                                    let cas = with_cas.then_some(e.version);
-                                    proto::compose::value(out, key, e.flags, data, cas);
-                                    proto::compose::reply(out, proto::Reply::End);
-                                    Vec::new()
-                                }
-                                None => data.to_vec(),
-                            }
-                        }
-                        Some(Err(_)) => {
-                            bump(&self.counters.crc_errors);
-                            return LoopRead::Worker;
-                        }
-                        _ => return LoopRead::Worker,
-                    }
+                    None => data.to_vec(),
+                });
+                let Some(value) = read else {
+                    return LoopRead::Worker;
                 };
                 if !self.leads(stripe) {
                     if let (Some((out, _)), Some(mark)) = (sink, mark) {

@@ -53,6 +53,34 @@ impl StoreIf {
     }
 }
 
+/// A change of a key's present value the loop can make: `incr`/`decr` by `delta`, or
+/// `append`/`prepend` of `data`.
+#[derive(Clone, Copy, Debug)]
+pub enum Modify<'a> {
+    Arith { incr: bool, delta: u64 },
+    Concat { prepend: bool, data: &'a [u8] },
+}
+
+/// What the client loop can do with a [`Modify`].
+#[derive(Debug)]
+pub enum LoopModifyStart {
+    /// Run it on a worker (the full path).
+    Worker,
+    /// Another node leads the key's stripe: send it the request.
+    Forward(usize),
+    /// No live value under the key: `NOT_FOUND` (incr/decr), `NOT_STORED` (append/prepend).
+    Missing,
+    /// `incr`/`decr` of a value that is not a decimal number.
+    NonNumeric,
+    /// The new value's write, as a `set`'s ([`LoopWrite::number`]: incr/decr's number).
+    Send(Box<LoopWrite>),
+    /// Stored: every record was this node's own. The CAS value and incr/decr's number.
+    Stored {
+        cas: u64,
+        number: Option<(bool, u64)>,
+    },
+}
+
 /// What the client loop can do with a `set`.
 #[derive(Debug)]
 pub enum LoopWriteStart {
@@ -94,6 +122,8 @@ pub struct LoopWrite {
     id: u64,
     /// The command's mode (a `cas` counts its hits when stored).
     mode: StoreMode,
+    /// An `incr` (true) or `decr` and the number it stored, answered instead of `STORED`.
+    number: Option<(bool, u64)>,
     /// The index the write reserved its version in (`StripeIndex::epoch`).
     epoch: u64,
     _key_guard: ArcMutexGuard<RawMutex, ()>,
@@ -123,6 +153,11 @@ impl LoopWrite {
     /// The storage command's mode.
     pub fn mode(&self) -> StoreMode {
         self.mode
+    }
+
+    /// For an `incr` (true) or `decr`: the number it stores.
+    pub fn number(&self) -> Option<(bool, u64)> {
+        self.number
     }
 
     /// The version the write stores (its CAS value).
@@ -183,13 +218,29 @@ impl Node {
         let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
             return LoopWriteStart::Worker;
         };
+        let exptime_abs = time::absolute_exptime(exptime, time::now_secs());
+        self.loop_write_locked(guard, stripe, key, cond, flags, exptime_abs, value, id)
+    }
+
+    /// [`Node::loop_write_start`] once the key's lock is held (`guard`), its expiry absolute.
+    #[allow(clippy::too_many_arguments)]
+    fn loop_write_locked(
+        &self,
+        guard: ArcMutexGuard<RawMutex, ()>,
+        stripe: usize,
+        key: &[u8],
+        cond: StoreIf,
+        flags: u32,
+        exptime_abs: i64,
+        value: &[u8],
+        id: u64,
+    ) -> LoopWriteStart {
         self.drop_stale_index(stripe);
         // Every member up: a write that would leave holes goes the full way.
         if self.down_positions(stripe) > 0 {
             return LoopWriteStart::Worker;
         }
         let now_secs = time::now_secs();
-        let exptime_abs = time::absolute_exptime(exptime, now_secs);
         if time::is_expired(exptime_abs, now_secs) {
             return LoopWriteStart::Worker;
         }
@@ -264,6 +315,7 @@ impl Node {
             started: std::time::Instant::now(),
             id,
             mode: cond.mode,
+            number: None,
             epoch,
             _key_guard: guard,
         };
@@ -318,6 +370,100 @@ impl Node {
             };
         }
         LoopWriteStart::Send(Box::new(w))
+    }
+
+    /// Starts `m` (`incr`, `decr`, `append`, `prepend`) on the client loop, a first try of the
+    /// request `id`: the present value read from this node's own store (a whole value at its
+    /// home, or a replica here; otherwise a worker reads it), changed, and written as a `set`
+    /// would write it, the key's lock held from the read to the last ack.
+    pub fn loop_modify_start(&self, key: &[u8], m: Modify<'_>, id: u64) -> LoopModifyStart {
+        let stripe = self.placement.stripe_of(key);
+        if !self.leads(stripe) {
+            return match self.agent_of(stripe) {
+                Some(agent) if agent != self.cfg.id => LoopModifyStart::Forward(agent),
+                _ => LoopModifyStart::Worker,
+            };
+        }
+        if self.cfg.scheme == Scheme::Triec {
+            return LoopModifyStart::Worker;
+        }
+        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+            return LoopModifyStart::Worker;
+        };
+        self.drop_stale_index(stripe);
+        if self.down_positions(stripe) > 0 {
+            return LoopModifyStart::Worker;
+        }
+        let oldest = self
+            .oldest_live_us
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let current = {
+            let mut g = lock(&self.stripes[stripe]);
+            let Some(ix) = g.as_mut() else {
+                return LoopModifyStart::Worker;
+            };
+            let now_us = time::now_micros();
+            match ix.lookup_live(key, time::secs_of(now_us), now_us, oldest) {
+                Ok(c) => c,
+                // Expired or flushed: the worker deletes its records first.
+                Err(_) => return LoopModifyStart::Worker,
+            }
+        };
+        let Some(e) = current else {
+            return LoopModifyStart::Missing;
+        };
+        let own = match e.kind {
+            Kind::Whole => (self.placement.node_of(stripe, 0) == self.cfg.id).then_some(0),
+            Kind::Replica => {
+                (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id)
+            }
+            Kind::Coded => None,
+        };
+        let Some(present) =
+            own.and_then(|p| self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec))
+        else {
+            return LoopModifyStart::Worker;
+        };
+        self.local_messages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (value, number, mode) = match m {
+            Modify::Arith { incr, delta } => {
+                let op = if incr {
+                    proto::ArithOp::Incr
+                } else {
+                    proto::ArithOp::Decr
+                };
+                match proto::incr_decr(&present, op, delta) {
+                    Ok(r) => (r.value, Some((incr, r.number)), StoreMode::Set),
+                    Err(_) => return LoopModifyStart::NonNumeric,
+                }
+            }
+            Modify::Concat { prepend, data } => {
+                // Too large: the worker refuses it as memcached does (and removes the value).
+                if present.len() + data.len() > self.cfg.item_size_max_bytes {
+                    return LoopModifyStart::Worker;
+                }
+                let mode = if prepend {
+                    StoreMode::Prepend
+                } else {
+                    StoreMode::Append
+                };
+                (semantics::combine(mode, &present, data), None, mode)
+            }
+        };
+        let set = StoreIf::SET;
+        match self.loop_write_locked(guard, stripe, key, set, e.flags, e.exptime, &value, id) {
+            LoopWriteStart::Send(mut w) => {
+                w.number = number;
+                w.mode = mode;
+                LoopModifyStart::Send(w)
+            }
+            LoopWriteStart::Stored(cas) => LoopModifyStart::Stored { cas, number },
+            // Nothing was stored.
+            LoopWriteStart::Worker | LoopWriteStart::Refused(_) | LoopWriteStart::Forward(_) => {
+                LoopModifyStart::Worker
+            }
+        }
     }
 
     /// Whether a record of the write has left for a member (this node's own store included):

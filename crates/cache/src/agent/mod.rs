@@ -29,7 +29,7 @@ pub mod whole;
 pub mod write;
 pub use loop_delete::{LoopDelete, LoopDeleteStart};
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
-pub use loop_write::{LoopWrite, LoopWriteStart, StoreIf};
+pub use loop_write::{LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
 
 impl Node {
     /// Runs an operation at the agent of the key's stripe, wherever it is: locally, or

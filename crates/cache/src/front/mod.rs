@@ -23,7 +23,8 @@ use proto::{
 };
 
 use crate::agent::{
-    LoopDelete, LoopDeleteStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart, StoreIf,
+    LoopDelete, LoopDeleteStart, LoopModifyStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart,
+    Modify, StoreIf,
 };
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
@@ -361,6 +362,7 @@ impl LoopOp {
                     ..
                 } => Forwarded::Cas,
                 AgentOp::Delete { .. } => Forwarded::Delete,
+                AgentOp::Arith { incr, .. } => Forwarded::Arith { incr: *incr },
                 _ => Forwarded::Other,
             },
             write: !op.repeatable(),
@@ -435,6 +437,8 @@ impl LoopOp {
                     | AgentResult::Exists
                     | AgentResult::NotFound
                     | AgentResult::Deleted
+                    | AgentResult::Number { .. }
+                    | AgentResult::NonNumeric
                     | AgentResult::Error(_)),
                 )) => {
                     *result = Some(r);
@@ -495,7 +499,7 @@ impl LoopOp {
                 }
             }
             LoopOp::Write { write, to } => {
-                let (id, mode) = (write.id(), write.mode());
+                let (id, mode, number) = (write.id(), write.mode(), write.number());
                 let Some(cas) = node.loop_write_finish(*write) else {
                     // Stored on every member, then the lease ran out: tried again as a retry
                     // (answered from the records a rebuilt index adopts, never applied twice),
@@ -517,20 +521,19 @@ impl LoopOp {
                     return Some(out);
                 };
                 bump(&c.loop_writes);
-                match to {
-                    ReplyTo::Client { noreply, .. } => {
-                        let cas_mode = mode == StoreMode::Cas;
-                        store_reply(
-                            node,
-                            cas_mode,
-                            &AgentResult::Stored { cas },
-                            noreply,
-                            &mut out,
-                        );
+                let (r, incr) = match number {
+                    Some((incr, number)) => (AgentResult::Number { number, cas }, Some(incr)),
+                    None => (AgentResult::Stored { cas }, None),
+                };
+                match (to, incr) {
+                    (ReplyTo::Client { noreply, .. }, Some(incr)) => {
+                        arith_reply(node, incr, &r, noreply, &mut out);
                     }
-                    ReplyTo::Peer => {
-                        let res = peer::Response::Agent(AgentResult::Stored { cas });
-                        out = crate::member::conn::frame_reply(node, &res);
+                    (ReplyTo::Client { noreply, .. }, None) => {
+                        store_reply(node, mode == StoreMode::Cas, &r, noreply, &mut out);
+                    }
+                    (ReplyTo::Peer, _) => {
+                        out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
                     }
                 }
             }
@@ -589,15 +592,21 @@ impl LoopOp {
                             server_error(&mut out, &e);
                         }
                     }
-                    r @ (AgentResult::Deleted | AgentResult::NotFound | AgentResult::Exists)
+                    r @ (AgentResult::Number { .. }
+                    | AgentResult::NotFound
+                    | AgentResult::NonNumeric) => match what {
+                        Forwarded::Arith { incr } => arith_reply(node, incr, &r, noreply, &mut out),
+                        Forwarded::Delete => delete_reply(node, &r, noreply, &mut out),
+                        _ => store_reply(node, what == Forwarded::Cas, &r, noreply, &mut out),
+                    },
+                    r @ (AgentResult::Deleted | AgentResult::Exists)
                         if what == Forwarded::Delete =>
                     {
                         delete_reply(node, &r, noreply, &mut out)
                     }
                     r @ (AgentResult::Stored { .. }
                     | AgentResult::NotStored
-                    | AgentResult::Exists
-                    | AgentResult::NotFound) => {
+                    | AgentResult::Exists) => {
                         let cas = what == Forwarded::Cas;
                         store_reply(node, cas, &r, noreply, &mut out)
                     }
@@ -863,6 +872,7 @@ impl MultiGet {
 enum Forwarded {
     Cas,
     Delete,
+    Arith { incr: bool },
     Other,
 }
 /// Another thread's call the loop carries (`carrier::calls`).
@@ -1243,6 +1253,65 @@ fn start_peer_request(
             // Only `loop_read_into` composes.
             LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => None,
         },
+        peer::Request::Agent(AgentOp::Arith {
+            incr,
+            key,
+            delta,
+            once,
+        }) if once.attempt == Attempt::First => {
+            let m = Modify::Arith {
+                incr: *incr,
+                delta: *delta,
+            };
+            let answer = |r: AgentResult| {
+                let res = peer::Response::Agent(r);
+                Some(crate::member::conn::frame_reply(node, &res))
+            };
+            match node.loop_modify_start(key, m, once.id) {
+                LoopModifyStart::Missing => return answer(AgentResult::NotFound),
+                LoopModifyStart::NonNumeric => return answer(AgentResult::NonNumeric),
+                LoopModifyStart::Stored { cas, number } => {
+                    bump(&c.loop_writes);
+                    let number = number.map_or(0, |(_, n)| n);
+                    return answer(AgentResult::Number { number, cas });
+                }
+                LoopModifyStart::Send(write) => Some(LoopOp::Write {
+                    write,
+                    to: ReplyTo::Peer,
+                }),
+                LoopModifyStart::Worker | LoopModifyStart::Forward(_) => None,
+            }
+        }
+        peer::Request::Agent(AgentOp::Store {
+            mode: mode @ (StoreMode::Append | StoreMode::Prepend),
+            key,
+            value,
+            once,
+            ..
+        }) if once.attempt == Attempt::First => {
+            let m = Modify::Concat {
+                prepend: *mode == StoreMode::Prepend,
+                data: value,
+            };
+            let answer = |r: AgentResult| {
+                let res = peer::Response::Agent(r);
+                Some(crate::member::conn::frame_reply(node, &res))
+            };
+            match node.loop_modify_start(key, m, once.id) {
+                LoopModifyStart::Missing => return answer(AgentResult::NotStored),
+                LoopModifyStart::Stored { cas, .. } => {
+                    bump(&c.loop_writes);
+                    return answer(AgentResult::Stored { cas });
+                }
+                LoopModifyStart::Send(write) => Some(LoopOp::Write {
+                    write,
+                    to: ReplyTo::Peer,
+                }),
+                LoopModifyStart::Worker
+                | LoopModifyStart::NonNumeric
+                | LoopModifyStart::Forward(_) => None,
+            }
+        }
         peer::Request::Agent(AgentOp::Store {
             mode,
             key,
@@ -2030,6 +2099,150 @@ fn service(
                                 }
                             }
                         }
+                        Command::Store(st)
+                            if matches!(st.mode, StoreMode::Append | StoreMode::Prepend)
+                                && !ops.links.is_empty() =>
+                        {
+                            let m = Modify::Concat {
+                                prepend: st.mode == StoreMode::Prepend,
+                                data: st.data,
+                            };
+                            let to = ReplyTo::Client {
+                                with_cas: false,
+                                noreply: st.noreply,
+                            };
+                            let id = node.next_request_id();
+                            let once = Once::first(id);
+                            let request = || command.to_owned_command();
+                            match node.loop_modify_start(st.key, m, id) {
+                                LoopModifyStart::Worker | LoopModifyStart::NonNumeric => {
+                                    Some((request(), once))
+                                }
+                                LoopModifyStart::Missing => {
+                                    let r = AgentResult::NotStored;
+                                    store_reply(node, false, &r, st.noreply, &mut c.out);
+                                    None
+                                }
+                                LoopModifyStart::Stored { cas, .. } => {
+                                    bump(&node.counters.loop_writes);
+                                    let r = AgentResult::Stored { cas };
+                                    store_reply(node, false, &r, st.noreply, &mut c.out);
+                                    None
+                                }
+                                LoopModifyStart::Send(write) => {
+                                    let op = LoopOp::Write { write, to };
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                                LoopModifyStart::Forward(agent) => {
+                                    let concat = AgentOp::Store {
+                                        mode: st.mode,
+                                        key: st.key.to_vec(),
+                                        flags: st.flags,
+                                        exptime: st.exptime,
+                                        compare_cas: None,
+                                        value: st.data.to_vec(),
+                                        once,
+                                    };
+                                    let op = LoopOp::forward(agent, st.key, concat, to);
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                            }
+                        }
+                        Command::Arith {
+                            op,
+                            key,
+                            delta,
+                            noreply,
+                        } if !ops.links.is_empty() => {
+                            let incr = *op == proto::ArithOp::Incr;
+                            let m = Modify::Arith {
+                                incr,
+                                delta: *delta,
+                            };
+                            let to = ReplyTo::Client {
+                                with_cas: false,
+                                noreply: *noreply,
+                            };
+                            let id = node.next_request_id();
+                            let once = Once::first(id);
+                            let request = || command.to_owned_command();
+                            let answer = |r: AgentResult, out: &mut Vec<u8>| {
+                                arith_reply(node, incr, &r, *noreply, out);
+                                None
+                            };
+                            match node.loop_modify_start(key, m, id) {
+                                LoopModifyStart::Worker => Some((request(), once)),
+                                LoopModifyStart::Missing => {
+                                    answer(AgentResult::NotFound, &mut c.out)
+                                }
+                                LoopModifyStart::NonNumeric => {
+                                    answer(AgentResult::NonNumeric, &mut c.out)
+                                }
+                                LoopModifyStart::Stored { cas, number } => {
+                                    bump(&node.counters.loop_writes);
+                                    let number = number.map_or(0, |(_, n)| n);
+                                    answer(AgentResult::Number { number, cas }, &mut c.out)
+                                }
+                                LoopModifyStart::Send(write) => {
+                                    let op = LoopOp::Write { write, to };
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                                LoopModifyStart::Forward(agent) => {
+                                    let arith = AgentOp::Arith {
+                                        incr,
+                                        key: key.to_vec(),
+                                        delta: *delta,
+                                        once,
+                                    };
+                                    let op = LoopOp::forward(agent, key, arith, to);
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                            }
+                        }
                         Command::Store(st) if store_if(st).on_loop() && !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
@@ -2225,6 +2438,32 @@ fn delete_reply(node: &Node, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) 
         AgentResult::Deleted => compose::reply(out, Reply::Deleted),
         AgentResult::NotFound => compose::reply(out, Reply::NotFound),
         AgentResult::Exists => compose::reply(out, Reply::Exists),
+        AgentResult::Error(r) => server_error(out, r),
+        other => server_error(out, &format!("unexpected {other:?}")),
+    }
+}
+
+/// An `incr`'s (`incr`) or `decr`'s answer at the node its client reached: counted
+/// (`incr_hits`, `incr_misses`, `decr_…`) and, unless `noreply`, its reply line appended.
+fn arith_reply(node: &Node, incr: bool, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    let (hits, misses) = if incr {
+        (&c.incr_hits, &c.incr_misses)
+    } else {
+        (&c.decr_hits, &c.decr_misses)
+    };
+    match r {
+        AgentResult::Number { .. } => bump(hits),
+        AgentResult::NotFound => bump(misses),
+        _ => {}
+    }
+    if noreply {
+        return;
+    }
+    match r {
+        AgentResult::Number { number, .. } => compose::number(out, *number),
+        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
+        AgentResult::NonNumeric => out.extend_from_slice(proto::NonNumeric.reply()),
         AgentResult::Error(r) => server_error(out, r),
         other => server_error(out, &format!("unexpected {other:?}")),
     }
@@ -2456,36 +2695,14 @@ fn execute(
             noreply,
         } => {
             let incr = op == proto::ArithOp::Incr;
-            let (hits, misses) = if incr {
-                (&c.incr_hits, &c.incr_misses)
-            } else {
-                (&c.decr_hits, &c.decr_misses)
+            let arith = AgentOp::Arith {
+                incr,
+                key: key.to_vec(),
+                delta,
+                once,
             };
-            let mut reply = Vec::new();
-            match node.route_key(
-                AgentOp::Arith {
-                    incr,
-                    key: key.to_vec(),
-                    delta,
-                    once,
-                },
-                key,
-            ) {
-                AgentResult::Number { number, .. } => {
-                    inc(hits);
-                    compose::number(&mut reply, number)
-                }
-                AgentResult::NotFound => {
-                    inc(misses);
-                    compose::reply(&mut reply, Reply::NotFound)
-                }
-                AgentResult::NonNumeric => reply.extend_from_slice(proto::NonNumeric.reply()),
-                AgentResult::Error(r) => server_error(&mut reply, &r),
-                other => server_error(&mut reply, &format!("unexpected {other:?}")),
-            }
-            if !noreply {
-                out.extend_from_slice(&reply);
-            }
+            let r = node.route_key(arith, key);
+            arith_reply(node, incr, &r, noreply, out);
         }
         Command::FlushAll { delay, noreply } => {
             node.flush_all(delay.unwrap_or(0));

@@ -478,3 +478,73 @@ fn conditional_writes_are_decided_on_the_loop() {
     }
     assert_eq!(value_of(&node, &key), (b"swapped".to_vec(), swapped));
 }
+
+/// `incr`, `decr`, `append` and `prepend` of a value this node holds whole (here a replica)
+/// run on the loop: read from its own store under the key's lock, changed, and written as a
+/// `set` is; a missing key, a value that is not a number, and a value this node does not hold
+/// whole (coded) are told apart.
+#[test]
+fn modifications_of_a_value_held_here_run_on_the_loop() {
+    use crate::agent::{LoopModifyStart, Modify};
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    // Runs a write the loop began to its end, as the loop does with the members' acks.
+    let finish = |start: LoopModifyStart| -> (Option<(bool, u64)>, u64) {
+        let LoopModifyStart::Send(mut write) = start else {
+            panic!("the change is written on the loop: {start:?}");
+        };
+        let number = write.number();
+        let puts: Vec<_> = write
+            .remote
+            .clone()
+            .iter()
+            .map(|&(member, p)| (member, write.request(p)))
+            .collect();
+        assert!(node
+            .call(puts)
+            .iter()
+            .all(|r| matches!(r, Ok(Response::Ack))));
+        (
+            number,
+            node.loop_write_finish(*write).expect("still the agent"),
+        )
+    };
+    let start = |m: Modify<'_>, id: u64| node.loop_modify_start(&key, m, id);
+    let incr = |delta| Modify::Arith { incr: true, delta };
+    let decr = |delta| Modify::Arith { incr: false, delta };
+    let append = |data| Modify::Concat {
+        prepend: false,
+        data,
+    };
+    let prepend = |data| Modify::Concat {
+        prepend: true,
+        data,
+    };
+    assert_eq!(get(&node, &key), AgentResult::Miss, "the index is built");
+    assert!(matches!(start(incr(1), 1), LoopModifyStart::Missing));
+    assert!(matches!(start(append(b"x"), 2), LoopModifyStart::Missing));
+    assert!(matches!(
+        set(&node, &key, b"41", Once::first(3)),
+        AgentResult::Stored { .. }
+    ));
+    let (number, cas) = finish(start(incr(1), 4));
+    assert_eq!(number, Some((true, 42)));
+    assert_eq!(value_of(&node, &key), (b"42".to_vec(), cas));
+    let (number, _) = finish(start(decr(50), 5));
+    // memcached's decr stops at 0 and keeps the value's length (space-padded).
+    assert_eq!(number, Some((false, 0)));
+    assert_eq!(value_of(&node, &key).0, b"0 ");
+    let (number, cas) = finish(start(append(b"7"), 6));
+    assert_eq!(number, None);
+    assert_eq!(value_of(&node, &key), (b"0 7".to_vec(), cas));
+    let (_, cas) = finish(start(prepend(b"x"), 7));
+    assert_eq!(value_of(&node, &key), (b"x0 7".to_vec(), cas));
+    assert!(matches!(start(incr(1), 8), LoopModifyStart::NonNumeric));
+    assert_eq!(value_of(&node, &key), (b"x0 7".to_vec(), cas), "unchanged");
+    // A coded value (16 bytes and more) is not held whole here: a worker reads it.
+    assert!(matches!(
+        set(&node, &key, &[b'1'; 20], Once::first(9)),
+        AgentResult::Stored { .. }
+    ));
+    assert!(matches!(start(incr(1), 10), LoopModifyStart::Worker));
+}
