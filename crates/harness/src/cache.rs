@@ -34,13 +34,15 @@ pub struct CacheOptions {
     #[arg(short = 'I', long = "max-item-size", default_value = "1m")]
     pub max_item_size: String,
     /// Event loops per node (memcached's -t): each serves the client and peer connections
-    /// dealt to it and runs their gets and sets to completion. Default: the machine's cores
+    /// dealt to it and runs most of their requests to completion (gets, sets, add, replace,
+    /// cas, delete; incr/decr/append/prepend of values held whole). Default: the machine's cores
     /// for `inec serve`; for a cache on one machine (`inec cache up`), its cores shared among
     /// the nodes (at least 1 each).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Worker threads per node for the requests a loop hands over (multi-key gets, other
-    /// verbs, degraded reads), and as many for peers' requests that may wait.
+    /// Worker threads per node for the requests a loop hands over (touch, the meta commands,
+    /// incr/append of coded values, degraded reads of split values, anything out of the
+    /// ordinary), and as many for peers' requests that may wait.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
     /// The code: rs:K,M or lrc:K,L,R.
