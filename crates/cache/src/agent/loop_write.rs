@@ -1,8 +1,10 @@
 //! Writes run to completion on the client event loop.
 //!
 //! A `set`, `add`, `replace` or `cas` at the stripe's agent (the condition decided on the
-//! agent's index under the key's lock: a refusal is answered at once, with no message), with every member up and room in the stripe's share
-//! (no eviction), needs no worker either: under the key's lock, which the loop holds across the
+//! agent's index under the key's lock: a refusal is answered at once, with no message), and an
+//! `incr`, `decr`, `append` or `prepend` of a value the agent holds whole (read from its own
+//! store under the key's lock), with every member up and room in the stripe's share (no
+//! eviction), needs no worker either: under the key's lock, which the loop holds across the
 //! replies (an [`ArcMutexGuard`]), the agent reserves the bytes, takes a version, encodes the
 //! records, stores its own and sends each other member its record (`Put`); the acks resume the
 //! write on the loop, which commits the index entry and answers. The message count is the
@@ -43,8 +45,8 @@ impl StoreIf {
         compare_cas: None,
     };
 
-    /// Whether the loop can run the command: `set`, `add`, `replace` and `cas` (`append` and
-    /// `prepend` read the present value first, on a worker).
+    /// Whether [`Node::loop_write_start`] can run the command: `set`, `add`, `replace` and
+    /// `cas` (`append` and `prepend` change the present value: [`Node::loop_modify_start`]).
     pub fn on_loop(self) -> bool {
         matches!(
             self.mode,
