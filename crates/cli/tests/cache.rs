@@ -1298,14 +1298,27 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
         "forwarded mg: peer messages"
     );
     assert_eq!(stat("loop_reads") - loop_reads0, 3);
-    // At the agent, a read the loop does not run (a meta get) runs on a worker, which reads on
-    // the engine's read template (a start to and a chunk from each data member but the
-    // agent).
+    // At the agent, a meta get runs on the loop as a get does.
     assert_eq!(cl.mg(key), Got::Hit(vec![2u8; 8192]));
     let (m5, p5) = count();
     assert_eq!(m5 - m4, 2 * (k - 1) as u64, "mg at the agent");
-    assert_eq!(p5 - p4, 0, "mg at the agent: peer messages");
+    assert_eq!(
+        p5 - p4,
+        2 * (k - 1) as u64,
+        "mg at the agent: peer messages"
+    );
+    assert_eq!(stat("loop_reads") - loop_reads0, 4);
+    // A read the loop does not run (a get that touches, `gat`) runs on a worker, which reads on
+    // the engine's read template (a start to and a chunk from each data member but the agent)
+    // and sends each other member node its `Touch` (peer messages).
+    let first = cl.send(format!("gat 0 {key}\r\n").as_bytes());
+    assert_eq!(cl.read_value(&first), Got::Hit(vec![2u8; 8192]));
+    let (m5b, p5b) = count();
+    let touches = 2 * (n - 1) as u64;
+    assert_eq!(m5b - m5, 2 * (k - 1) as u64 + touches, "gat at the agent");
+    assert_eq!(p5b - p5, touches, "gat at the agent: peer messages");
     assert_eq!(stat("read_plan_runs") - reads0, 1);
+    assert_eq!(stat("loop_reads") - loop_reads0, 4);
     // A degraded read of data position 1 (the repair template of one lost data chunk was
     // installed at start-up; a first read warms the connections): the normal read of the
     // k-2 data chunks left over peer messages (a request and a chunk each), then the repair
@@ -1463,6 +1476,27 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(m18 - m17, 2 * m + 2, "forwarded incr");
     assert_eq!(p18 - p17, 2 * m + 2);
     assert_eq!(stat("loop_writes") - writes0, 6);
+    // A meta get's flags: the agent's loop composes the same reply as the other node's worker
+    // (size, client flags, CAS value, key, opaque, in the order asked); a quiet miss says
+    // nothing (`mn` ends the batch).
+    let ask = |cl: &mut Client, line: String| {
+        let mut l = cl.send(line.as_bytes());
+        if l.starts_with("VA ") {
+            l.push_str(&cl.line());
+        }
+        l
+    };
+    let line = format!("mg {counter} s v f c k O7 t\r\n");
+    let (at_agent, through) = (ask(&mut cl, line.clone()), ask(&mut other, line));
+    assert!(at_agent.starts_with("VA 2 s2 f0 c"), "{at_agent:?}");
+    assert!(
+        at_agent.ends_with(&format!(" k{counter} O7 t-1\r\n10\r\n")),
+        "{at_agent:?}"
+    );
+    assert_eq!(at_agent, through);
+    let quiet = format!("mg {missing} v q\r\nmn\r\n");
+    assert_eq!(ask(&mut cl, quiet.clone()), "MN\r\n");
+    assert_eq!(ask(&mut other, quiet), "MN\r\n");
     assert_eq!(c.sum_stat("loop_read_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_forward_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);

@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use proto::{
-    compose, Command, Limits, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply, StoreMode,
+    compose, Command, Limits, Meta, MetaReturn, MetaStatus, OwnedCommand, Parse, Parser, Reply,
+    StoreMode,
 };
 
 use crate::agent::{
@@ -468,18 +469,7 @@ impl LoopOp {
                 if let Some(Command::MetaGet(m)) = meta.as_deref().map(OwnedCommand::as_command) {
                     bump(&c.cmd_get);
                     bump(&c.get_hits);
-                    let ret = MetaReturn {
-                        size: Some(v.value.len() as u64),
-                        client_flags: Some(v.flags),
-                        ttl: Some(time::ttl(v.exptime, time::now_secs())),
-                        cas: Some(v.cas),
-                    };
-                    let status = if m.flags.return_value {
-                        MetaStatus::Va
-                    } else {
-                        MetaStatus::Hd
-                    };
-                    compose::meta(&mut out, status, &m, &ret, &v.value);
+                    meta_hit(&mut out, &m, v.flags, v.cas, v.exptime, &v.value);
                     return Some(out);
                 }
                 match to {
@@ -2034,6 +2024,46 @@ fn service(
                                 _ => Some((command.to_owned_command(), Once::default())),
                             }
                         }
+                        // A meta get (no touch) at the key's agent: read as a `get` is, its
+                        // reply composed from its flags.
+                        Command::MetaGet(m) if m.flags.ttl.is_none() && !ops.links.is_empty() => {
+                            let key = m.key_bytes();
+                            let counters = &node.counters;
+                            match node.loop_read_start(&key) {
+                                LoopRead::Value(v) => {
+                                    bump(&counters.cmd_get);
+                                    bump(&counters.get_hits);
+                                    bump(&counters.loop_reads);
+                                    meta_hit(&mut c.out, m, v.flags, v.cas, v.exptime, &v.value);
+                                    None
+                                }
+                                LoopRead::Miss => {
+                                    bump(&counters.cmd_get);
+                                    bump(&counters.get_misses);
+                                    meta_miss(&mut c.out, m);
+                                    None
+                                }
+                                LoopRead::Fetch(read) => {
+                                    let request = command.to_owned_command();
+                                    let op = LoopOp::Read {
+                                        read,
+                                        to: ReplyTo::Client {
+                                            with_cas: false,
+                                            noreply: false,
+                                        },
+                                        meta: Some(Box::new(request.clone())),
+                                    };
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c, token, node, hand, ops, registry, op, request, once,
+                                    );
+                                    None
+                                }
+                                LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => {
+                                    Some((command.to_owned_command(), Once::default()))
+                                }
+                            }
+                        }
                         Command::Get(g)
                             if g.keys.len() == 1
                                 && g.exptime.is_none()
@@ -2506,6 +2536,30 @@ fn store_reply(node: &Node, cas: bool, r: &AgentResult, noreply: bool, out: &mut
     }
 }
 
+/// A meta get's reply to a hit: `VA` with the data (flag `v`) or `HD`, with what its flags ask
+/// for (the size, client flags, remaining ttl, CAS value, key, opaque).
+fn meta_hit(out: &mut Vec<u8>, m: &Meta<'_>, flags: u32, cas: u64, exptime: i64, value: &[u8]) {
+    let ret = MetaReturn {
+        size: Some(value.len() as u64),
+        client_flags: Some(flags),
+        ttl: Some(time::ttl(exptime, time::now_secs())),
+        cas: Some(cas),
+    };
+    let status = if m.flags.return_value {
+        MetaStatus::Va
+    } else {
+        MetaStatus::Hd
+    };
+    compose::meta(out, status, m, &ret, value);
+}
+
+/// A meta get's reply to a miss: `EN`, unless the get is quiet (flag `q`).
+fn meta_miss(out: &mut Vec<u8>, m: &Meta<'_>) {
+    if !MetaStatus::En.is_quiet_for(proto::MetaKind::Get) || !m.flags.quiet {
+        compose::meta(out, MetaStatus::En, m, &MetaReturn::default(), &[]);
+    }
+}
+
 fn meta_store_mode(m: Option<proto::MetaMode>) -> StoreMode {
     match m {
         None | Some(proto::MetaMode::Set) => StoreMode::Set,
@@ -2740,24 +2794,11 @@ fn execute(
                     value,
                 } => {
                     inc(&c.get_hits);
-                    let ret = MetaReturn {
-                        size: Some(value.len() as u64),
-                        client_flags: Some(flags),
-                        ttl: Some(time::ttl(exptime, time::now_secs())),
-                        cas: Some(cas),
-                    };
-                    let status = if m.flags.return_value {
-                        MetaStatus::Va
-                    } else {
-                        MetaStatus::Hd
-                    };
-                    compose::meta(out, status, &m, &ret, &value);
+                    meta_hit(out, &m, flags, cas, exptime, &value);
                 }
                 AgentResult::Miss => {
                     inc(&c.get_misses);
-                    if !MetaStatus::En.is_quiet_for(proto::MetaKind::Get) || !m.flags.quiet {
-                        compose::meta(out, MetaStatus::En, &m, &MetaReturn::default(), &[]);
-                    }
+                    meta_miss(out, &m);
                 }
                 AgentResult::Error(r) => server_error(out, &r),
                 other => server_error(out, &format!("unexpected {other:?}")),
