@@ -220,6 +220,8 @@ pub struct Counters {
     pub loop_writes_refused: AtomicU64,
     /// `delete`s the client loop ran to completion itself (`agent::loop_delete`).
     pub loop_deletes: AtomicU64,
+    /// `touch`es the client loop ran to completion itself (`agent::loop_notice`).
+    pub loop_touches: AtomicU64,
     /// `get`s and `gets` of several keys the client loop ran to completion itself.
     pub loop_multi_gets: AtomicU64,
     /// `set`s the client loop began and handed to a worker (a member failed or was slow).

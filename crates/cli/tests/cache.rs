@@ -1497,6 +1497,34 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     let quiet = format!("mg {missing} v q\r\nmn\r\n");
     assert_eq!(ask(&mut cl, quiet.clone()), "MN\r\n");
     assert_eq!(ask(&mut other, quiet), "MN\r\n");
+    // A touch on the agent's loop: the index's expiry, then one `Touch` and ack per other
+    // member node holding the value (a replicated one: m); a miss none; through another node
+    // two more. A negative expiry ends the value at once, as memcached's.
+    let touches0 = stat("loop_touches");
+    let (m19, p19) = count();
+    assert_eq!(
+        cl.send(format!("touch {counter} 100\r\n").as_bytes()),
+        "TOUCHED\r\n"
+    );
+    let (m20, p20) = count();
+    assert_eq!(m20 - m19, 2 * m, "touch");
+    assert_eq!(p20 - p19, 2 * m);
+    assert_eq!(
+        cl.send(format!("touch {missing} 100\r\n").as_bytes()),
+        "NOT_FOUND\r\n"
+    );
+    assert_eq!(count(), (m20, p20), "a touch's miss sends nothing");
+    let ttl = ask(&mut cl, format!("mg {counter} t\r\n"));
+    assert!(ttl == "HD t100\r\n" || ttl == "HD t99\r\n", "{ttl:?}");
+    assert_eq!(
+        other.send(format!("touch {counter} -1\r\n").as_bytes()),
+        "TOUCHED\r\n"
+    );
+    let (m21, p21) = count();
+    assert_eq!(m21 - m20, 2 * m + 2, "forwarded touch");
+    assert_eq!(p21 - p20, 2 * m + 2);
+    assert_eq!(stat("loop_touches") - touches0, 2);
+    assert_eq!(cl.get(&counter), Got::Miss);
     assert_eq!(c.sum_stat("loop_read_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_forward_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);

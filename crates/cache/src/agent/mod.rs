@@ -20,14 +20,14 @@ use index::{Entry, Gone, StripeIndex};
 pub const MAY_HAVE_APPLIED: &str = "may or may not have been applied";
 
 pub mod index;
-mod loop_delete;
+mod loop_notice;
 mod loop_read;
 mod loop_write;
 pub(crate) mod once;
 pub mod read;
 pub mod whole;
 pub mod write;
-pub use loop_delete::{LoopDelete, LoopDeleteStart};
+pub use loop_notice::{LoopNotice, LoopNoticeStart};
 pub use loop_read::{LoopPending, LoopRead, LoopValue};
 pub use loop_write::{LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
 

@@ -24,7 +24,7 @@ use proto::{
 };
 
 use crate::agent::{
-    LoopDelete, LoopDeleteStart, LoopModifyStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart,
+    LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart,
     Modify, StoreIf,
 };
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
@@ -318,10 +318,11 @@ enum LoopOp {
     },
     /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
-    /// `delete` (`Node::loop_delete_start`): the index entry is gone before any message
-    /// leaves, so a member that fails to answer does not fail it ([`LoopOp::tolerant`]).
-    Delete {
-        delete: Box<LoopDelete>,
+    /// `delete` or `touch` (`Node::loop_delete_start`, `Node::loop_touch_start`): the index
+    /// is changed before any message leaves, so a member that fails to answer does not fail it
+    /// ([`LoopOp::tolerant`]).
+    Notice {
+        notice: Box<LoopNotice>,
         to: ReplyTo,
     },
     /// A client's `get` or `gets` of several keys: each key a read or a forward of its own,
@@ -364,6 +365,7 @@ impl LoopOp {
                 } => Forwarded::Cas,
                 AgentOp::Delete { .. } => Forwarded::Delete,
                 AgentOp::Arith { incr, .. } => Forwarded::Arith { incr: *incr },
+                AgentOp::Touch { .. } => Forwarded::Touch,
                 _ => Forwarded::Other,
             },
             write: !op.repeatable(),
@@ -380,7 +382,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => &read.remote,
             LoopOp::Write { write, .. } => &write.remote,
-            LoopOp::Delete { delete, .. } => &delete.remote,
+            LoopOp::Notice { notice, .. } => &notice.remote,
             LoopOp::MultiGet(m) => &m.remote,
             LoopOp::Forward { remote, .. } => remote,
         }
@@ -390,7 +392,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => read.request(position),
             LoopOp::Write { write, .. } => write.request(position),
-            LoopOp::Delete { delete, .. } => delete.request(),
+            LoopOp::Notice { notice, .. } => notice.request(),
             LoopOp::MultiGet(m) => {
                 let (op, position) = m.step(position);
                 op.request(position)
@@ -409,9 +411,9 @@ impl LoopOp {
     }
 
     /// Whether the op ends as it would have with every step answered when a step fails or is
-    /// not answered in time (a delete: see [`LoopOp::Delete`]).
+    /// not answered in time (a delete or touch: see [`LoopOp::Notice`]).
     fn tolerant(&self) -> bool {
-        matches!(self, LoopOp::Delete { .. })
+        matches!(self, LoopOp::Notice { .. })
     }
 
     /// Takes the reply to the step for `position`: false if the op cannot finish on the loop.
@@ -424,7 +426,7 @@ impl LoopOp {
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
             LoopOp::Write { .. } => node.loop_write_acked(reply),
-            LoopOp::Delete { .. } => true,
+            LoopOp::Notice { .. } => true,
             LoopOp::MultiGet(_) => unreachable!("taken above"),
             LoopOp::Forward {
                 result, refused, ..
@@ -440,6 +442,7 @@ impl LoopOp {
                     | AgentResult::Deleted
                     | AgentResult::Number { .. }
                     | AgentResult::NonNumeric
+                    | AgentResult::Touched
                     | AgentResult::Error(_)),
                 )) => {
                     *result = Some(r);
@@ -528,8 +531,14 @@ impl LoopOp {
                 }
             }
             LoopOp::MultiGet(m) => return m.finish(node),
-            LoopOp::Delete { delete, to } => {
-                if !node.loop_delete_finish(*delete) {
+            LoopOp::Notice { notice, to } => {
+                let touch = notice.is_touch();
+                if !node.loop_notice_finish(*notice) {
+                    // A touch may be applied again: a worker runs it.
+                    if touch {
+                        bump(&c.loop_write_fallbacks);
+                        return None;
+                    }
                     match to {
                         ReplyTo::Client { noreply: true, .. } => {}
                         ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
@@ -540,14 +549,20 @@ impl LoopOp {
                     }
                     return Some(out);
                 }
-                bump(&c.loop_deletes);
+                let r = if touch {
+                    bump(&c.loop_touches);
+                    AgentResult::Touched
+                } else {
+                    bump(&c.loop_deletes);
+                    AgentResult::Deleted
+                };
                 match to {
-                    ReplyTo::Client { noreply, .. } => {
-                        delete_reply(node, &AgentResult::Deleted, noreply, &mut out);
+                    ReplyTo::Client { noreply, .. } if touch => {
+                        touch_reply(node, &r, noreply, &mut out);
                     }
+                    ReplyTo::Client { noreply, .. } => delete_reply(node, &r, noreply, &mut out),
                     ReplyTo::Peer => {
-                        let res = peer::Response::Agent(AgentResult::Deleted);
-                        out = crate::member::conn::frame_reply(node, &res);
+                        out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
                     }
                 }
             }
@@ -587,8 +602,12 @@ impl LoopOp {
                     | AgentResult::NonNumeric) => match what {
                         Forwarded::Arith { incr } => arith_reply(node, incr, &r, noreply, &mut out),
                         Forwarded::Delete => delete_reply(node, &r, noreply, &mut out),
+                        Forwarded::Touch => touch_reply(node, &r, noreply, &mut out),
                         _ => store_reply(node, what == Forwarded::Cas, &r, noreply, &mut out),
                     },
+                    AgentResult::Touched => {
+                        touch_reply(node, &AgentResult::Touched, noreply, &mut out)
+                    }
                     r @ (AgentResult::Deleted | AgentResult::Exists)
                         if what == Forwarded::Delete =>
                     {
@@ -712,7 +731,7 @@ impl LoopOp {
                 node.loop_write_abandon(*write);
             }
             LoopOp::Forward { .. } => bump(&c.loop_forward_fallbacks),
-            LoopOp::Delete { .. } => unreachable!("a delete is not given up (`tolerant`)"),
+            LoopOp::Notice { .. } => unreachable!("a delete or touch is not given up (`tolerant`)"),
             LoopOp::MultiGet(m) => {
                 for part in m.parts {
                     if let GetPart::Waiting(op) = part {
@@ -862,6 +881,7 @@ impl MultiGet {
 enum Forwarded {
     Cas,
     Delete,
+    Touch,
     Arith { incr: bool },
     Other,
 }
@@ -1333,19 +1353,32 @@ fn start_peer_request(
                 LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
             }
         }
+        peer::Request::Agent(AgentOp::Touch { key, exptime }) => {
+            match node.loop_touch_start(key, *exptime) {
+                LoopNoticeStart::NotFound => {
+                    let res = peer::Response::Agent(AgentResult::NotFound);
+                    return Some(crate::member::conn::frame_reply(node, &res));
+                }
+                LoopNoticeStart::Send(notice) => Some(LoopOp::Notice {
+                    notice,
+                    to: ReplyTo::Peer,
+                }),
+                _ => None,
+            }
+        }
         peer::Request::Agent(AgentOp::Delete { key, compare_cas }) => {
             let answer = |r: AgentResult| {
                 let res = peer::Response::Agent(r);
                 Some(crate::member::conn::frame_reply(node, &res))
             };
             match node.loop_delete_start(key, *compare_cas) {
-                LoopDeleteStart::NotFound => return answer(AgentResult::NotFound),
-                LoopDeleteStart::Exists => return answer(AgentResult::Exists),
-                LoopDeleteStart::Send(delete) => Some(LoopOp::Delete {
-                    delete,
+                LoopNoticeStart::NotFound => return answer(AgentResult::NotFound),
+                LoopNoticeStart::Exists => return answer(AgentResult::Exists),
+                LoopNoticeStart::Send(notice) => Some(LoopOp::Notice {
+                    notice,
                     to: ReplyTo::Peer,
                 }),
-                LoopDeleteStart::Worker | LoopDeleteStart::Forward(_) => None,
+                LoopNoticeStart::Worker | LoopNoticeStart::Forward(_) => None,
             }
         }
         _ => None,
@@ -2341,6 +2374,63 @@ fn service(
                                 }
                             }
                         }
+                        Command::Touch {
+                            key,
+                            exptime,
+                            noreply,
+                        } if !ops.links.is_empty() => {
+                            let to = ReplyTo::Client {
+                                with_cas: false,
+                                noreply: *noreply,
+                            };
+                            let request = || command.to_owned_command();
+                            match node.loop_touch_start(key, *exptime) {
+                                LoopNoticeStart::NotFound => {
+                                    let r = AgentResult::NotFound;
+                                    touch_reply(node, &r, *noreply, &mut c.out);
+                                    None
+                                }
+                                LoopNoticeStart::Send(notice) => {
+                                    let op = LoopOp::Notice { notice, to };
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                                LoopNoticeStart::Forward(agent) => {
+                                    let touch = AgentOp::Touch {
+                                        key: key.to_vec(),
+                                        exptime: *exptime,
+                                    };
+                                    let op = LoopOp::forward(agent, key, touch, to);
+                                    let once = Once::default();
+                                    start_client_op(
+                                        c,
+                                        token,
+                                        node,
+                                        hand,
+                                        ops,
+                                        registry,
+                                        op,
+                                        request(),
+                                        once,
+                                    );
+                                    None
+                                }
+                                LoopNoticeStart::Worker | LoopNoticeStart::Exists => {
+                                    Some((request(), Once::default()))
+                                }
+                            }
+                        }
                         Command::Delete { key, noreply } if !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
@@ -2351,15 +2441,15 @@ fn service(
                                 None
                             };
                             match node.loop_delete_start(key, None) {
-                                LoopDeleteStart::Worker => {
+                                LoopNoticeStart::Worker => {
                                     Some((command.to_owned_command(), Once::default()))
                                 }
-                                LoopDeleteStart::NotFound => {
+                                LoopNoticeStart::NotFound => {
                                     refused(AgentResult::NotFound, &mut c.out)
                                 }
-                                LoopDeleteStart::Exists => refused(AgentResult::Exists, &mut c.out),
-                                LoopDeleteStart::Send(delete) => {
-                                    let op = LoopOp::Delete { delete, to };
+                                LoopNoticeStart::Exists => refused(AgentResult::Exists, &mut c.out),
+                                LoopNoticeStart::Send(notice) => {
+                                    let op = LoopOp::Notice { notice, to };
                                     let request = command.to_owned_command();
                                     let once = Once::default();
                                     start_client_op(
@@ -2367,7 +2457,7 @@ fn service(
                                     );
                                     None
                                 }
-                                LoopDeleteStart::Forward(agent) => {
+                                LoopNoticeStart::Forward(agent) => {
                                     let delete = AgentOp::Delete {
                                         key: key.to_vec(),
                                         compare_cas: None,
@@ -2494,6 +2584,27 @@ fn arith_reply(node: &Node, incr: bool, r: &AgentResult, noreply: bool, out: &mu
         AgentResult::Number { number, .. } => compose::number(out, *number),
         AgentResult::NotFound => compose::reply(out, Reply::NotFound),
         AgentResult::NonNumeric => out.extend_from_slice(proto::NonNumeric.reply()),
+        AgentResult::Error(r) => server_error(out, r),
+        other => server_error(out, &format!("unexpected {other:?}")),
+    }
+}
+
+/// A touch's answer at the node its client reached: counted (`cmd_touch`, `touch_hits`,
+/// `touch_misses`) and, unless `noreply`, its reply line appended to `out`.
+fn touch_reply(node: &Node, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    bump(&c.cmd_touch);
+    match r {
+        AgentResult::Touched => bump(&c.touch_hits),
+        AgentResult::NotFound => bump(&c.touch_misses),
+        _ => {}
+    }
+    if noreply {
+        return;
+    }
+    match r {
+        AgentResult::Touched => compose::reply(out, Reply::Touched),
+        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
         AgentResult::Error(r) => server_error(out, r),
         other => server_error(out, &format!("unexpected {other:?}")),
     }
@@ -2710,26 +2821,12 @@ fn execute(
             exptime,
             noreply,
         } => {
-            inc(&c.cmd_touch);
             let mut reply = Vec::new();
-            match node.route_key(
-                AgentOp::Touch {
-                    key: key.to_vec(),
-                    exptime,
-                },
-                key,
-            ) {
-                AgentResult::Touched => {
-                    inc(&c.touch_hits);
-                    compose::reply(&mut reply, Reply::Touched)
-                }
-                AgentResult::NotFound => {
-                    inc(&c.touch_misses);
-                    compose::reply(&mut reply, Reply::NotFound)
-                }
-                AgentResult::Error(r) => server_error(&mut reply, &r),
-                other => server_error(&mut reply, &format!("unexpected {other:?}")),
-            }
+            let touch = AgentOp::Touch {
+                key: key.to_vec(),
+                exptime,
+            };
+            touch_reply(node, &node.route_key(touch, key), false, &mut reply);
             if !noreply {
                 out.extend_from_slice(&reply);
             }
@@ -3062,6 +3159,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));
     compose::stat(out, "loop_deletes", g(&c.loop_deletes));
+    compose::stat(out, "loop_touches", g(&c.loop_touches));
     compose::stat(out, "loop_multi_gets", g(&c.loop_multi_gets));
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
@@ -3171,10 +3269,10 @@ mod tests {
                 }),
                 AgentResult::Stored { .. }
             ));
-            let LoopDeleteStart::Send(delete) = node.loop_delete_start(key, None) else {
+            let LoopNoticeStart::Send(notice) = node.loop_delete_start(key, None) else {
                 panic!("a delete of a present key at its agent runs on the loop");
             };
-            assert_eq!(delete.remote.len(), 2, "the two other members");
+            assert_eq!(notice.remote.len(), 2, "the two other members");
             // (The delete holds the key's lock: the index is looked at directly.)
             let indexed = node.stripes[0]
                 .lock()
@@ -3199,7 +3297,7 @@ mod tests {
                 0,
                 PendingOp {
                     conn: Token(1),
-                    op: LoopOp::Delete { delete, to },
+                    op: LoopOp::Notice { notice, to },
                     retry: Retry::Client(proto::OwnedCommand::Version, Once::default()),
                     outstanding: 2,
                     next: 2,

@@ -1,0 +1,247 @@
+//! Deletes and touches run to completion on the client event loop.
+//!
+//! Both change the agent's index under the key's lock, then tell each member node that is up
+//! (`Delete` of the key's records older than a version, or `Touch` of their expiry), and neither
+//! fails for a member that does not answer: the index is what answers reads, and a worker's
+//! delete or touch does not fail on them either.
+//!
+//! A `delete` at the stripe's agent does what a worker's does (`Node::op_delete`), without a
+//! worker: under the key's lock, which the loop holds across the replies, the agent takes the
+//! entry out of its index and finishes a new version; every member that is up (this node
+//! included) is sent `Delete` of the key's records older than it, and once they have answered,
+//! or the loop stops waiting for them, the client is told `DELETED`. As on a worker, a member's
+//! failure to answer does not fail the delete: its records are older than a version the
+//! index finished, and the index is what answers reads. Should the lease lapse before the
+//! answers are in (a member that votes for this node saw it down since the delete began),
+//! another node may have led the stripe meanwhile and adopted the records before they went:
+//! the delete is in doubt and answered so.
+
+use parking_lot::{ArcMutexGuard, RawMutex};
+
+use crate::carrier::peer::Request;
+use crate::node::{bump, lock, Node};
+use crate::record::Kind;
+use crate::time;
+
+/// What the client loop can do with a `delete` or a `touch`.
+#[derive(Debug)]
+pub enum LoopNoticeStart {
+    /// Run it on a worker (the full path).
+    Worker,
+    /// Another node leads the key's stripe: send it the request.
+    Forward(usize),
+    /// No live value under the key (`NOT_FOUND`).
+    NotFound,
+    /// The CAS value given does not match (`EXISTS`; meta deletes).
+    Exists,
+    /// The members to tell: [`LoopNotice::remote`] (none left when every member up was this
+    /// node; the loop ends it at once).
+    Send(Box<LoopNotice>),
+}
+
+/// A delete or a touch waiting for the members' answers.
+pub struct LoopNotice {
+    stripe: usize,
+    /// The fencing token of the term the delete began in (0: none).
+    fence: u64,
+    key: Vec<u8>,
+    /// A delete: the version finished in the index (the members drop the key's records older
+    /// than it). A touch: the version of the records touched.
+    version: u64,
+    /// A touch: the new expiry (absolute); `None`: a delete.
+    touch: Option<i64>,
+    /// (node, node) of each member to send `Delete` (the position field is the node).
+    pub remote: Vec<(usize, usize)>,
+    /// When the delete began: it is done if this node has led the stripe since without a
+    /// break.
+    started: std::time::Instant,
+    _key_guard: ArcMutexGuard<RawMutex, ()>,
+}
+
+impl std::fmt::Debug for LoopNotice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopNotice")
+            .field("stripe", &self.stripe)
+            .field("version", &self.version)
+            .field("remote", &self.remote)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoopNotice {
+    /// The `Delete` or `Touch` a member is sent.
+    pub fn request(&self) -> Request {
+        let (stripe, key, version) = (self.stripe as u32, self.key.clone(), self.version);
+        let req = match self.touch {
+            Some(exptime) => Request::Touch {
+                stripe,
+                key,
+                version,
+                exptime,
+            },
+            None => Request::Delete {
+                stripe,
+                key,
+                version,
+            },
+        };
+        crate::carrier::peer::fenced(self.fence, req)
+    }
+
+    /// Whether it is a touch (else a delete).
+    pub fn is_touch(&self) -> bool {
+        self.touch.is_some()
+    }
+}
+
+impl Node {
+    /// Starts `delete key` (with `compare_cas`: only if its CAS value matches) on the client
+    /// loop.
+    pub fn loop_delete_start(&self, key: &[u8], compare_cas: Option<u64>) -> LoopNoticeStart {
+        let stripe = self.placement.stripe_of(key);
+        if !self.leads(stripe) {
+            return match self.agent_of(stripe) {
+                Some(agent) if agent != self.cfg.id => LoopNoticeStart::Forward(agent),
+                _ => LoopNoticeStart::Worker,
+            };
+        }
+        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+            return LoopNoticeStart::Worker;
+        };
+        self.drop_stale_index(stripe);
+        if self.down_positions(stripe) > self.parity() {
+            return LoopNoticeStart::Worker;
+        }
+        let started = std::time::Instant::now();
+        let oldest = self
+            .oldest_live_us
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let version = {
+            let mut g = lock(&self.stripes[stripe]);
+            let Some(ix) = g.as_mut() else {
+                return LoopNoticeStart::Worker;
+            };
+            let now_us = time::now_micros();
+            // An expired or flushed entry: the worker deletes its records and answers.
+            let Ok(current) = ix.lookup_live(key, time::secs_of(now_us), now_us, oldest) else {
+                return LoopNoticeStart::Worker;
+            };
+            let Some(e) = current else {
+                return LoopNoticeStart::NotFound;
+            };
+            if compare_cas.is_some_and(|c| c != e.version) {
+                return LoopNoticeStart::Exists;
+            }
+            ix.remove(key);
+            ix.release_held(key);
+            let v = ix.next_version(now_us);
+            ix.finish(v);
+            v
+        };
+        let d = LoopNotice {
+            stripe,
+            fence: self.fence(stripe),
+            key: key.to_vec(),
+            version,
+            touch: None,
+            remote: Vec::new(),
+            started,
+            _key_guard: guard,
+        };
+        LoopNoticeStart::Send(Box::new(self.loop_notice_send(d, self.n())))
+    }
+
+    /// Starts `touch key exptime` on the client loop: the entry's expiry changed in the index,
+    /// then each member node that holds the value's records told (a whole value's location
+    /// lies at every position of its stripe).
+    pub fn loop_touch_start(&self, key: &[u8], exptime: i64) -> LoopNoticeStart {
+        let stripe = self.placement.stripe_of(key);
+        if !self.leads(stripe) {
+            return match self.agent_of(stripe) {
+                Some(agent) if agent != self.cfg.id => LoopNoticeStart::Forward(agent),
+                _ => LoopNoticeStart::Worker,
+            };
+        }
+        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+            return LoopNoticeStart::Worker;
+        };
+        self.drop_stale_index(stripe);
+        if self.down_positions(stripe) > self.parity() {
+            return LoopNoticeStart::Worker;
+        }
+        let started = std::time::Instant::now();
+        let oldest = self
+            .oldest_live_us
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let (e, abs) = {
+            let mut g = lock(&self.stripes[stripe]);
+            let Some(ix) = g.as_mut() else {
+                return LoopNoticeStart::Worker;
+            };
+            let now_us = time::now_micros();
+            let now_secs = time::secs_of(now_us);
+            let Ok(current) = ix.lookup_live(key, now_secs, now_us, oldest) else {
+                return LoopNoticeStart::Worker;
+            };
+            let Some(e) = current else {
+                return LoopNoticeStart::NotFound;
+            };
+            let abs = time::absolute_exptime(exptime, now_secs);
+            ix.set_exptime(key, abs);
+            (e, abs)
+        };
+        let reach = if e.kind == Kind::Whole {
+            self.n()
+        } else {
+            e.positions
+        };
+        let t = LoopNotice {
+            stripe,
+            fence: self.fence(stripe),
+            key: key.to_vec(),
+            version: e.version,
+            touch: Some(abs),
+            remote: Vec::new(),
+            started,
+            _key_guard: guard,
+        };
+        LoopNoticeStart::Send(Box::new(self.loop_notice_send(t, reach)))
+    }
+
+    /// `n`'s request handled here for this node's own positions among the first `positions`
+    /// of its stripe, and the other member nodes that are up as its remote steps.
+    fn loop_notice_send(&self, n: LoopNotice, positions: usize) -> LoopNotice {
+        let mut remote = Vec::new();
+        for member in self.member_nodes(n.stripe, positions) {
+            if member == self.cfg.id {
+                self.local_messages
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.handle_peer(n.request());
+            } else if self.is_up(member) {
+                remote.push((member, member));
+            }
+        }
+        LoopNotice { remote, ..n }
+    }
+
+    /// Ends a delete or touch whose members answered (or were waited for long enough): true if
+    /// this node has led the stripe throughout (`DELETED`, `TOUCHED`); false if not (a delete
+    /// is in doubt then; a touch, which may be applied again, goes to a worker).
+    pub fn loop_notice_finish(&self, d: LoopNotice) -> bool {
+        if self.led_throughout(d.stripe, d.started) {
+            log::debug!(
+                "stripe {}: {} {} on the loop (v{})",
+                d.stripe,
+                String::from_utf8_lossy(&d.key),
+                if d.is_touch() { "touched" } else { "deleted" },
+                d.version
+            );
+            return true;
+        }
+        bump(&self.counters.lease_lost_ops);
+        if !d.is_touch() {
+            bump(&self.counters.writes_in_doubt);
+        }
+        false
+    }
+}
