@@ -218,7 +218,7 @@ pub struct Counters {
     /// Of those the loop began, the ones its condition refused (`NOT_STORED`, `EXISTS`,
     /// `NOT_FOUND`), answered with no message.
     pub loop_writes_refused: AtomicU64,
-    /// `delete`s the client loop ran to completion itself (`agent::loop_delete`).
+    /// `delete`s the client loop ran to completion itself (`agent::loop_notice`).
     pub loop_deletes: AtomicU64,
     /// `touch`es the client loop ran to completion itself (`agent::loop_notice`).
     pub loop_touches: AtomicU64,
