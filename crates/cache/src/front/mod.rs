@@ -316,7 +316,8 @@ enum LoopOp {
         to: ReplyTo,
         meta: Option<Box<OwnedCommand>>,
     },
-    /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`).
+    /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`), or the new value of an
+    /// `incr`, `decr`, `append` or `prepend` (`Node::loop_modify_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
     /// `delete` or `touch` (`Node::loop_delete_start`, `Node::loop_touch_start`): the index
     /// is changed before any message leaves, so a member that fails to answer does not fail it
@@ -329,11 +330,11 @@ enum LoopOp {
     /// their steps sent together, the reply composed in the keys' order once all are in. Any
     /// key the loop cannot finish and a worker runs the whole command.
     MultiGet(Box<MultiGet>),
-    /// A `get`, `gets`, `set`, `add`, `replace`, `cas` or `delete` sent to the key's agent,
-    /// another node: one step, whose answer is the reply (a get: a value or a miss; a store:
-    /// stored, not stored, exists or not found; a delete: deleted or not found). Any other
-    /// answer, or none, and a worker runs the request the full way (which retries while views
-    /// settle).
+    /// A request the loop runs at the agent (above) sent to the key's agent, another node: one
+    /// step, whose answer is the reply (a get: a value or a miss; a store: stored, not stored,
+    /// exists or not found; a delete: deleted or not found; an incr: the number, not found or
+    /// not a number; a touch: touched or not found). Any other answer, or none, and a worker
+    /// runs the request the full way (which retries while views settle).
     Forward {
         /// `[(agent, 0)]`.
         remote: [(usize, usize); 1],
@@ -343,8 +344,9 @@ enum LoopOp {
         write: bool,
         /// The agent answered that it does not lead the key's stripe (it applied nothing).
         refused: bool,
-        /// What the request is (a `cas` counts its hits, misses and bad values here, where its
-        /// client is; a `delete` its hits and misses).
+        /// What the request is, for its reply and counters here, where its client is (a `cas`
+        /// counts its hits, misses and bad values; a `delete`, `touch`, `incr`, `decr` its hits
+        /// and misses).
         what: Forwarded,
         /// The write's request id (`agent::once`; 0 for a read).
         once: Once,
