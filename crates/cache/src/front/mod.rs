@@ -273,6 +273,19 @@ struct PendingOp {
     deadline: Instant,
 }
 
+/// What a client's command needs once the loop has looked at it.
+enum Next {
+    /// Answered (the reply is in the connection's buffer).
+    Done,
+    /// A worker runs it, as the try `Once` of its write.
+    Worker(Once),
+    /// The loop runs it to completion, waiting for other nodes.
+    Loop(LoopOp, Once),
+    /// As `Loop`, its requests written at once rather than at the end of the pass (a
+    /// forced-degraded read).
+    LoopNow(LoopOp),
+}
+
 /// A request the loop gives to a worker: a client's parsed command (a client worker runs it), or
 /// a peer's request (a peer worker answers it).
 enum Retry {
@@ -2010,24 +2023,24 @@ fn service(
                     }
                 }
                 Parse::Command { command, consumed } => {
-                    let handoff = match &command {
+                    let next = match &command {
                         Command::Version => {
                             compose::version(&mut c.out, version());
-                            None
+                            Next::Done
                         }
                         Command::Verbosity { noreply, .. } => {
                             if !noreply {
                                 compose::reply(&mut c.out, Reply::Ok);
                             }
-                            None
+                            Next::Done
                         }
                         Command::MetaNoop => {
                             compose::meta_noop(&mut c.out);
-                            None
+                            Next::Done
                         }
                         Command::Quit => {
                             c.closing = true;
-                            None
+                            Next::Done
                         }
                         // A forced-degraded read of a whole value at its home: its range
                         // rebuilt on the loop (the benchmarks' degraded reads).
@@ -2040,23 +2053,17 @@ fn service(
                             let key = m.key_bytes();
                             match node.loop_read_start_degraded(&key, position) {
                                 LoopRead::Fetch(read) => {
-                                    let request = command.to_owned_command();
                                     let op = LoopOp::Read {
                                         read,
                                         to: ReplyTo::Client {
                                             with_cas: false,
                                             noreply: false,
                                         },
-                                        meta: Some(Box::new(request.clone())),
+                                        meta: Some(Box::new(command.to_owned_command())),
                                     };
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    ops.flush_now(registry);
-                                    None
+                                    Next::LoopNow(op)
                                 }
-                                _ => Some((command.to_owned_command(), Once::default())),
+                                _ => Next::Worker(Once::default()),
                             }
                         }
                         // A meta get (no touch) at the key's agent: read as a `get` is, its
@@ -2070,32 +2077,27 @@ fn service(
                                     bump(&counters.get_hits);
                                     bump(&counters.loop_reads);
                                     meta_hit(&mut c.out, m, v.flags, v.cas, v.exptime, &v.value);
-                                    None
+                                    Next::Done
                                 }
                                 LoopRead::Miss => {
                                     bump(&counters.cmd_get);
                                     bump(&counters.get_misses);
                                     meta_miss(&mut c.out, m);
-                                    None
+                                    Next::Done
                                 }
                                 LoopRead::Fetch(read) => {
-                                    let request = command.to_owned_command();
                                     let op = LoopOp::Read {
                                         read,
                                         to: ReplyTo::Client {
                                             with_cas: false,
                                             noreply: false,
                                         },
-                                        meta: Some(Box::new(request.clone())),
+                                        meta: Some(Box::new(command.to_owned_command())),
                                     };
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                                 LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => {
-                                    Some((command.to_owned_command(), Once::default()))
+                                    Next::Worker(Once::default())
                                 }
                             }
                         }
@@ -2111,20 +2113,18 @@ fn service(
                             };
                             let key = g.keys[0];
                             match node.loop_read_into(key, &mut c.out, with_cas) {
-                                LoopRead::Worker => {
-                                    Some((command.to_owned_command(), Once::default()))
-                                }
+                                LoopRead::Worker => Next::Worker(Once::default()),
                                 LoopRead::Composed => {
                                     bump(&node.counters.cmd_get);
                                     bump(&node.counters.get_hits);
                                     bump(&node.counters.loop_reads);
-                                    None
+                                    Next::Done
                                 }
                                 LoopRead::Miss => {
                                     bump(&node.counters.cmd_get);
                                     bump(&node.counters.get_misses);
                                     compose::reply(&mut c.out, Reply::End);
-                                    None
+                                    Next::Done
                                 }
                                 LoopRead::Value(v) => {
                                     bump(&node.counters.cmd_get);
@@ -2133,7 +2133,7 @@ fn service(
                                     let cas = with_cas.then_some(v.cas);
                                     compose::value(&mut c.out, &v.key, v.flags, &v.value, cas);
                                     compose::reply(&mut c.out, Reply::End);
-                                    None
+                                    Next::Done
                                 }
                                 LoopRead::Fetch(read) => {
                                     let op = LoopOp::Read {
@@ -2141,12 +2141,7 @@ fn service(
                                         to,
                                         meta: None,
                                     };
-                                    let request = command.to_owned_command();
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                                 LoopRead::Forward(agent) => {
                                     let get = AgentOp::Get {
@@ -2155,12 +2150,7 @@ fn service(
                                         degrade: None,
                                     };
                                     let op = LoopOp::forward(agent, key, get, to);
-                                    let request = command.to_owned_command();
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                             }
                         }
@@ -2178,36 +2168,24 @@ fn service(
                             };
                             let id = node.next_request_id();
                             let once = Once::first(id);
-                            let request = || command.to_owned_command();
                             match node.loop_modify_start(st.key, m, id) {
                                 LoopModifyStart::Worker | LoopModifyStart::NonNumeric => {
-                                    Some((request(), once))
+                                    Next::Worker(once)
                                 }
                                 LoopModifyStart::Missing => {
                                     let r = AgentResult::NotStored;
                                     store_reply(node, false, &r, st.noreply, &mut c.out);
-                                    None
+                                    Next::Done
                                 }
                                 LoopModifyStart::Stored { cas, .. } => {
                                     bump(&node.counters.loop_writes);
                                     let r = AgentResult::Stored { cas };
                                     store_reply(node, false, &r, st.noreply, &mut c.out);
-                                    None
+                                    Next::Done
                                 }
                                 LoopModifyStart::Send(write) => {
                                     let op = LoopOp::Write { write, to };
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                                 LoopModifyStart::Forward(agent) => {
                                     let concat = AgentOp::Store {
@@ -2220,18 +2198,7 @@ fn service(
                                         once,
                                     };
                                     let op = LoopOp::forward(agent, st.key, concat, to);
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                             }
                         }
@@ -2252,13 +2219,12 @@ fn service(
                             };
                             let id = node.next_request_id();
                             let once = Once::first(id);
-                            let request = || command.to_owned_command();
                             let answer = |r: AgentResult, out: &mut Vec<u8>| {
                                 arith_reply(node, incr, &r, *noreply, out);
-                                None
+                                Next::Done
                             };
                             match node.loop_modify_start(key, m, id) {
-                                LoopModifyStart::Worker => Some((request(), once)),
+                                LoopModifyStart::Worker => Next::Worker(once),
                                 LoopModifyStart::Missing => {
                                     answer(AgentResult::NotFound, &mut c.out)
                                 }
@@ -2272,18 +2238,7 @@ fn service(
                                 }
                                 LoopModifyStart::Send(write) => {
                                     let op = LoopOp::Write { write, to };
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                                 LoopModifyStart::Forward(agent) => {
                                     let arith = AgentOp::Arith {
@@ -2293,18 +2248,7 @@ fn service(
                                         once,
                                     };
                                     let op = LoopOp::forward(agent, key, arith, to);
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                             }
                         }
@@ -2320,26 +2264,22 @@ fn service(
                             match node
                                 .loop_write_start(st.key, cond, st.flags, st.exptime, st.data, id)
                             {
-                                LoopWriteStart::Worker => Some((command.to_owned_command(), once)),
+                                LoopWriteStart::Worker => Next::Worker(once),
                                 LoopWriteStart::Stored(cas) => {
                                     bump(&node.counters.loop_writes);
                                     let r = AgentResult::Stored { cas };
                                     store_reply(node, cas_mode, &r, st.noreply, &mut c.out);
-                                    None
+                                    Next::Done
                                 }
                                 LoopWriteStart::Refused(d) => {
                                     bump(&node.counters.loop_writes_refused);
                                     let r = refusal(d);
                                     store_reply(node, cas_mode, &r, st.noreply, &mut c.out);
-                                    None
+                                    Next::Done
                                 }
                                 LoopWriteStart::Send(write) => {
                                     let op = LoopOp::Write { write, to };
-                                    let request = command.to_owned_command();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                                 LoopWriteStart::Forward(agent) => {
                                     let set = AgentOp::Store {
@@ -2352,11 +2292,7 @@ fn service(
                                         once,
                                     };
                                     let op = LoopOp::forward(agent, st.key, set, to);
-                                    let request = command.to_owned_command();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, once)
                                 }
                             }
                         }
@@ -2364,15 +2300,10 @@ fn service(
                             if g.keys.len() > 1 && g.exptime.is_none() && !ops.links.is_empty() =>
                         {
                             match MultiGet::start(node, &g.keys, g.kind.with_cas()) {
-                                None => Some((command.to_owned_command(), Once::default())),
+                                None => Next::Worker(Once::default()),
                                 Some(m) => {
                                     let op = LoopOp::MultiGet(Box::new(m));
-                                    let request = command.to_owned_command();
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                             }
                         }
@@ -2385,28 +2316,15 @@ fn service(
                                 with_cas: false,
                                 noreply: *noreply,
                             };
-                            let request = || command.to_owned_command();
                             match node.loop_touch_start(key, *exptime) {
                                 LoopNoticeStart::NotFound => {
                                     let r = AgentResult::NotFound;
                                     touch_reply(node, &r, *noreply, &mut c.out);
-                                    None
+                                    Next::Done
                                 }
                                 LoopNoticeStart::Send(notice) => {
                                     let op = LoopOp::Notice { notice, to };
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                                 LoopNoticeStart::Forward(agent) => {
                                     let touch = AgentOp::Touch {
@@ -2414,22 +2332,10 @@ fn service(
                                         exptime: *exptime,
                                     };
                                     let op = LoopOp::forward(agent, key, touch, to);
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c,
-                                        token,
-                                        node,
-                                        hand,
-                                        ops,
-                                        registry,
-                                        op,
-                                        request(),
-                                        once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                                 LoopNoticeStart::Worker | LoopNoticeStart::Exists => {
-                                    Some((request(), Once::default()))
+                                    Next::Worker(Once::default())
                                 }
                             }
                         }
@@ -2440,24 +2346,17 @@ fn service(
                             };
                             let refused = |r: AgentResult, out: &mut Vec<u8>| {
                                 delete_reply(node, &r, *noreply, out);
-                                None
+                                Next::Done
                             };
                             match node.loop_delete_start(key, None) {
-                                LoopNoticeStart::Worker => {
-                                    Some((command.to_owned_command(), Once::default()))
-                                }
+                                LoopNoticeStart::Worker => Next::Worker(Once::default()),
                                 LoopNoticeStart::NotFound => {
                                     refused(AgentResult::NotFound, &mut c.out)
                                 }
                                 LoopNoticeStart::Exists => refused(AgentResult::Exists, &mut c.out),
                                 LoopNoticeStart::Send(notice) => {
                                     let op = LoopOp::Notice { notice, to };
-                                    let request = command.to_owned_command();
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                                 LoopNoticeStart::Forward(agent) => {
                                     let delete = AgentOp::Delete {
@@ -2465,21 +2364,30 @@ fn service(
                                         compare_cas: None,
                                     };
                                     let op = LoopOp::forward(agent, key, delete, to);
-                                    let request = command.to_owned_command();
-                                    let once = Once::default();
-                                    start_client_op(
-                                        c, token, node, hand, ops, registry, op, request, once,
-                                    );
-                                    None
+                                    Next::Loop(op, Once::default())
                                 }
                             }
                         }
-                        _ => Some((command.to_owned_command(), Once::default())),
+                        _ => Next::Worker(Once::default()),
                     };
                     // Anything else goes to a worker, parsed (not to be parsed again).
-                    if let Some((request, once)) = handoff {
-                        c.busy = true;
-                        hand.client(token, Work::Command(request, once));
+                    match next {
+                        Next::Done => {}
+                        Next::Worker(once) => {
+                            let request = command.to_owned_command();
+                            c.busy = true;
+                            hand.client(token, Work::Command(request, once));
+                        }
+                        Next::Loop(op, once) => {
+                            let request = command.to_owned_command();
+                            start_client_op(c, token, node, hand, ops, registry, op, request, once);
+                        }
+                        Next::LoopNow(op) => {
+                            let request = command.to_owned_command();
+                            let once = Once::default();
+                            start_client_op(c, token, node, hand, ops, registry, op, request, once);
+                            ops.flush_now(registry);
+                        }
                     }
                     c.inbuf.drain(..consumed);
                 }
