@@ -18,6 +18,7 @@
 
 use parking_lot::{ArcMutexGuard, RawMutex};
 
+use crate::agent::index::{Entry, StripeIndex};
 use crate::carrier::peer::Request;
 use crate::node::{bump, lock, Node};
 use crate::record::Kind;
@@ -98,114 +99,102 @@ impl Node {
     /// Starts `delete key` (with `compare_cas`: only if its CAS value matches) on the client
     /// loop.
     pub fn loop_delete_start(&self, key: &[u8], compare_cas: Option<u64>) -> LoopNoticeStart {
-        let stripe = self.placement.stripe_of(key);
-        if !self.leads(stripe) {
-            return match self.agent_of(stripe) {
-                Some(agent) if agent != self.cfg.id => LoopNoticeStart::Forward(agent),
-                _ => LoopNoticeStart::Worker,
-            };
-        }
-        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
-            return LoopNoticeStart::Worker;
-        };
-        self.drop_stale_index(stripe);
-        if self.down_positions(stripe) > self.parity() {
-            return LoopNoticeStart::Worker;
-        }
-        let started = std::time::Instant::now();
-        let oldest = self
-            .oldest_live_us
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let version = {
-            let mut g = lock(&self.stripes[stripe]);
-            let Some(ix) = g.as_mut() else {
-                return LoopNoticeStart::Worker;
-            };
-            let now_us = time::now_micros();
-            // An expired or flushed entry: the worker deletes its records and answers.
-            let Ok(current) = ix.lookup_live(key, time::secs_of(now_us), now_us, oldest) else {
-                return LoopNoticeStart::Worker;
-            };
-            let Some(e) = current else {
-                return LoopNoticeStart::NotFound;
-            };
+        let begun = self.loop_notice_begin(key, |ix, e, now_us| {
             if compare_cas.is_some_and(|c| c != e.version) {
-                return LoopNoticeStart::Exists;
+                return Err(LoopNoticeStart::Exists);
             }
             ix.remove(key);
             ix.release_held(key);
             let v = ix.next_version(now_us);
             ix.finish(v);
-            v
-        };
-        let d = LoopNotice {
-            stripe,
-            fence: self.fence(stripe),
-            key: key.to_vec(),
-            version,
-            touch: None,
-            remote: Vec::new(),
-            started,
-            _key_guard: guard,
-        };
-        LoopNoticeStart::Send(Box::new(self.loop_notice_send(d, self.n())))
+            Ok(v)
+        });
+        match begun {
+            Ok((mut d, version)) => {
+                d.version = version;
+                LoopNoticeStart::Send(Box::new(self.loop_notice_send(d, self.n())))
+            }
+            Err(answer) => answer,
+        }
     }
 
     /// Starts `touch key exptime` on the client loop: the entry's expiry changed in the index,
     /// then each member node that holds the value's records told (a whole value's location
     /// lies at every position of its stripe).
     pub fn loop_touch_start(&self, key: &[u8], exptime: i64) -> LoopNoticeStart {
+        let begun = self.loop_notice_begin(key, |ix, e, now_us| {
+            let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
+            ix.set_exptime(key, abs);
+            Ok((e, abs))
+        });
+        match begun {
+            Ok((mut t, (e, abs))) => {
+                t.version = e.version;
+                t.touch = Some(abs);
+                let reach = if e.kind == Kind::Whole {
+                    self.n()
+                } else {
+                    e.positions
+                };
+                LoopNoticeStart::Send(Box::new(self.loop_notice_send(t, reach)))
+            }
+            Err(answer) => answer,
+        }
+    }
+
+    /// What a delete and a touch begin with: this node leads the key's stripe (else the agent
+    /// to forward to), holds the key's lock (else a worker), and `change` runs on the index
+    /// with the key's live entry (`NOT_FOUND` without one; an expired or flushed one goes to
+    /// the worker, which deletes its records). The notice it returns has no version, expiry
+    /// or steps yet.
+    fn loop_notice_begin<T>(
+        &self,
+        key: &[u8],
+        change: impl FnOnce(&mut StripeIndex, Entry, u64) -> Result<T, LoopNoticeStart>,
+    ) -> Result<(LoopNotice, T), LoopNoticeStart> {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
-            return match self.agent_of(stripe) {
+            return Err(match self.agent_of(stripe) {
                 Some(agent) if agent != self.cfg.id => LoopNoticeStart::Forward(agent),
                 _ => LoopNoticeStart::Worker,
-            };
+            });
         }
         let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
-            return LoopNoticeStart::Worker;
+            return Err(LoopNoticeStart::Worker);
         };
         self.drop_stale_index(stripe);
         if self.down_positions(stripe) > self.parity() {
-            return LoopNoticeStart::Worker;
+            return Err(LoopNoticeStart::Worker);
         }
         let started = std::time::Instant::now();
         let oldest = self
             .oldest_live_us
             .load(std::sync::atomic::Ordering::Relaxed);
-        let (e, abs) = {
+        let changed = {
             let mut g = lock(&self.stripes[stripe]);
             let Some(ix) = g.as_mut() else {
-                return LoopNoticeStart::Worker;
+                return Err(LoopNoticeStart::Worker);
             };
             let now_us = time::now_micros();
-            let now_secs = time::secs_of(now_us);
-            let Ok(current) = ix.lookup_live(key, now_secs, now_us, oldest) else {
-                return LoopNoticeStart::Worker;
+            let Ok(current) = ix.lookup_live(key, time::secs_of(now_us), now_us, oldest) else {
+                return Err(LoopNoticeStart::Worker);
             };
             let Some(e) = current else {
-                return LoopNoticeStart::NotFound;
+                return Err(LoopNoticeStart::NotFound);
             };
-            let abs = time::absolute_exptime(exptime, now_secs);
-            ix.set_exptime(key, abs);
-            (e, abs)
+            change(ix, e, now_us)?
         };
-        let reach = if e.kind == Kind::Whole {
-            self.n()
-        } else {
-            e.positions
-        };
-        let t = LoopNotice {
+        let notice = LoopNotice {
             stripe,
             fence: self.fence(stripe),
             key: key.to_vec(),
-            version: e.version,
-            touch: Some(abs),
+            version: 0,
+            touch: None,
             remote: Vec::new(),
             started,
             _key_guard: guard,
         };
-        LoopNoticeStart::Send(Box::new(self.loop_notice_send(t, reach)))
+        Ok((notice, changed))
     }
 
     /// `n`'s request handled here for this node's own positions among the first `positions`

@@ -1308,36 +1308,6 @@ fn start_peer_request(
             }
         }
         peer::Request::Agent(AgentOp::Store {
-            mode: mode @ (StoreMode::Append | StoreMode::Prepend),
-            key,
-            value,
-            once,
-            ..
-        }) if once.attempt == Attempt::First => {
-            let m = Modify::Concat {
-                prepend: *mode == StoreMode::Prepend,
-                data: value,
-            };
-            let answer = |r: AgentResult| {
-                let res = peer::Response::Agent(r);
-                Some(crate::member::conn::frame_reply(node, &res))
-            };
-            match node.loop_modify_start(key, m, once.id) {
-                LoopModifyStart::Missing => return answer(AgentResult::NotStored),
-                LoopModifyStart::Stored { cas, .. } => {
-                    bump(&c.loop_writes);
-                    return answer(AgentResult::Stored { cas });
-                }
-                LoopModifyStart::Send(write) => Some(LoopOp::Write {
-                    write,
-                    to: ReplyTo::Peer,
-                }),
-                LoopModifyStart::Worker
-                | LoopModifyStart::NonNumeric
-                | LoopModifyStart::Forward(_) => None,
-            }
-        }
-        peer::Request::Agent(AgentOp::Store {
             mode,
             key,
             flags,
@@ -1350,7 +1320,17 @@ fn start_peer_request(
                 mode: *mode,
                 compare_cas: *compare_cas,
             };
-            match node.loop_write_start(key, cond, *flags, *exptime, value, once.id) {
+            let start = match mode {
+                StoreMode::Append | StoreMode::Prepend => {
+                    let m = Modify::Concat {
+                        prepend: *mode == StoreMode::Prepend,
+                        data: value,
+                    };
+                    concat_start(node.loop_modify_start(key, m, once.id))
+                }
+                _ => node.loop_write_start(key, cond, *flags, *exptime, value, once.id),
+            };
+            match start {
                 LoopWriteStart::Stored(cas) => {
                     bump(&c.loop_writes);
                     let res = peer::Response::Agent(AgentResult::Stored { cas });
@@ -2154,54 +2134,6 @@ fn service(
                                 }
                             }
                         }
-                        Command::Store(st)
-                            if matches!(st.mode, StoreMode::Append | StoreMode::Prepend)
-                                && !ops.links.is_empty() =>
-                        {
-                            let m = Modify::Concat {
-                                prepend: st.mode == StoreMode::Prepend,
-                                data: st.data,
-                            };
-                            let to = ReplyTo::Client {
-                                with_cas: false,
-                                noreply: st.noreply,
-                            };
-                            let id = node.next_request_id();
-                            let once = Once::first(id);
-                            match node.loop_modify_start(st.key, m, id) {
-                                LoopModifyStart::Worker | LoopModifyStart::NonNumeric => {
-                                    Next::Worker(once)
-                                }
-                                LoopModifyStart::Missing => {
-                                    let r = AgentResult::NotStored;
-                                    store_reply(node, false, &r, st.noreply, &mut c.out);
-                                    Next::Done
-                                }
-                                LoopModifyStart::Stored { cas, .. } => {
-                                    bump(&node.counters.loop_writes);
-                                    let r = AgentResult::Stored { cas };
-                                    store_reply(node, false, &r, st.noreply, &mut c.out);
-                                    Next::Done
-                                }
-                                LoopModifyStart::Send(write) => {
-                                    let op = LoopOp::Write { write, to };
-                                    Next::Loop(op, once)
-                                }
-                                LoopModifyStart::Forward(agent) => {
-                                    let concat = AgentOp::Store {
-                                        mode: st.mode,
-                                        key: st.key.to_vec(),
-                                        flags: st.flags,
-                                        exptime: st.exptime,
-                                        compare_cas: None,
-                                        value: st.data.to_vec(),
-                                        once,
-                                    };
-                                    let op = LoopOp::forward(agent, st.key, concat, to);
-                                    Next::Loop(op, once)
-                                }
-                            }
-                        }
                         Command::Arith {
                             op,
                             key,
@@ -2252,7 +2184,7 @@ fn service(
                                 }
                             }
                         }
-                        Command::Store(st) if store_if(st).on_loop() && !ops.links.is_empty() => {
+                        Command::Store(st) if !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
                                 noreply: st.noreply,
@@ -2261,9 +2193,20 @@ fn service(
                             let once = Once::first(id);
                             let cond = store_if(st);
                             let cas_mode = st.mode == StoreMode::Cas;
-                            match node
-                                .loop_write_start(st.key, cond, st.flags, st.exptime, st.data, id)
-                            {
+                            let start = match st.mode {
+                                // They change the present value (`Node::loop_modify_start`).
+                                StoreMode::Append | StoreMode::Prepend => {
+                                    let m = Modify::Concat {
+                                        prepend: st.mode == StoreMode::Prepend,
+                                        data: st.data,
+                                    };
+                                    concat_start(node.loop_modify_start(st.key, m, id))
+                                }
+                                _ => node.loop_write_start(
+                                    st.key, cond, st.flags, st.exptime, st.data, id,
+                                ),
+                            };
+                            match start {
                                 LoopWriteStart::Worker => Next::Worker(once),
                                 LoopWriteStart::Stored(cas) => {
                                     bump(&node.counters.loop_writes);
@@ -2282,15 +2225,7 @@ fn service(
                                     Next::Loop(op, once)
                                 }
                                 LoopWriteStart::Forward(agent) => {
-                                    let set = AgentOp::Store {
-                                        mode: st.mode,
-                                        key: st.key.to_vec(),
-                                        flags: st.flags,
-                                        exptime: st.exptime,
-                                        compare_cas: cond.compare_cas,
-                                        value: st.data.to_vec(),
-                                        once,
-                                    };
+                                    let set = store_op(st, once);
                                     let op = LoopOp::forward(agent, st.key, set, to);
                                     Next::Loop(op, once)
                                 }
@@ -2442,6 +2377,31 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
         .map(|c| if c == '\r' || c == '\n' { ' ' } else { c })
         .collect();
     compose::server_error(out, &clean);
+}
+
+/// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
+/// `NOT_STORED`, as memcached's.
+fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
+    match start {
+        LoopModifyStart::Worker | LoopModifyStart::NonNumeric => LoopWriteStart::Worker,
+        LoopModifyStart::Missing => LoopWriteStart::Refused(Decision::NotStored),
+        LoopModifyStart::Stored { cas, .. } => LoopWriteStart::Stored(cas),
+        LoopModifyStart::Send(write) => LoopWriteStart::Send(write),
+        LoopModifyStart::Forward(agent) => LoopWriteStart::Forward(agent),
+    }
+}
+
+/// A client's storage command as the agent's operation (run there, or forwarded to it).
+fn store_op(st: &proto::Store<'_>, once: Once) -> AgentOp {
+    AgentOp::Store {
+        mode: st.mode,
+        key: st.key.to_vec(),
+        flags: st.flags,
+        exptime: st.exptime,
+        compare_cas: store_if(st).compare_cas,
+        value: st.data.to_vec(),
+        once,
+    }
 }
 
 /// A storage command's mode and, for `cas`, the client's CAS value.
@@ -2667,15 +2627,7 @@ fn execute(
     };
     match command {
         Command::Store(s) => {
-            let op = AgentOp::Store {
-                mode: s.mode,
-                key: s.key.to_vec(),
-                flags: s.flags,
-                exptime: s.exptime,
-                compare_cas: store_if(&s).compare_cas,
-                value: s.data.to_vec(),
-                once,
-            };
+            let op = store_op(&s, once);
             let r = node.route_key(op, s.key);
             store_reply(node, s.mode == StoreMode::Cas, &r, s.noreply, out);
         }
@@ -3157,6 +3109,30 @@ mod tests {
     use super::*;
     use crate::node::tests::{get, key_of_stripe_0, lapse_lease, leading_node};
 
+    /// Settles `op` of the client connection `Token(1)`, two of its steps sent and one failed
+    /// (a member that did not answer in time), `once` its request's try.
+    fn settle_failed(node: &Node, op: LoopOp, once: Once) -> Option<Done> {
+        let mut ops = LoopOps {
+            links: Links::new(Vec::new()),
+            pending: HashMap::new(),
+            calls: HashMap::new(),
+            next_id: 0,
+            patience: Duration::from_secs(1),
+            early_failures: Vec::new(),
+        };
+        let pending = PendingOp {
+            conn: Token(1),
+            op,
+            retry: Retry::Client(proto::OwnedCommand::Version, once),
+            outstanding: 2,
+            next: 2,
+            failed: true,
+            deadline: Instant::now(),
+        };
+        ops.pending.insert(0, pending);
+        ops.settle(node, 0)
+    }
+
     /// A delete on the loop whose members did not all answer in time is still answered
     /// `DELETED` (as a worker's delete, which does not wait on them either: the index entry
     /// went before any message left), and never handed to a worker, which would find no entry
@@ -3195,28 +3171,9 @@ mod tests {
             if lapsed {
                 lapse_lease(&node, 1);
             }
-            let mut ops = LoopOps {
-                links: Links::new(Vec::new()),
-                pending: HashMap::new(),
-                calls: HashMap::new(),
-                next_id: 0,
-                patience: Duration::from_secs(1),
-                early_failures: Vec::new(),
-            };
-            ops.pending.insert(
-                0,
-                PendingOp {
-                    conn: Token(1),
-                    op: LoopOp::Notice { notice, to },
-                    retry: Retry::Client(proto::OwnedCommand::Version, Once::default()),
-                    outstanding: 2,
-                    next: 2,
-                    // A member's answer did not come in time.
-                    failed: true,
-                    deadline: Instant::now(),
-                },
-            );
-            match ops.settle(&node, 0) {
+            // A member's answer did not come in time.
+            let op = LoopOp::Notice { notice, to };
+            match settle_failed(&node, op, Once::default()) {
                 Some(Done::Reply(Token(1), out)) => out,
                 Some(Done::Worker(..)) => panic!("a delete handed to a worker"),
                 _ => panic!("no end"),
@@ -3264,28 +3221,8 @@ mod tests {
             if lapsed {
                 lapse_lease(&node, 1);
             }
-            let mut ops = LoopOps {
-                links: Links::new(Vec::new()),
-                pending: HashMap::new(),
-                calls: HashMap::new(),
-                next_id: 0,
-                patience: Duration::from_secs(1),
-                early_failures: Vec::new(),
-            };
-            ops.pending.insert(
-                0,
-                PendingOp {
-                    conn: Token(1),
-                    op: LoopOp::Write { write, to },
-                    retry: Retry::Client(proto::OwnedCommand::Version, Once::first(id)),
-                    outstanding: 2,
-                    next: 2,
-                    // A member's reply did not come in time (or its connection broke).
-                    failed: true,
-                    deadline: Instant::now(),
-                },
-            );
-            ops.settle(&node, 0)
+            // A member's reply did not come in time (or its connection broke).
+            settle_failed(&node, LoopOp::Write { write, to }, Once::first(id))
         };
         let client = ReplyTo::Client {
             with_cas: false,

@@ -300,6 +300,21 @@ fn an_index_rebuilt_from_the_records_answers_a_retry_from_them() {
     assert_eq!(value_of(&node, &key), (b"42".to_vec(), cas));
 }
 
+/// Sends a write the loop began its records, as the loop does, and checks every member
+/// stored its own.
+fn send_records(node: &Node, write: &mut crate::agent::LoopWrite) {
+    let puts = write
+        .remote
+        .clone()
+        .iter()
+        .map(|&(member, p)| (member, write.request(p)))
+        .collect();
+    assert!(node
+        .call(puts)
+        .iter()
+        .all(|r| matches!(r, Ok(Response::Ack))));
+}
+
 /// The `set` that `inec nemesis` found applied as two versions: run on the event loop, its
 /// records reached the members, the loop gave it up (a member's ack late) and handed it to a
 /// worker to write again (the agent had led throughout); before the worker ran, the lease
@@ -317,15 +332,7 @@ fn a_loop_write_given_up_and_adopted_by_a_rebuild_is_not_written_again() {
         panic!("a coded set of a leading node with every member up runs on the loop");
     };
     let version = write.version();
-    let remote = write.remote.clone();
-    let puts = remote
-        .iter()
-        .map(|&(member, p)| (member, write.request(p)))
-        .collect();
-    assert!(node
-        .call(puts)
-        .iter()
-        .all(|r| matches!(r, Ok(Response::Ack))));
+    send_records(&node, &mut write);
     // No ack reached the loop in time: given up, to be run again by a worker.
     assert!(node.loop_write_may_rerun(&write));
     let once = write.rerun_once();
@@ -417,17 +424,11 @@ fn conditional_writes_are_decided_on_the_loop() {
         let LoopWriteStart::Send(mut write) = start else {
             panic!("the write proceeds on the loop: {start:?}");
         };
-        let puts: Vec<_> = write
-            .remote
-            .clone()
-            .iter()
-            .map(|&(member, p)| (member, write.request(p)))
-            .collect();
-        assert!(!puts.is_empty(), "its records go to the other members");
-        assert!(node
-            .call(puts)
-            .iter()
-            .all(|r| matches!(r, Ok(Response::Ack))));
+        assert!(
+            !write.remote.is_empty(),
+            "its records go to the other members"
+        );
+        send_records(&node, &mut write);
         node.loop_write_finish(*write).expect("still the agent")
     };
     let start = |c: StoreIf, value: &[u8], id: u64| node.loop_write_start(&key, c, 0, 0, value, id);
@@ -494,16 +495,7 @@ fn modifications_of_a_value_held_here_run_on_the_loop() {
             panic!("the change is written on the loop: {start:?}");
         };
         let number = write.number();
-        let puts: Vec<_> = write
-            .remote
-            .clone()
-            .iter()
-            .map(|&(member, p)| (member, write.request(p)))
-            .collect();
-        assert!(node
-            .call(puts)
-            .iter()
-            .all(|r| matches!(r, Ok(Response::Ack))));
+        send_records(&node, &mut write);
         (
             number,
             node.loop_write_finish(*write).expect("still the agent"),
