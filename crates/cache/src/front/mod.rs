@@ -2412,72 +2412,33 @@ fn store_if(s: &proto::Store<'_>) -> StoreIf {
     }
 }
 
-/// A delete's answer at the node its client reached: counted (`delete_hits`,
-/// `delete_misses`) and, unless `noreply`, its reply line appended to `out`.
+/// A delete's answer at the node its client reached (`delete_hits`, `delete_misses`).
 fn delete_reply(node: &Node, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
     let c = &node.counters;
-    match r {
-        AgentResult::Deleted => bump(&c.delete_hits),
-        AgentResult::NotFound => bump(&c.delete_misses),
-        _ => {}
-    }
-    if noreply {
-        return;
-    }
-    match r {
-        AgentResult::Deleted => compose::reply(out, Reply::Deleted),
-        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
-        AgentResult::Exists => compose::reply(out, Reply::Exists),
-        AgentResult::Error(r) => server_error(out, r),
-        other => server_error(out, &format!("unexpected {other:?}")),
-    }
+    let found = matches!(r, AgentResult::Deleted);
+    hit_or_miss_reply(r, found, (&c.delete_hits, &c.delete_misses), noreply, out);
 }
 
-/// An `incr`'s (`incr`) or `decr`'s answer at the node its client reached: counted
-/// (`incr_hits`, `incr_misses`, `decr_…`) and, unless `noreply`, its reply line appended.
+/// An `incr`'s (`incr`) or `decr`'s answer at the node its client reached (`incr_hits`,
+/// `incr_misses`, `decr_…`).
 fn arith_reply(node: &Node, incr: bool, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
     let c = &node.counters;
-    let (hits, misses) = if incr {
+    let counters = if incr {
         (&c.incr_hits, &c.incr_misses)
     } else {
         (&c.decr_hits, &c.decr_misses)
     };
-    match r {
-        AgentResult::Number { .. } => bump(hits),
-        AgentResult::NotFound => bump(misses),
-        _ => {}
-    }
-    if noreply {
-        return;
-    }
-    match r {
-        AgentResult::Number { number, .. } => compose::number(out, *number),
-        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
-        AgentResult::NonNumeric => out.extend_from_slice(proto::NonNumeric.reply()),
-        AgentResult::Error(r) => server_error(out, r),
-        other => server_error(out, &format!("unexpected {other:?}")),
-    }
+    let found = matches!(r, AgentResult::Number { .. });
+    hit_or_miss_reply(r, found, counters, noreply, out);
 }
 
-/// A touch's answer at the node its client reached: counted (`cmd_touch`, `touch_hits`,
-/// `touch_misses`) and, unless `noreply`, its reply line appended to `out`.
+/// A touch's answer at the node its client reached (`cmd_touch`, `touch_hits`,
+/// `touch_misses`).
 fn touch_reply(node: &Node, r: &AgentResult, noreply: bool, out: &mut Vec<u8>) {
     let c = &node.counters;
     bump(&c.cmd_touch);
-    match r {
-        AgentResult::Touched => bump(&c.touch_hits),
-        AgentResult::NotFound => bump(&c.touch_misses),
-        _ => {}
-    }
-    if noreply {
-        return;
-    }
-    match r {
-        AgentResult::Touched => compose::reply(out, Reply::Touched),
-        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
-        AgentResult::Error(r) => server_error(out, r),
-        other => server_error(out, &format!("unexpected {other:?}")),
-    }
+    let found = matches!(r, AgentResult::Touched);
+    hit_or_miss_reply(r, found, (&c.touch_hits, &c.touch_misses), noreply, out);
 }
 
 /// The agent's answer to a condition that refused a write.
@@ -2504,16 +2465,45 @@ fn store_reply(node: &Node, cas: bool, r: &AgentResult, noreply: bool, out: &mut
             _ => {}
         }
     }
-    if noreply {
-        return;
+    if !noreply {
+        answer_line(out, r);
     }
-    match r {
-        AgentResult::Stored { .. } => compose::reply(out, Reply::Stored),
-        AgentResult::NotStored => compose::reply(out, Reply::NotStored),
-        AgentResult::Exists => compose::reply(out, Reply::Exists),
-        AgentResult::NotFound => compose::reply(out, Reply::NotFound),
-        AgentResult::Error(r) => server_error(out, r),
-        other => server_error(out, &format!("unexpected {other:?}")),
+}
+
+/// The reply line of the agent's answer to a client's write, delete, touch, incr or decr.
+fn answer_line(out: &mut Vec<u8>, r: &AgentResult) {
+    let reply = match r {
+        AgentResult::Stored { .. } => Reply::Stored,
+        AgentResult::NotStored => Reply::NotStored,
+        AgentResult::Exists => Reply::Exists,
+        AgentResult::NotFound => Reply::NotFound,
+        AgentResult::Deleted => Reply::Deleted,
+        AgentResult::Touched => Reply::Touched,
+        AgentResult::Number { number, .. } => return compose::number(out, *number),
+        AgentResult::NonNumeric => return out.extend_from_slice(proto::NonNumeric.reply()),
+        AgentResult::Error(r) => return server_error(out, r),
+        other => return server_error(out, &format!("unexpected {other:?}")),
+    };
+    compose::reply(out, reply);
+}
+
+/// Counts the answer `r` as a hit (`found`: its success) or a miss (`NOT_FOUND`), then appends
+/// its reply line unless `noreply`: a delete's, touch's, incr's or decr's at the node its
+/// client reached.
+fn hit_or_miss_reply(
+    r: &AgentResult,
+    found: bool,
+    (hits, misses): (&AtomicU64, &AtomicU64),
+    noreply: bool,
+    out: &mut Vec<u8>,
+) {
+    if found {
+        bump(hits);
+    } else if matches!(r, AgentResult::NotFound) {
+        bump(misses);
+    }
+    if !noreply {
+        answer_line(out, r);
     }
 }
 
