@@ -393,6 +393,18 @@ impl LoopOp {
         }
     }
 
+    /// A meta get's read on the loop: its reply composed from the command's flags.
+    fn meta_read(read: LoopPending, command: &Command<'_>) -> LoopOp {
+        LoopOp::Read {
+            read,
+            to: ReplyTo::Client {
+                with_cas: false,
+                noreply: false,
+            },
+            meta: Some(Box::new(command.to_owned_command())),
+        }
+    }
+
     fn remote(&self) -> &[(usize, usize)] {
         match self {
             LoopOp::Read { read, .. } => &read.remote,
@@ -518,15 +530,7 @@ impl LoopOp {
                         return None;
                     }
                     bump(&c.writes_in_doubt);
-                    match to {
-                        ReplyTo::Client { noreply: true, .. } => {}
-                        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
-                        ReplyTo::Peer => {
-                            let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
-                            out = crate::member::conn::frame_reply(node, &res);
-                        }
-                    }
-                    return Some(out);
+                    return Some(in_doubt_reply(node, to));
                 };
                 bump(&c.loop_writes);
                 let (r, incr) = match number {
@@ -554,15 +558,7 @@ impl LoopOp {
                         bump(&c.loop_write_fallbacks);
                         return None;
                     }
-                    match to {
-                        ReplyTo::Client { noreply: true, .. } => {}
-                        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
-                        ReplyTo::Peer => {
-                            let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
-                            out = crate::member::conn::frame_reply(node, &res);
-                        }
-                    }
-                    return Some(out);
+                    return Some(in_doubt_reply(node, to));
                 }
                 let r = if touch {
                     bump(&c.loop_touches);
@@ -2033,14 +2029,7 @@ fn service(
                             let key = m.key_bytes();
                             match node.loop_read_start_degraded(&key, position) {
                                 LoopRead::Fetch(read) => {
-                                    let op = LoopOp::Read {
-                                        read,
-                                        to: ReplyTo::Client {
-                                            with_cas: false,
-                                            noreply: false,
-                                        },
-                                        meta: Some(Box::new(command.to_owned_command())),
-                                    };
+                                    let op = LoopOp::meta_read(read, &command);
                                     Next::LoopNow(op)
                                 }
                                 _ => Next::Worker(Once::default()),
@@ -2066,14 +2055,7 @@ fn service(
                                     Next::Done
                                 }
                                 LoopRead::Fetch(read) => {
-                                    let op = LoopOp::Read {
-                                        read,
-                                        to: ReplyTo::Client {
-                                            with_cas: false,
-                                            noreply: false,
-                                        },
-                                        meta: Some(Box::new(command.to_owned_command())),
-                                    };
+                                    let op = LoopOp::meta_read(read, &command);
                                     Next::Loop(op, Once::default())
                                 }
                                 LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => {
@@ -2389,6 +2371,21 @@ fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
         LoopModifyStart::Send(write) => LoopWriteStart::Send(write),
         LoopModifyStart::Forward(agent) => LoopWriteStart::Forward(agent),
     }
+}
+
+/// The reply to a write found in doubt on the loop ([`IN_DOUBT`]), for its client or, framed,
+/// for the node that forwarded it.
+fn in_doubt_reply(node: &Node, to: ReplyTo) -> Vec<u8> {
+    let mut out = Vec::new();
+    match to {
+        ReplyTo::Client { noreply: true, .. } => {}
+        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
+        ReplyTo::Peer => {
+            let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
+            out = crate::member::conn::frame_reply(node, &res);
+        }
+    }
+    out
 }
 
 /// A client's storage command as the agent's operation (run there, or forwarded to it).
