@@ -6,10 +6,10 @@ use crate::carrier::peer;
 use crate::carrier::plans::RunPayload;
 use crate::record;
 
-/// Decodes `data` as a peer request, a peer response, a chunk record and a run payload, and
-/// checks: no panic; whatever decodes encodes back to bytes that decode to the same value (so no
-/// two nodes can read one message two ways). Returns how many of the four decoders accepted the
-/// bytes.
+/// Decodes `data` as a peer request, a peer response, a plan frame, a chunk record and a run
+/// payload, and checks: no panic; whatever decodes encodes back to bytes that decode to the same
+/// value (so no two nodes can read one message two ways). Returns how many of the five decoders
+/// accepted the bytes.
 pub fn peer_bytes_arbitrary(data: &[u8]) -> usize {
     let mut accepted = 0;
     if let Some(req) = peer::decode_request(data) {
@@ -27,6 +27,16 @@ pub fn peer_bytes_arbitrary(data: &[u8]) -> usize {
             peer::decode_response(&again).as_ref(),
             Some(&res),
             "response round trip"
+        );
+        accepted += 1;
+    }
+    if let Some((from, h, payload)) = peer::decode_plan_frame(data) {
+        let mut again = Vec::new();
+        peer::push_plan_frame(&mut again, from, &h, payload);
+        assert_eq!(
+            peer::decode_plan_frame(&again[4..]),
+            Some((from, h, payload)),
+            "plan frame round trip"
         );
         accepted += 1;
     }

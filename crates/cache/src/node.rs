@@ -462,6 +462,12 @@ impl Node {
         self.plans.as_ref()
     }
 
+    /// The buffer pool of the node's engine, for the plan frames a loop reads (`None` without
+    /// an engine: such frames are dropped).
+    pub fn plan_pool(&self) -> Option<&engine::BufferPool> {
+        self.plans.as_ref().and_then(|x| x.pool())
+    }
+
     /// The engine path for a write or normal read of a coded value of `stripe`, when this node
     /// is the stripe's designated agent and every node `needed` holds is up.
     pub(crate) fn plan_path(&self, stripe: usize, needed: usize) -> Option<&Arc<PlanExec>> {

@@ -7,13 +7,12 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codes::Code;
-use engine::transport::TcpTransport;
 use engine::{BufferPool, Engine, LocalNode};
 use graph::Scheme;
 
 use crate::carrier::calls::LoopTransport;
+use crate::carrier::lane::LaneTransport;
 use crate::carrier::plans::{CacheApp, PlanExec};
-use crate::carrier::ENGINE_PREAMBLE;
 use crate::cluster::placement::Placement;
 use crate::front::{self, ServerConfig};
 use crate::member::store::ChunkStore;
@@ -54,8 +53,6 @@ pub enum StartError {
     Coordinator(String),
     #[error("making the event loops' polls: {0}")]
     Loops(std::io::Error),
-    #[error("making the engine's transport: {0}")]
-    Engine(std::io::Error),
     #[error("binding {what} address {addr}: {source}")]
     Bind {
         what: &'static str,
@@ -140,18 +137,15 @@ impl Server {
         let mut plans_not_installed = None;
         let (plans, engine_host) = match config.plans {
             true if nodes > 1 => {
-                // The engine is driven by the first event loop: its frames travel on
-                // connections to the peer ports, which begin with the engine's preamble.
+                // The engine is driven by the first event loop: its frames travel on that
+                // loop's links to the other nodes, beside the cache's messages.
                 let pool = BufferPool::new();
-                let mut t = TcpTransport::driven(
+                let t = LaneTransport::new(
                     id as engine::NodeId,
-                    loops.engine_registry(),
-                    front::ENGINE_BASE,
+                    nodes,
                     loops.engine_waker(),
                     pool.clone(),
-                )
-                .map_err(StartError::Engine)?;
-                t.set_preamble(&ENGINE_PREAMBLE);
+                );
                 let (engine, driven) = Engine::driven(t, pool);
                 loops.drive(driven);
                 let exec = Arc::new(PlanExec::new(config.peers.clone(), incarnation));

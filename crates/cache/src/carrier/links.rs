@@ -86,6 +86,18 @@ struct Link {
     written: u64,
     inbuf: Vec<u8>,
     asked: VecDeque<Sent>,
+    /// It carried frames of the node's engine ([`Links::queue_plan`]): when it drops, the
+    /// engine hears that it lost the node ([`PlanLink::Lost`]).
+    plans: bool,
+}
+
+/// What the engine's frames learn of a chunks link to a node (the first loop's, which carries
+/// them), in the order it happened: a link that carried plan frames dropped (frames may have
+/// been lost), or a new connection to the node opened (plans may use the node again).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PlanLink {
+    Lost(usize),
+    Opened(usize),
 }
 
 pub struct Links {
@@ -97,6 +109,10 @@ pub struct Links {
     /// Frames sent and received, for the node's message counters (those queued `counted`).
     pub sent: u64,
     pub received: u64,
+    /// Whether these links carry the engine's frames (the first loop's), and what happened to
+    /// their chunks links since [`Links::take_plan_links`].
+    carries_plans: bool,
+    plan_links: Vec<PlanLink>,
 }
 
 impl Links {
@@ -110,7 +126,25 @@ impl Links {
             scratch: vec![0; 64 * 1024],
             sent: 0,
             received: 0,
+            carries_plans: false,
+            plan_links: Vec::new(),
         }
+    }
+
+    /// These links carry the node's engine frames (the loop drives the engine).
+    pub fn carry_plans(&mut self) {
+        self.carries_plans = true;
+    }
+
+    /// What happened to the chunks links since the last call, for the engine (empty unless
+    /// [`Links::carry_plans`]).
+    pub fn take_plan_links(&mut self) -> Vec<PlanLink> {
+        std::mem::take(&mut self.plan_links)
+    }
+
+    /// Whether something happened to the chunks links the engine has not heard yet.
+    pub fn plan_links_pending(&self) -> bool {
+        !self.plan_links.is_empty()
     }
 
     /// Whether the loop knows no peer (a one-node cache, or a caller that gave no addresses).
@@ -135,6 +169,49 @@ impl Links {
         request: &peer::Request,
         counted: bool,
     ) -> io::Result<()> {
+        let at = self.open(registry, node, lane)?;
+        let link = self.links[at].as_mut().expect("opened");
+        let before = link.out.len();
+        peer::push_request_frame(&mut link.out, request);
+        link.queued += (link.out.len() - before) as u64;
+        link.asked.push_back(Sent {
+            asked,
+            end: link.queued,
+            counted,
+        });
+        if counted {
+            self.sent += 1;
+        }
+        if !self.dirty.contains(&at) {
+            self.dirty.push(at);
+        }
+        Ok(())
+    }
+
+    /// Queues one frame of the node's engine for `node` (sent by node `from`), on the chunks
+    /// lane: it has no reply. It leaves at the next [`Links::flush`].
+    pub fn queue_plan(
+        &mut self,
+        registry: &Registry,
+        node: usize,
+        from: u32,
+        header: &engine::wire::Header,
+        payload: &[u8],
+    ) -> io::Result<()> {
+        let at = self.open(registry, node, Lane::Chunks)?;
+        let link = self.links[at].as_mut().expect("opened");
+        let before = link.out.len();
+        peer::push_plan_frame(&mut link.out, from, header, payload);
+        link.queued += (link.out.len() - before) as u64;
+        link.plans = true;
+        if !self.dirty.contains(&at) {
+            self.dirty.push(at);
+        }
+        Ok(())
+    }
+
+    /// The link to `node` on `lane`, connected first if there is none: its slot.
+    fn open(&mut self, registry: &Registry, node: usize, lane: Lane) -> io::Result<usize> {
         let at = node * LANES + lane as usize;
         if self.links[at].is_none() {
             let mut stream = TcpStream::connect(self.addrs[node])?;
@@ -152,24 +229,13 @@ impl Links {
                 written: 0,
                 inbuf: Vec::new(),
                 asked: VecDeque::new(),
+                plans: false,
             });
+            if self.carries_plans && lane == Lane::Chunks {
+                self.plan_links.push(PlanLink::Opened(node));
+            }
         }
-        let link = self.links[at].as_mut().expect("connected above");
-        let before = link.out.len();
-        peer::push_request_frame(&mut link.out, request);
-        link.queued += (link.out.len() - before) as u64;
-        link.asked.push_back(Sent {
-            asked,
-            end: link.queued,
-            counted,
-        });
-        if counted {
-            self.sent += 1;
-        }
-        if !self.dirty.contains(&at) {
-            self.dirty.push(at);
-        }
-        Ok(())
+        Ok(at)
     }
 
     /// Writes what was queued this pass, one write per link; the requests of links that
@@ -309,6 +375,9 @@ impl Links {
         let _ = registry.deregister(&mut link.stream);
         // Its requests fail now: none of them may reach the node later.
         crate::carrier::peer::abort(&link.stream);
+        if link.plans {
+            self.plan_links.push(PlanLink::Lost(at / LANES));
+        }
         let written = link.written;
         link.asked
             .into_iter()
@@ -431,6 +500,71 @@ mod tests {
         let answers = read_until(&mut links, registry, Lane::Chunks as usize, 1);
         assert_eq!(answers, vec![((1, 0), Ok(Response::Ack))]);
         assert_eq!(links.received, 2);
+    }
+
+    /// The engine's frames ride the chunks lane with no reply: a reply on that lane answers the
+    /// request queued after them. Links that carry plans report the chunks link they open and
+    /// the one that drops after carrying plan frames (not the other lanes).
+    #[test]
+    fn plan_frames_need_no_reply_and_their_link_is_watched() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let registry = poll.registry();
+        let mut links = Links::new(vec![addr]);
+        links.carry_plans();
+        let header = engine::wire::Header::new(engine::wire::Kind::Data, 9, 0, 0, 4).unwrap();
+        links.queue_plan(registry, 0, 3, &header, b"data").unwrap();
+        let hb = peer::Request::Heartbeat { from: 3 };
+        links
+            .queue(registry, 0, Lane::Chunks, (1, 0), &hb, true)
+            .unwrap();
+        links
+            .queue(registry, 0, Lane::Heartbeats, (2, 0), &hb, false)
+            .unwrap();
+        assert_eq!(links.take_plan_links(), vec![PlanLink::Opened(0)]);
+        assert!(links.flush(registry).is_empty());
+        // The chunks lane's connection: the plan frame, then the request.
+        let mut accepted = Vec::new();
+        for _ in 0..2 {
+            let (mut s, _) = listener.accept().unwrap();
+            let mut head = [0u8; 4];
+            s.read_exact(&mut head).unwrap();
+            let mut body = vec![0; u32::from_le_bytes(head) as usize];
+            s.read_exact(&mut body).unwrap();
+            accepted.push((body, s));
+        }
+        let at = accepted
+            .iter()
+            .position(|(b, _)| peer::is_plan_frame(b))
+            .expect("the plan frame came");
+        let (body, mut chunks) = accepted.remove(at);
+        assert_eq!(
+            peer::decode_plan_frame(&body),
+            Some((3, header, &b"data"[..]))
+        );
+        let mut head = [0u8; 4];
+        chunks.read_exact(&mut head).unwrap();
+        let mut body = vec![0; u32::from_le_bytes(head) as usize];
+        chunks.read_exact(&mut body).unwrap();
+        assert_eq!(peer::decode_request(&body), Some(hb));
+        let ack = peer::encode_response(&Response::Ack);
+        chunks.write_all(&frame(&ack)).unwrap();
+        let answers = read_until(&mut links, registry, Lane::Chunks as usize, 1);
+        assert_eq!(answers, vec![((1, 0), Ok(Response::Ack))]);
+        // The heartbeat lane drops: nothing for the engine. The chunks lane drops: its node is
+        // lost to the engine.
+        drop(accepted);
+        let answers = read_until(&mut links, registry, Lane::Heartbeats as usize, 1);
+        assert_eq!(answers.len(), 1);
+        assert!(links.take_plan_links().is_empty());
+        drop(chunks);
+        let start = Instant::now();
+        while !links.plan_links_pending() && start.elapsed() < Duration::from_secs(5) {
+            assert!(links.readable(registry, Lane::Chunks as usize).is_empty());
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(links.take_plan_links(), vec![PlanLink::Lost(0)]);
     }
 
     /// A request to a port nothing listens on fails as not sent, and says the connection was

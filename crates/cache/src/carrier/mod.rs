@@ -1,18 +1,12 @@
 //! What carries a request between nodes: the peer messages and their TCP transport
-//! ([`peer`]), the event loop's pipelined links to the other nodes' peer ports (`links`), and
-//! the engine's plans bound to the cache ([`plans`]: the application that feeds a plan the
-//! node's chunk records and takes its outputs), and nodes in one process for tests ([`mem`]).
+//! ([`peer`]), the event loop's pipelined links to the other nodes' peer ports (`links`), the
+//! engine's transport on those links ([`lane`]), the engine's plans bound to the cache
+//! ([`plans`]: the application that feeds a plan the node's chunk records and takes its
+//! outputs), and nodes in one process for tests ([`mem`]).
 
 pub mod calls;
+pub mod lane;
 pub(crate) mod links;
-
-/// What an engine connection to a node's peer port writes before its first frame. Read as the
-/// length of a peer message it is `u32::MAX`, longer than any peer message may be
-/// (`peer::MESSAGE_MAX_BYTES`), so no connection of the cache's own messages starts with it:
-/// the loop that reads it gives the connection to the node's engine (docs/peer-messages.md,
-/// "Connections and frames").
-pub const ENGINE_PREAMBLE: [u8; 4] = [0xFF; 4];
-const _: () = assert!(peer::MESSAGE_MAX_BYTES < u32::MAX as usize);
 
 /// A connection's buffer that a burst grew past this keeps its memory only while in use.
 /// Measured under YCSB with 8 KiB values (docs/bench-ycsb.md): 16 KiB held 0.04–0.06 fewer

@@ -807,6 +807,48 @@ fn encode_request_to(w: &mut W, req: &Request) {
     }
 }
 
+/// The first byte of a peer message that carries one frame of the node's engine (a plan's
+/// slice, abort or control message) instead of a [`Request`]: `[14][sender's id u32][the
+/// engine's 24-byte header][payload]`. It travels on the chunks lane of the sender's first
+/// event loop and has no reply (docs/peer-messages.md, "Plan frames").
+pub const PLAN_FRAME: u8 = 14;
+
+/// Appends one engine frame from node `from` to `out`, framed as a peer message.
+pub fn push_plan_frame(
+    out: &mut Vec<u8>,
+    from: u32,
+    header: &engine::wire::Header,
+    payload: &[u8],
+) {
+    let body = 1 + 4 + engine::wire::HEADER_BYTES + payload.len();
+    out.reserve(4 + body);
+    out.extend_from_slice(&(body as u32).to_le_bytes());
+    out.push(PLAN_FRAME);
+    out.extend_from_slice(&from.to_le_bytes());
+    out.extend_from_slice(&header.encode());
+    out.extend_from_slice(payload);
+}
+
+/// Whether a message body is an engine frame ([`PLAN_FRAME`]).
+pub fn is_plan_frame(body: &[u8]) -> bool {
+    body.first() == Some(&PLAN_FRAME)
+}
+
+/// Parses the body of a plan frame: the sender, the engine's header and the payload, which
+/// must be exactly as long as the header says. `None` for anything else (the connection that
+/// sent it is not trusted further, as for any message that does not decode).
+pub fn decode_plan_frame(body: &[u8]) -> Option<(u32, engine::wire::Header, &[u8])> {
+    let rest = body.strip_prefix(&[PLAN_FRAME])?;
+    let (from, rest) = rest.split_first_chunk::<4>()?;
+    let (header, payload) = rest.split_first_chunk::<{ engine::wire::HEADER_BYTES }>()?;
+    let header = engine::wire::Header::decode(header).ok()?;
+    (header.payload_bytes as usize == payload.len()).then_some((
+        u32::from_le_bytes(*from),
+        header,
+        payload,
+    ))
+}
+
 /// Parses a request body.
 pub fn decode_request(body: &[u8]) -> Option<Request> {
     let mut r = R(body);
@@ -1072,6 +1114,34 @@ pub fn abort(s: &impl std::os::fd::AsFd) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plan frame reads back as it was pushed; one cut short, one whose payload is not the
+    /// length its header says, and one with a bad engine header are refused, and none of them
+    /// decodes as a request.
+    #[test]
+    fn plan_frames_round_trip_and_refuse_what_does_not_add_up() {
+        use engine::wire::{Header, Kind};
+        let header = Header::new(Kind::Data, 77, 3, 1, 5).unwrap();
+        let mut out = Vec::new();
+        push_plan_frame(&mut out, 6, &header, b"slice");
+        let len = u32::from_le_bytes(out[..4].try_into().unwrap()) as usize;
+        let body = &out[4..];
+        assert_eq!(len, body.len());
+        assert!(is_plan_frame(body));
+        assert_eq!(decode_plan_frame(body), Some((6, header, &b"slice"[..])));
+        assert_eq!(decode_request(body), None);
+        assert_eq!(decode_plan_frame(&body[..body.len() - 1]), None);
+        let mut longer = body.to_vec();
+        longer.push(0);
+        assert_eq!(decode_plan_frame(&longer), None);
+        let mut bad = body.to_vec();
+        bad[5] ^= 0xFF; // the engine header's magic
+        assert_eq!(decode_plan_frame(&bad), None);
+        // A request is not a plan frame.
+        let hb = encode_request(&Request::Heartbeat { from: 1 });
+        assert!(!is_plan_frame(&hb));
+        assert_eq!(decode_plan_frame(&hb), None);
+    }
 
     /// A rerun leaves a node as a retry (the index it may be written anew in is the sender's),
     /// and an attempt byte other than 0 or 1 is refused.

@@ -1,6 +1,6 @@
 //! The cache's plans on the engine: every cache node runs an engine host ([`CacheApp`]); its
-//! engine is driven by the node's first event loop and its frames travel on connections to the
-//! other nodes' peer ports (`front::EngineLoop`).
+//! engine is driven by the node's first event loop and its frames travel on that loop's links
+//! to the other nodes' peer ports (`front::EngineLoop`, `carrier::lane`).
 //!
 //! - **Writes and normal reads** of coded values run templates every node installs for its own
 //!   parts at start-up, locally (no message): for each stripe it is a member of, the scheme's
@@ -364,8 +364,8 @@ const STARTUP_CHUNK_BYTES: usize = 4096;
 /// the inputs of the writes it runs.
 #[derive(Debug)]
 pub struct PlanExec {
-    /// Every node's peer address, by id: engine connections go there (they begin with
-    /// [`super::ENGINE_PREAMBLE`]).
+    /// Every node's peer address, by id (the engine's `Connect` names it; its frames travel
+    /// on the first loop's links there).
     pub addrs: Vec<SocketAddr>,
     /// Repair templates installed on their participants on first use, by (stripe, lost
     /// positions, size class): (template id, participants). Forgotten after a failed run (a
@@ -1034,16 +1034,20 @@ impl PlanExec {
         let _ = self.engine.set(e);
     }
 
-    /// Connects this node's engine to the engine of `peer` (again: after it restarted). Of
-    /// each pair of nodes the one with the larger id connects, as the engine's `peers` rule.
+    /// The engine's buffer pool, once the engine is set.
+    pub fn pool(&self) -> Option<&engine::BufferPool> {
+        self.engine.get().map(|e| e.pool())
+    }
+
+    /// Tells this node's engine that `peer` answers again (its first heartbeat answer, or after
+    /// it restarted or came back): plans may use it again. The frames travel on the loops'
+    /// links, which connect when a frame is queued (`carrier::lane`).
     pub fn connect(&self, peer: usize) {
         if let (Some(e), Some(addr)) = (self.engine.get(), self.addrs.get(peer)) {
-            if (peer as engine::NodeId) < e.node() {
-                e.post_all([engine::WorkRequest::Connect {
-                    peer: peer as engine::NodeId,
-                    addr: addr.to_string(),
-                }]);
-            }
+            e.post_all([engine::WorkRequest::Connect {
+                peer: peer as engine::NodeId,
+                addr: addr.to_string(),
+            }]);
         }
     }
 

@@ -33,7 +33,8 @@ use crate::semantics::Decision;
 use crate::time;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
-use crate::carrier::links::{Answer, Answers, Failure, Lane, Links, LINK_BASE};
+use crate::carrier::lane::LaneTransport;
+use crate::carrier::links::{Answer, Answers, Failure, Lane, Links, PlanLink, LINK_BASE};
 use crate::member::conn::{PeerConn, PeerJob, Served};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
@@ -106,17 +107,24 @@ enum Mail {
     Peer(TcpStream),
     /// Requests of another thread of the node for other nodes (`carrier::calls`).
     Call(Call),
-    /// A connection to the peer port that began with the engine's preamble, read by another
-    /// loop, for the first loop's engine: the socket and the bytes read after the preamble.
-    Engine(TcpStream, Vec<u8>),
+    /// Engine frames another loop read, for the first loop's engine.
+    Plans(PlanMail),
 }
 
-/// The node's engine as the first loop drives it (`engine::Engine::driven`): its plan frames
-/// travel on connections to the peer ports, polled by that loop.
-pub type EngineLoop = engine::Driven<engine::transport::TcpTransport>;
+/// What a peer connection brought the node's engine: the frames it read from node `from`, and
+/// whether it closed (frames from `from` may then have been lost).
+#[derive(Debug)]
+struct PlanMail {
+    /// The connection: its loop and token.
+    conn: (usize, Token),
+    from: u32,
+    frames: Vec<engine::transport::Event>,
+    closed: bool,
+}
 
-/// Tokens of the engine's connections, in the first loop: from here up (above the links').
-pub const ENGINE_BASE: usize = 1 << 44;
+/// The node's engine as the first loop drives it (`engine::Engine::driven`): its frames travel
+/// on that loop's links to the other nodes (`carrier::lane`).
+pub type EngineLoop = engine::Driven<LaneTransport>;
 
 /// Wakes the first loop when a work request is posted to the engine it drives.
 struct LoopWaker(Arc<Mailbox>);
@@ -187,19 +195,13 @@ impl Loops {
         })
     }
 
-    /// The first loop's registry: the engine's sockets are polled there.
-    pub fn engine_registry(&self) -> &Registry {
-        self.polls[0].0.registry()
-    }
-
     /// What wakes the first loop: the engine's waker.
     pub fn engine_waker(&self) -> Arc<dyn engine::transport::Waker> {
         Arc::new(LoopWaker(Arc::clone(&self.homes[0])))
     }
 
-    /// Gives the node's engine (made over [`Loops::engine_registry`] and
-    /// [`Loops::engine_waker`], tokens from [`ENGINE_BASE`]) to the first loop, which turns
-    /// it in every pass.
+    /// Gives the node's engine (made over a [`LaneTransport`] with [`Loops::engine_waker`]) to
+    /// the first loop, which turns it in every pass and carries its frames on its links.
     pub fn drive(&mut self, engine: EngineLoop) {
         self.engine = Some(engine);
     }
@@ -1470,8 +1472,12 @@ struct EventLoop {
     acceptor: Option<Acceptor>,
     /// The node's engine, driven by the first loop.
     engine: Option<EngineLoop>,
-    /// The first loop's mailbox: where engine connections read by another loop go.
+    /// The first loop's mailbox: where engine frames read by another loop go.
     engine_home: Arc<Mailbox>,
+    /// With the engine: the last connection that brought frames from each node. Only its close
+    /// tells the engine that frames from the node may have been lost (an older connection's
+    /// close, seen late, says nothing of the frames on the new one).
+    plan_conns: HashMap<u32, (usize, Token)>,
 }
 
 /// Runs the node's event loops (`prepared`, `-t` of them) (client connections, the peer port, the requests
@@ -1578,6 +1584,7 @@ pub fn serve(
             acceptor: acceptor.take(),
             engine: engine.take(),
             engine_home: Arc::clone(&engine_home),
+            plan_conns: HashMap::new(),
         };
         if let Some(a) = &mut l.acceptor {
             let registry = l.poll.registry();
@@ -1683,12 +1690,18 @@ impl EventLoop {
             patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
             early_failures: Vec::new(),
         };
+        if self.engine.is_some() {
+            ops.links.carry_plans();
+        }
         // Ends that came after this pass's connections were served (a failed flush): the next
         // pass delivers them and serves their connections, without waiting.
         let mut carried: Vec<Done> = Vec::new();
         loop {
             // Wait for events, or for the first loop request to run out of patience.
-            let timeout = if carried.is_empty() && ops.early_failures.is_empty() {
+            // The engine has events to take (frames read, a link of its frames lost).
+            let engine_due =
+                self.engine.is_some() && (!frames.is_empty() || ops.links.plan_links_pending());
+            let timeout = if carried.is_empty() && ops.early_failures.is_empty() && !engine_due {
                 let engine = self.engine.as_ref().and_then(|e| e.next_deadline());
                 [ops.next_deadline(), engine]
                     .into_iter()
@@ -1710,11 +1723,6 @@ impl EventLoop {
             let mut accepted: Vec<(usize, Mail)> = Vec::new();
             for ev in events.iter() {
                 match ev.token() {
-                    t if t.0 >= ENGINE_BASE => {
-                        if let Some(e) = &mut self.engine {
-                            e.transport().ready(ev, &mut frames);
-                        }
-                    }
                     t if t.0 >= LINK_BASE => {
                         let link = t.0 - LINK_BASE;
                         let registry = self.poll.registry();
@@ -1817,9 +1825,7 @@ impl EventLoop {
                         }
                     }
                     Mail::Call(call) => ops.start_call(self.poll.registry(), call),
-                    Mail::Engine(stream, read) => {
-                        self.engine_conn(node, stream, &read, &mut frames)
-                    }
+                    Mail::Plans(m) => self.plan_mail(m, &mut frames),
                 }
             }
             // Loop requests that ended: their replies, or their requests for a worker.
@@ -1835,18 +1841,21 @@ impl EventLoop {
                     let mut wait = |request| {
                         start_peer_request(request, token, node, &mut ops, registry, hand)
                     };
-                    match pc.service(node, &mut scratch, &mut wait) {
-                        Served::Open => {}
-                        Served::Closed => {
-                            if let Some(mut pc) = peer_conns.remove(&token) {
-                                let _ = self.poll.registry().deregister(pc.stream());
-                            }
+                    let closed = pc.service(node, &mut scratch, &mut wait) == Served::Closed;
+                    if let Some(from) = pc.plan_from {
+                        if closed || !pc.plans.is_empty() {
+                            let m = PlanMail {
+                                conn: (self.id, token),
+                                from,
+                                frames: std::mem::take(&mut pc.plans),
+                                closed,
+                            };
+                            self.plan_mail(m, &mut frames);
                         }
-                        Served::Engine(read) => {
-                            if let Some(mut pc) = peer_conns.remove(&token) {
-                                let _ = self.poll.registry().deregister(pc.stream());
-                                self.engine_conn(node, pc.into_stream(), &read, &mut frames);
-                            }
+                    }
+                    if closed {
+                        if let Some(mut pc) = peer_conns.remove(&token) {
+                            let _ = self.poll.registry().deregister(pc.stream());
                         }
                     }
                     continue;
@@ -1871,6 +1880,9 @@ impl EventLoop {
                     }
                 }
             }
+            // The engine's turn: the work its host posted, the frames this pass read, what
+            // happened to the links of its frames; then its frames go on the links.
+            self.turn_engine(node, &mut ops.links, &mut frames);
             // This pass's requests to each member leave in one write per member.
             let mut failed = ops.links.flush(self.poll.registry());
             failed.append(&mut ops.early_failures);
@@ -1885,42 +1897,74 @@ impl EventLoop {
                 std::mem::take(&mut ops.links.sent),
                 std::mem::take(&mut ops.links.received),
             );
-            // The engine's turn: the work its host posted, the frames this pass read.
-            if let Some(e) = &mut self.engine {
-                if let Err(reason) = e.turn(&mut frames) {
-                    log::warn!(
-                        "node {}: its engine stopped ({reason}); plans no longer run",
-                        node.cfg.id
-                    );
-                    self.engine = None;
-                }
-            }
         }
     }
 
-    /// An engine connection to the peer port: the engine takes it over (or, read by another
-    /// loop, it goes to the first loop's). `read` came after the preamble.
-    fn engine_conn(
+    /// Frames and news of a peer connection for the engine: taken here by the first loop's
+    /// engine, posted to it by another loop, dropped by a node without one.
+    fn plan_mail(&mut self, m: PlanMail, frames: &mut Vec<engine::transport::Event>) {
+        if self.engine.is_none() {
+            if self.id != 0 {
+                self.engine_home.post(Mail::Plans(m));
+            }
+            return;
+        }
+        if !m.frames.is_empty() {
+            self.plan_conns.insert(m.from, m.conn);
+            frames.extend(m.frames);
+        }
+        if m.closed && self.plan_conns.get(&m.from) == Some(&m.conn) {
+            self.plan_conns.remove(&m.from);
+            frames.push(engine::transport::Event::PeerLost {
+                peer: m.from as engine::NodeId,
+                reason: "the connection that carried its frames closed".into(),
+            });
+        }
+    }
+
+    /// One turn of the engine (first loop), then its frames queued on `links`, leaving with the
+    /// pass's other requests. A frame that cannot be queued (no connection could be started)
+    /// costs the engine the node, which the next turn hears.
+    fn turn_engine(
         &mut self,
         node: &Node,
-        stream: TcpStream,
-        read: &[u8],
+        links: &mut Links,
         frames: &mut Vec<engine::transport::Event>,
     ) {
-        match &mut self.engine {
-            Some(e) => {
-                if let Err(err) = e.transport().adopt(stream, read, frames) {
-                    log::warn!(
-                        "node {}: an engine connection was dropped: {err}",
-                        node.cfg.id
-                    );
-                }
+        let Some(e) = &mut self.engine else {
+            return;
+        };
+        for l in links.take_plan_links() {
+            frames.push(match l {
+                PlanLink::Lost(peer) => engine::transport::Event::PeerLost {
+                    peer: peer as engine::NodeId,
+                    reason: "the link that carried its frames dropped".into(),
+                },
+                PlanLink::Opened(peer) => engine::transport::Event::PeerBack {
+                    peer: peer as engine::NodeId,
+                },
+            });
+        }
+        if let Err(reason) = e.turn(frames) {
+            log::warn!(
+                "node {}: its engine stopped ({reason}); plans no longer run",
+                node.cfg.id
+            );
+            self.engine = None;
+            return;
+        }
+        let t = e.transport();
+        let from = node.cfg.id as u32;
+        let registry = self.poll.registry();
+        for (peer, header, payload) in std::mem::take(&mut t.out) {
+            let queued = links.queue_plan(registry, peer, from, &header, payload.as_slice());
+            payload.recycle(t.pool());
+            if let Err(err) = queued {
+                frames.push(engine::transport::Event::PeerLost {
+                    peer,
+                    reason: format!("no connection to it: {err}"),
+                });
             }
-            None if self.id != 0 => {
-                self.engine_home.post(Mail::Engine(stream, read.to_vec()));
-            }
-            // A node without an engine (one node alone, or it stopped): the connection closes.
-            None => {}
         }
     }
 }

@@ -5,11 +5,14 @@
 //! get or set costs no thread hand-off; what may wait (an agent operation, a heartbeat that
 //! must first drain the key locks) goes to a peer worker, and the connection reads nothing more
 //! until its reply is back, so replies leave in the order of the requests. Replies to the
-//! requests read in one pass leave in one write.
+//! requests read in one pass leave in one write. The frames of the sender's engine come on the
+//! same connections ([`peer::PLAN_FRAME`]): they have no reply, and are taken for this node's
+//! engine even while a request waits.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::Ordering;
 
+use engine::transport::Event;
 use mio::net::TcpStream;
 use mio::Token;
 
@@ -26,8 +29,10 @@ pub struct PeerConn {
     /// A request is with a peer worker: nothing further is answered until its reply is in.
     busy: bool,
     eof: bool,
-    /// Nothing answered yet: the first bytes may be the engine's preamble.
-    fresh: bool,
+    /// The node whose engine frames this connection carried (its sender's first loop).
+    pub plan_from: Option<u32>,
+    /// The engine frames read and not yet taken by the loop, for this node's engine.
+    pub plans: Vec<Event>,
 }
 
 /// What a peer connection is after a pass of [`PeerConn::service`].
@@ -37,9 +42,6 @@ pub enum Served {
     Open,
     /// Done: closed by the peer, broken, or a frame this node cannot trust.
     Closed,
-    /// An engine connection (it began with [`crate::carrier::ENGINE_PREAMBLE`]): the bytes
-    /// that came after the preamble, for the node's engine, which takes the connection over.
-    Engine(Vec<u8>),
 }
 
 /// A request of a peer connection for a peer worker.
@@ -62,13 +64,9 @@ impl PeerConn {
             out_pos: 0,
             busy: false,
             eof: false,
-            fresh: true,
+            plan_from: None,
+            plans: Vec::new(),
         }
-    }
-
-    /// The connection's socket, for the engine taking it over.
-    pub fn into_stream(self) -> TcpStream {
-        self.stream
     }
 
     pub fn stream(&mut self) -> &mut TcpStream {
@@ -81,8 +79,8 @@ impl PeerConn {
         self.busy = false;
     }
 
-    /// Reads what came, answers what it can, writes; says whether the connection is still
-    /// open, done, or the engine's.
+    /// Reads what came, answers what it can (engine frames go to [`PeerConn::plans`]), writes;
+    /// says whether the connection is still open.
     ///
     /// A request that cannot be answered at once goes to `wait`, which gives its framed reply
     /// if it has one already, or takes it (the loop or a peer worker) and gives `None`: the
@@ -96,19 +94,6 @@ impl PeerConn {
         while !self.eof {
             match self.stream.read(scratch) {
                 Ok(0) => self.eof = true,
-                Ok(n) if self.fresh => {
-                    self.inbuf.extend_from_slice(&scratch[..n]);
-                    let p = crate::carrier::ENGINE_PREAMBLE.len();
-                    if self.inbuf.len() >= p {
-                        self.fresh = false;
-                        if self.inbuf[..p] == crate::carrier::ENGINE_PREAMBLE {
-                            return Served::Engine(self.inbuf.split_off(p));
-                        }
-                    }
-                    if n < scratch.len() {
-                        break;
-                    }
-                }
                 Ok(n) => {
                     if self.inbuf.is_empty() {
                         // The frames are answered from the read's buffer: only what they leave
@@ -129,10 +114,6 @@ impl PeerConn {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Served::Closed,
             }
-        }
-        if self.fresh && !self.eof {
-            // Too few bytes yet to tell the engine's preamble.
-            return Served::Open;
         }
         let mut inbuf = std::mem::take(&mut self.inbuf);
         let Some(used) = self.answer(node, &inbuf, wait) else {
@@ -163,8 +144,9 @@ impl PeerConn {
         }
     }
 
-    /// Answers the whole frames at the start of `bytes` until one must wait (`busy`): how
-    /// many bytes they took, or `None` for a frame this node cannot trust.
+    /// Answers the whole frames at the start of `bytes` until one must wait (`busy`; engine
+    /// frames right behind it are still taken): how many bytes they took, or `None` for a frame
+    /// this node cannot trust.
     fn answer(
         &mut self,
         node: &Node,
@@ -172,7 +154,7 @@ impl PeerConn {
         wait: &mut dyn FnMut(Request) -> Option<Vec<u8>>,
     ) -> Option<usize> {
         let mut at = 0;
-        while !self.busy && bytes.len() - at >= 4 {
+        while bytes.len() - at >= 4 {
             let len = u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4 bytes")) as usize;
             if len > MESSAGE_MAX_BYTES {
                 return None;
@@ -180,7 +162,28 @@ impl PeerConn {
             if bytes.len() - at - 4 < len {
                 break;
             }
-            let req = peer::decode_request(&bytes[at + 4..at + 4 + len])?;
+            let body = &bytes[at + 4..at + 4 + len];
+            if peer::is_plan_frame(body) {
+                let (from, header, payload) = peer::decode_plan_frame(body)?;
+                at += 4 + len;
+                self.plan_from = Some(from);
+                // Into a buffer of the engine's pool, which takes it back when done.
+                let mut buf = match node.plan_pool() {
+                    Some(pool) => pool.take(payload.len()),
+                    None => vec![0; payload.len()],
+                };
+                buf.copy_from_slice(payload);
+                self.plans.push(Event::Frame {
+                    from: from as engine::NodeId,
+                    header,
+                    payload: buf,
+                });
+                continue;
+            }
+            if self.busy {
+                break;
+            }
+            let req = peer::decode_request(body)?;
             at += 4 + len;
             // A `Get`, fenced or not, is answered here, its term admitted under the same lock
             // of the store.
@@ -265,7 +268,6 @@ fn count_reply(node: &Node) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::carrier::ENGINE_PREAMBLE;
     use std::time::Duration;
 
     /// A connection to a listener of this process: (the side a node accepted, the peer's).
@@ -277,63 +279,106 @@ mod tests {
         (TcpStream::from_std(accepted), peer)
     }
 
-    /// Serves `conn` until it is not open or `done` says the pass's result is the one awaited
-    /// (the bytes the peer wrote may come in more than one read).
-    fn serve_until(conn: &mut PeerConn, node: &Node, done: impl Fn(&Served) -> bool) -> Served {
-        let mut scratch = vec![0u8; 64 << 10];
-        let deadline = std::time::Instant::now() + Duration::from_secs(5);
-        loop {
-            let r = conn.service(node, &mut scratch, &mut |_| panic!("nothing waits"));
-            if done(&r) || r != Served::Open || std::time::Instant::now() > deadline {
-                return r;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
+    fn plan_frame(from: u32, op: u64, payload: &[u8]) -> Vec<u8> {
+        let h = engine::wire::Header::new(engine::wire::Kind::Data, op, 0, 0, payload.len());
+        let mut out = Vec::new();
+        peer::push_plan_frame(&mut out, from, &h.unwrap(), payload);
+        out
     }
 
-    /// A connection that begins with the engine's preamble is handed over with the bytes after
-    /// it, even when the preamble comes in pieces; one of peer messages is answered as ever.
+    fn framed(req: &Request) -> Vec<u8> {
+        let mut out = Vec::new();
+        peer::push_request_frame(&mut out, req);
+        out
+    }
+
+    /// The frames of the sender's engine travel among its requests: each is taken for this
+    /// node's engine, in order and with no reply, also right behind a request that waits (the
+    /// request behind them still waits); requests are answered in order as ever.
     #[test]
-    fn the_engine_preamble_hands_a_connection_to_the_engine() {
+    fn plan_frames_are_taken_beside_requests_and_past_a_wait() {
         use std::io::Write as _;
         let node = crate::node::tests::leading_node(&[]);
-        // The preamble in two pieces, then engine bytes.
         let (s, mut peer) = pair();
         let mut conn = PeerConn::new(s);
-        peer.write_all(&ENGINE_PREAMBLE[..2]).unwrap();
-        assert_eq!(
-            serve_until(&mut conn, &node, |_| true),
-            Served::Open,
-            "two bytes cannot tell"
-        );
-        peer.write_all(&ENGINE_PREAMBLE[2..]).unwrap();
-        peer.write_all(b"IE\x01frame").unwrap();
-        let got = serve_until(
-            &mut conn,
-            &node,
-            |r| matches!(r, Served::Engine(b) if b.len() == 8),
-        );
-        assert_eq!(got, Served::Engine(b"IE\x01frame".to_vec()));
-        // Peer messages: a chunk read is answered, and the connection stays open.
-        let (s, mut peer) = pair();
-        let mut conn = PeerConn::new(s);
-        let get = peer::encode_request(&Request::Get {
+        let get = Request::Get {
             stripe: 0,
             position: 1,
             key: b"k".to_vec(),
             version: 1,
-        });
-        peer::write_frame(&mut peer, &get).unwrap();
-        // Served until the reply is on its way back.
-        peer.set_nonblocking(true).unwrap();
-        let r = serve_until(&mut conn, &node, |_| peer.peek(&mut [0u8; 1]).is_ok());
-        assert_eq!(r, Served::Open);
-        peer.set_nonblocking(false).unwrap();
+        };
+        let waits = Request::Agent(peer::AgentOp::Keys { stripe: 0 });
+        let mut bytes = plan_frame(4, 1, b"first");
+        bytes.extend(framed(&get));
+        bytes.extend(plan_frame(4, 2, b""));
+        bytes.extend(framed(&waits));
+        bytes.extend(plan_frame(4, 3, b"behind the wait"));
+        bytes.extend(framed(&get));
+        peer.write_all(&bytes).unwrap();
+        let mut scratch = vec![0u8; 64 << 10];
+        let mut waited = Vec::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while conn.plans.len() < 3 && std::time::Instant::now() < deadline {
+            let mut wait = |r: Request| {
+                waited.push(r);
+                None
+            };
+            assert_eq!(conn.service(&node, &mut scratch, &mut wait), Served::Open);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(conn.plan_from, Some(4));
+        let got: Vec<(u64, Vec<u8>)> = conn
+            .plans
+            .iter()
+            .map(|e| match e {
+                Event::Frame {
+                    from: 4,
+                    header,
+                    payload,
+                } => (header.op, payload.clone()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, b"first".to_vec()),
+                (2, Vec::new()),
+                (3, b"behind the wait".to_vec())
+            ]
+        );
+        assert_eq!(waited, vec![waits]);
+        // One reply so far (the first get's); the second get waits for the resume.
         peer.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let reply = peer::read_frame(&mut peer).unwrap();
-        assert!(
-            matches!(peer::decode_response(&reply), Some(Response::Record(None))),
-            "{reply:?}"
+        assert!(matches!(
+            peer::decode_response(&reply),
+            Some(Response::Record(None))
+        ));
+        let ack = frame_reply(&node, &Response::Ack);
+        conn.resume(&ack);
+        let mut nothing = |_: Request| panic!("nothing else waits");
+        assert_eq!(
+            conn.service(&node, &mut scratch, &mut nothing),
+            Served::Open
         );
+        let reply = peer::read_frame(&mut peer).unwrap();
+        assert_eq!(peer::decode_response(&reply), Some(Response::Ack));
+        let reply = peer::read_frame(&mut peer).unwrap();
+        assert!(matches!(
+            peer::decode_response(&reply),
+            Some(Response::Record(None))
+        ));
+        // A plan frame that does not add up closes the connection.
+        let mut bad = plan_frame(4, 5, b"x");
+        bad[9] ^= 0xFF;
+        peer.write_all(&bad).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let mut r = Served::Open;
+        while r == Served::Open && std::time::Instant::now() < deadline {
+            r = conn.service(&node, &mut scratch, &mut nothing);
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert_eq!(r, Served::Closed);
     }
 }
