@@ -212,6 +212,9 @@ pub struct Counters {
     /// Reads the client loop began and handed to a worker (a member down or slow, a chunk
     /// missing or bad, the lease lost meanwhile).
     pub loop_read_fallbacks: AtomicU64,
+    /// Degraded reads of coded values the client loop ran to completion, their repair on the
+    /// engine's plan (`agent::loop_read`).
+    pub loop_degraded_reads: AtomicU64,
     /// `set`s, `add`s, `replace`s and `cas`es the client loop ran to completion itself
     /// (`agent::loop_write`).
     pub loop_writes: AtomicU64,

@@ -1712,7 +1712,8 @@ fn per_node(c: &Cluster, name: &str) -> Vec<u64> {
 /// A forced degraded read runs the scheme's repair plan on the engine hosts: the right bytes,
 /// one more `degraded_plan_runs` at the agent and no fallback, one `Start` per participant
 /// other than the agent (which launches the run) and none twice, and on the cache's own
-/// messages only the normal read of the data chunks that are left.
+/// messages only the normal read of the data chunks that are left. Once its plan is installed,
+/// the read runs to completion on the agent's event loop (no worker waits for the run).
 fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: &[&str]) {
     let c = Cluster::up_with(code, scheme, n, extra);
     let placement = cache::cluster::placement::Placement::new(n, n);
@@ -1733,6 +1734,7 @@ fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: 
             );
             let starts0 = per_node(&c, "plan_starts");
             let runs0 = per_node(&c, "degraded_plan_runs");
+            let on_loop0 = per_node(&c, "loop_degraded_reads");
             let sent0 = c.sum_stat("peer_messages_sent");
             let installed0 = c.sum_stat("plan_templates_installed");
             assert!(
@@ -1747,6 +1749,12 @@ fn degraded_read_on_engine(code: &str, scheme: &str, n: usize, k: usize, extra: 
                 "{scheme}: plan runs at the agent"
             );
             assert_eq!(runs1.iter().sum::<u64>() - runs0.iter().sum::<u64>(), 1);
+            let on_loop1 = per_node(&c, "loop_degraded_reads");
+            assert_eq!(
+                on_loop1[agent] - on_loop0[agent],
+                1,
+                "{scheme}: the degraded read ran on the agent's event loop"
+            );
             assert_eq!(
                 c.sum_stat("degraded_plan_fallbacks"),
                 0,

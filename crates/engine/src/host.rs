@@ -246,9 +246,27 @@ pub struct Launch {
     pub payload: Vec<u8>,
 }
 
+/// Who hears how a launch ended: a waiting thread, or a call the host makes (which must not
+/// block: it runs on the host's thread).
+enum Finish {
+    Channel(mpsc::Sender<Result<(), RunError>>),
+    Call(Box<dyn FnOnce(Result<(), RunError>) + Send>),
+}
+
+impl Finish {
+    fn send(self, result: Result<(), RunError>) {
+        match self {
+            Finish::Channel(tx) => {
+                let _ = tx.send(result);
+            }
+            Finish::Call(f) => f(result),
+        }
+    }
+}
+
 /// What a [`Launcher`] asks its host.
 enum LocalRequest {
-    Launch(Launch, mpsc::Sender<Result<(), RunError>>),
+    Launch(Launch, Finish),
     Install {
         template: u64,
         parts: Vec<VertexPart>,
@@ -334,8 +352,15 @@ impl Launcher {
     /// every node in `acks` answered `Done` (or at the first failure, or at the timeout).
     pub fn launch(&self, l: Launch) -> mpsc::Receiver<Result<(), RunError>> {
         let (tx, rx) = mpsc::channel();
-        self.submit(LocalRequest::Launch(l, tx));
+        self.submit(LocalRequest::Launch(l, Finish::Channel(tx)));
         rx
+    }
+
+    /// [`Launcher::launch`] without a thread that waits: the host calls `done` with the
+    /// result, on its own thread, at the moment it would have sent it (an event loop posts it
+    /// to itself). `done` must not block.
+    pub fn launch_then(&self, l: Launch, done: impl FnOnce(Result<(), RunError>) + Send + 'static) {
+        self.submit(LocalRequest::Launch(l, Finish::Call(Box::new(done))));
     }
 
     /// [`Launcher::launch`] and wait.
@@ -364,7 +389,7 @@ struct LaunchState {
     acks: HashSet<NodeId>,
     own_done: bool,
     deadline: Instant,
-    tx: mpsc::Sender<Result<(), RunError>>,
+    tx: Finish,
 }
 
 /// The host's state: installed templates and runs in progress.
@@ -746,7 +771,7 @@ impl<A: Application> Host<'_, A> {
                 acks: messages.iter().map(|(p, _)| *p).collect(),
                 own_done: true,
                 deadline: Instant::now() + timeout,
-                tx: done,
+                tx: Finish::Channel(done),
             },
         );
         for (p, bytes) in messages {
@@ -760,12 +785,12 @@ impl<A: Application> Host<'_, A> {
 
     /// Starts a launch: the participants' starts (attached to the first frame each is fed,
     /// else one message), then this node's parts.
-    fn launch(&mut self, l: Launch, tx: mpsc::Sender<Result<(), RunError>>) {
+    fn launch(&mut self, l: Launch, tx: Finish) {
         let node = self.ctx.node();
         self.next_op += 1;
         let op = self.next_op;
         let Some(parts) = self.templates.get(&l.template) else {
-            let _ = tx.send(Err(RunError::NotInstalled {
+            tx.send(Err(RunError::NotInstalled {
                 node,
                 template: l.template,
             }));
@@ -797,7 +822,7 @@ impl<A: Application> Host<'_, A> {
             {
                 Ok(b) => b,
                 Err(e) => {
-                    let _ = tx.send(Err(RunError::Engine(e)));
+                    tx.send(Err(RunError::Engine(e)));
                     return;
                 }
             };
@@ -874,7 +899,7 @@ impl<A: Application> Host<'_, A> {
             .is_some_and(|l| l.own_done && l.acks.is_empty())
         {
             let l = self.launches.remove(&op).expect("present");
-            let _ = l.tx.send(Ok(()));
+            l.tx.send(Ok(()));
         }
     }
 
@@ -895,7 +920,7 @@ impl<A: Application> Host<'_, A> {
             // Nothing runs here: forget the run's start attachments and late frames.
             self.ctx.engine.post(WorkRequest::Release { op });
         }
-        let _ = l.tx.send(Err(error));
+        l.tx.send(Err(error));
     }
 
     fn expire_launches(&mut self) {

@@ -411,6 +411,26 @@ fn a_launched_run_costs_each_participant_its_chunk_and_one_answer() {
     for r in rx {
         r.recv_timeout(Duration::from_secs(10)).unwrap().unwrap();
     }
+    // Without a waiting thread: the host calls back with each launch's result, the failure's
+    // too, and the chunks are in when it does.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for payload in [key.clone(), b"other".to_vec()] {
+        let tx = tx.clone();
+        let l = engine::Launch {
+            payload: payload.clone(),
+            ..launch.clone()
+        };
+        nodes[0]
+            .launcher()
+            .launch_then(l, move |r| tx.send((payload, r)).unwrap());
+    }
+    let mut results: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(results[0].1.is_ok(), "{:?}", results[0]);
+    let err = results[1].1.as_ref().unwrap_err().to_string();
+    assert!(err.contains("no chunk 1 for this key"), "{err}");
     let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
     runner.shutdown_nodes(&[0, 1, 2]).unwrap();
     for n in nodes {

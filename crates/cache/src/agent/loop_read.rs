@@ -10,12 +10,21 @@
 //! the lease lost meanwhile — hands the request to a worker, which runs the full read
 //! (degraded if needed) under the key's lock. So the loop path never answers what the worker
 //! path would not.
+//!
+//! A degraded read of a coded value (a data member down, or a position forced lost by the
+//! benchmarks' `mg ... Oinec-degrade-<p>`) also runs on the loop when the scheme's repair plan
+//! for that loss is installed: the loop launches the plan on the node's engine host
+//! (`PlanExec::repair_start`) beside its `Get`s of the data chunks still up, and the run's end,
+//! posted to the loop by the host, resumes the read ([`Node::loop_read_planned`]). A plan whose
+//! template is not installed yet (a worker installs it), a chunk that fails, or a run that
+//! fails or outlasts the loop's patience goes to a worker, as above.
 
 use std::sync::atomic::Ordering;
 
 use crate::agent::index::Entry;
 use crate::agent::whole::WholeRepair;
 use crate::carrier::peer::{Request, Response};
+use crate::carrier::plans::RepairAt;
 use crate::cluster::stripe;
 use crate::member::whole::{self, Piece};
 use crate::node::{bump, lock, Node};
@@ -67,6 +76,27 @@ pub struct LoopPending {
     /// A forced-degraded read of a whole value: the range it rebuilds (its positions are
     /// those of the page's stripe).
     range: Option<Box<RangeRead>>,
+    /// A degraded read of a coded value: the repair run that rebuilds its missing data
+    /// chunks ([`PLAN_STEP`] in `remote`).
+    plan: Option<Box<PlanRead>>,
+}
+
+/// The node of the step in [`LoopPending::remote`] that is a repair run on the engine rather
+/// than a request to a member: the loop launches it ([`Node::loop_read_launch`]) and the run's
+/// end answers it ([`Node::loop_read_planned`]).
+pub const PLAN_STEP: usize = usize::MAX;
+
+/// A coded value's missing data chunks, rebuilt by the scheme's repair plan.
+#[derive(Debug)]
+struct PlanRead {
+    /// Every position counted lost (down, or forced), and the data positions among them.
+    lost: Vec<usize>,
+    missing: Vec<usize>,
+    /// The position a request forced lost.
+    degrade: Option<u8>,
+    chunk_bytes: usize,
+    /// The run, once launched and until it is finished or given up.
+    nonce: Option<u64>,
 }
 
 /// A whole value's record rebuilt on the loop: the same byte range of the other positions of
@@ -211,6 +241,13 @@ impl Node {
             // Expired or flushed: the worker deletes its records.
             Err(_) => return LoopRead::Worker,
         };
+        if e.kind == Kind::Coded {
+            let forced = degrade.filter(|&p| (p as usize) < self.k());
+            let down = (0..self.k()).any(|p| !self.is_up(self.placement.node_of(stripe, p)));
+            if forced.is_some() || down {
+                return self.loop_plan_read(stripe, key, e, forced);
+            }
+        }
         if let Some(position) = degrade {
             return self.loop_range_read(stripe, key, e, position);
         }
@@ -291,6 +328,7 @@ impl Node {
             remote: Vec::new(),
             entry: e,
             range: None,
+            plan: None,
         };
         for p in positions {
             let node = self.placement.node_of(stripe, p);
@@ -311,6 +349,139 @@ impl Node {
             };
         }
         LoopRead::Fetch(pending)
+    }
+
+    /// A degraded read of coded value `e` (a data member down, or data position `forced`
+    /// forced lost): the data chunks still up from their members, the missing ones from the
+    /// repair plan of the loss (see the module documentation).
+    fn loop_plan_read(&self, stripe: usize, key: &[u8], e: Entry, forced: Option<u8>) -> LoopRead {
+        let Some(x) = self.plans.as_ref() else {
+            return LoopRead::Worker;
+        };
+        let (k, n) = (self.k(), self.n());
+        let lost: Vec<usize> = (0..n)
+            .filter(|&p| forced == Some(p as u8) || !self.is_up(self.placement.node_of(stripe, p)))
+            .collect();
+        if lost.len() > self.parity() {
+            return LoopRead::Worker;
+        }
+        let missing: Vec<usize> = lost.iter().copied().filter(|&p| p < k).collect();
+        let chunk_bytes = (e.value_bytes as usize).div_ceil(k);
+        let members = self.stripe_members(stripe);
+        if chunk_bytes == 0
+            || !x.repair_ready(&self.repair_at(stripe, &members, &lost), chunk_bytes)
+        {
+            return LoopRead::Worker;
+        }
+        let up: Vec<usize> = (0..k).filter(|p| !missing.contains(p)).collect();
+        let mut pending = LoopPending {
+            stripe,
+            fence: self.fence(stripe),
+            key: key.to_vec(),
+            have: vec![None; k],
+            remote: vec![(PLAN_STEP, 0)],
+            entry: e,
+            range: None,
+            plan: Some(Box::new(PlanRead {
+                lost,
+                missing,
+                degrade: forced,
+                chunk_bytes,
+                nonce: None,
+            })),
+        };
+        for p in up {
+            let node = self.placement.node_of(stripe, p);
+            if node == self.cfg.id {
+                self.local_messages.fetch_add(1, Ordering::Relaxed);
+                let res = self.handle_peer(pending.request(p));
+                if !self.loop_read_chunk(&mut pending, p, Some(res)) {
+                    return LoopRead::Worker;
+                }
+            } else {
+                pending.remote.push((node, p));
+            }
+        }
+        LoopRead::Fetch(pending)
+    }
+
+    /// The node of each position of `stripe`.
+    fn stripe_members(&self, stripe: usize) -> Vec<usize> {
+        (0..self.n())
+            .map(|p| self.placement.node_of(stripe, p))
+            .collect()
+    }
+
+    /// Where a repair of `stripe`'s positions `lost` runs: this node, the stripe's agent.
+    fn repair_at<'a>(
+        &self,
+        stripe: usize,
+        members: &'a [usize],
+        lost: &'a [usize],
+    ) -> RepairAt<'a> {
+        RepairAt {
+            code: self.cfg.code,
+            scheme: self.cfg.scheme,
+            mode: self.cfg.mode,
+            members,
+            agent: self.cfg.id,
+            stripe,
+            lost,
+        }
+    }
+
+    /// Launches the repair run of a degraded read (its [`PLAN_STEP`]): `done` is called, on the
+    /// engine host's thread, when it ends. False if it could not be launched.
+    pub fn loop_read_launch(
+        &self,
+        pending: &mut LoopPending,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) -> bool {
+        let (Some(x), Some(plan)) = (self.plans.as_ref(), pending.plan.as_mut()) else {
+            return false;
+        };
+        let members = self.stripe_members(pending.stripe);
+        let at = self.repair_at(pending.stripe, &members, &plan.lost);
+        let version = pending.entry.version;
+        plan.nonce = x.repair_start(&at, &pending.key, version, plan.chunk_bytes, done);
+        plan.nonce.is_some()
+    }
+
+    /// Takes the end of a degraded read's repair run (`ran`: it succeeded): its chunks join the
+    /// others. False if the read cannot finish on the loop.
+    pub fn loop_read_planned(&self, pending: &mut LoopPending, ran: bool) -> bool {
+        let (Some(x), Some(plan)) = (self.plans.as_ref(), pending.plan.as_mut()) else {
+            return false;
+        };
+        let Some(nonce) = plan.nonce.take() else {
+            return false;
+        };
+        match x.repair_finish(nonce, &plan.missing, plan.chunk_bytes, ran) {
+            Ok(chunks) => {
+                for (&p, c) in plan.missing.iter().zip(chunks) {
+                    let len = c.len();
+                    pending.have[p] = Some((c, 0..len));
+                }
+                true
+            }
+            Err(reason) => {
+                log::debug!(
+                    "node {}: a degraded read's repair run failed on the loop: {reason}",
+                    self.cfg.id
+                );
+                false
+            }
+        }
+    }
+
+    /// A read handed to a worker before its repair run ended: the run's chunks are dropped.
+    pub fn loop_read_abandon(&self, pending: &mut LoopPending) {
+        if let (Some(x), Some(nonce)) = (
+            self.plans.as_ref(),
+            pending.plan.as_mut().and_then(|p| p.nonce.take()),
+        ) {
+            x.repair_give_up(nonce);
+        }
     }
 
     /// A forced-degraded read of position `degrade` of `e` (see
@@ -342,6 +513,7 @@ impl Node {
             entry: e,
             have: Vec::new(),
             remote,
+            plan: None,
             range: Some(Box::new(RangeRead {
                 t,
                 target,
@@ -443,6 +615,23 @@ impl Node {
                 stripe::join(&data, e.value_bytes as usize)
             }
         };
+        if let Some(plan) = &pending.plan {
+            // As the worker's degraded read counts it; no chunk is written back (those rebuilt
+            // are forced lost or on nodes down).
+            let c = &self.counters;
+            if plan.degrade.is_some() {
+                bump(&c.forced_degraded_reads);
+            }
+            bump(&c.degraded_reads);
+            bump(&c.loop_degraded_reads);
+            c.chunks_repaired
+                .fetch_add(plan.missing.len() as u64, Ordering::Relaxed);
+            if let Some(x) = self.plans.as_ref() {
+                x.counters
+                    .degraded_plan_runs
+                    .fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Some(LoopValue {
             flags: e.flags,
             cas: e.version,

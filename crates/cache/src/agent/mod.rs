@@ -28,7 +28,7 @@ pub mod read;
 pub mod whole;
 pub mod write;
 pub use loop_notice::{LoopNotice, LoopNoticeStart};
-pub use loop_read::{LoopPending, LoopRead, LoopValue};
+pub use loop_read::{LoopPending, LoopRead, LoopValue, PLAN_STEP};
 pub use loop_write::{LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
 
 impl Node {

@@ -878,18 +878,47 @@ impl PlanExec {
         up: &dyn Fn(usize) -> bool,
         payload: impl FnOnce(u64, usize) -> RunPayload,
     ) -> Result<Vec<Vec<u8>>, ExecError> {
+        let launcher = self.launcher()?;
+        let (class, run_bytes, (template, nodes)) = self
+            .repair_run_template(at, chunk_bytes, true)?
+            .expect("installed when missing");
+        let nonce = self.nonce();
+        let l = self.repair_launch(at, template, nodes, run_bytes, payload(nonce, class));
+        let c = &self.counters;
+        let now = c
+            .degraded_plan_runs_in_flight
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        c.degraded_plan_runs_in_flight_max
+            .fetch_max(now, Ordering::Relaxed);
+        let ran = self.run(launcher, l, nonce, up);
+        c.degraded_plan_runs_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        self.repair_outputs(nonce, wanted, chunk_bytes, ran)
+    }
+
+    /// The template a repair of `at` runs: (size class, the run's chunk size when it differs
+    /// from the template's, (template id, participants)). One data chunk lost at the
+    /// designated agent: the start-up template, resized to the run's chunk size. Otherwise a
+    /// template per (loss pattern, size class), installed on first use when `install` (which
+    /// waits for the participants), else `None` until it is (or while an install is under
+    /// way: without `install` this never waits).
+    #[allow(clippy::type_complexity)]
+    fn repair_run_template(
+        &self,
+        at: &RepairAt,
+        chunk_bytes: usize,
+        install: bool,
+    ) -> Result<Option<(usize, Option<usize>, (u64, Vec<usize>))>, ExecError> {
         let &RepairAt {
             code,
             scheme,
-            mode,
             members,
             agent,
             stripe,
             lost,
+            ..
         } = at;
-        let launcher = self.launcher()?;
-        // One data chunk lost at the designated agent: the start-up template, resized to the
-        // run's chunk size. Otherwise a template per (loss pattern, size class), on first use.
         let startup = match lost {
             [p] if members.first() == Some(&agent) => self
                 .startup_repairs
@@ -899,46 +928,61 @@ impl PlanExec {
                 .map(|nodes| (startup_repair_template(stripe, *p), nodes.clone())),
             _ => None,
         };
-        let (class, run_bytes, (template, nodes)) = match startup {
-            Some(t) => (chunk_bytes, Some(chunk_bytes), t),
-            None => {
-                let class = class_bytes(chunk_bytes);
-                let tkey = (stripe, lost.to_vec(), class);
-                let t = self.repair_template(code, scheme, members, agent, &tkey)?;
-                (class, None, t)
+        if let Some(t) = startup {
+            return Ok(Some((chunk_bytes, Some(chunk_bytes), t)));
+        }
+        let class = class_bytes(chunk_bytes);
+        let tkey = (stripe, lost.to_vec(), class);
+        let t = if install {
+            Some(self.repair_template(code, scheme, members, agent, &tkey)?)
+        } else {
+            // Never waits: an install holds the lock until its participants answer, and the
+            // caller may be the event loop that drives the engine they answer through.
+            match self.repair_templates.try_lock() {
+                Ok(templates) => templates.get(&tkey).cloned(),
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().get(&tkey).cloned(),
+                Err(std::sync::TryLockError::WouldBlock) => None,
             }
         };
-        let nonce = self.nonce();
-        let payload = payload(nonce, class).encode();
-        let c = &self.counters;
-        let now = c
-            .degraded_plan_runs_in_flight
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        c.degraded_plan_runs_in_flight_max
-            .fetch_max(now, Ordering::Relaxed);
-        let ran = self.run(
-            launcher,
-            Launch {
-                template,
-                nodes: others(nodes, agent),
-                acks: Vec::new(),
-                mode: engine_mode(mode),
-                timeout: RUN_TIMEOUT,
-                chunk_bytes: run_bytes,
-                payload,
-            },
-            nonce,
-            up,
-        );
-        c.degraded_plan_runs_in_flight
-            .fetch_sub(1, Ordering::Relaxed);
+        Ok(t.map(|t| (class, None, t)))
+    }
+
+    fn repair_launch(
+        &self,
+        at: &RepairAt,
+        template: u64,
+        nodes: Vec<usize>,
+        run_bytes: Option<usize>,
+        payload: RunPayload,
+    ) -> Launch {
+        Launch {
+            template,
+            nodes: others(nodes, at.agent),
+            acks: Vec::new(),
+            mode: engine_mode(at.mode),
+            timeout: RUN_TIMEOUT,
+            chunk_bytes: run_bytes,
+            payload: payload.encode(),
+        }
+    }
+
+    /// The chunks at positions `wanted` a repair run delivered, once it `ran`: on a failure,
+    /// the templates are forgotten (a participant may have restarted without them: they are
+    /// installed again next time).
+    fn repair_outputs(
+        &self,
+        nonce: u64,
+        wanted: &[usize],
+        chunk_bytes: usize,
+        ran: Result<(), ExecError>,
+    ) -> Result<Vec<Vec<u8>>, ExecError> {
         // The agent's host filed its outputs before the launch finished.
         let outs = self.take_outputs(nonce);
         if let Err(e) = ran {
-            // A participant may have restarted without the template: install it again next
-            // time.
-            self.forget_repair_templates();
+            match super::calls::on_loop() {
+                true => self.forget_repair_templates_if_free(),
+                false => self.forget_repair_templates(),
+            }
             return Err(ExecError::RepairFailed(Box::new(e)));
         }
         wanted
@@ -954,6 +998,88 @@ impl PlanExec {
                     })
             })
             .collect()
+    }
+
+    /// Whether a repair of `at` with chunks of `chunk_bytes` can be launched without waiting
+    /// (its template is installed: [`PlanExec::repair_start`]).
+    pub fn repair_ready(&self, at: &RepairAt, chunk_bytes: usize) -> bool {
+        self.launcher().is_ok()
+            && matches!(
+                self.repair_run_template(at, chunk_bytes, false),
+                Ok(Some(_))
+            )
+    }
+
+    /// Launches the repair of a degraded read as [`PlanExec::repair`] does, without waiting:
+    /// `done` is called on the host's thread when the run ends (true: it succeeded), and
+    /// [`PlanExec::repair_finish`] then gives its chunks. `None`, and nothing launched, when
+    /// the run would first have to install its template (a worker does that) or the engine
+    /// is not set up.
+    #[allow(clippy::too_many_arguments)]
+    pub fn repair_start(
+        &self,
+        at: &RepairAt,
+        key: &[u8],
+        version: u64,
+        chunk_bytes: usize,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) -> Option<u64> {
+        let launcher = self.launcher().ok()?;
+        let (class, run_bytes, (template, nodes)) =
+            self.repair_run_template(at, chunk_bytes, false).ok()??;
+        let nonce = self.nonce();
+        let payload = RunPayload {
+            kind: RunKind::Read,
+            nonce,
+            stripe: at.stripe as u32,
+            version,
+            class_bytes: class as u32,
+            key: key.to_vec(),
+            write: None,
+            range: None,
+            fence: self.fence(at.stripe),
+        };
+        let l = self.repair_launch(at, template, nodes, run_bytes, payload);
+        let c = &self.counters;
+        let now = c
+            .degraded_plan_runs_in_flight
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        c.degraded_plan_runs_in_flight_max
+            .fetch_max(now, Ordering::Relaxed);
+        launcher.launch_then(l, move |r| done(r.is_ok()));
+        Some(nonce)
+    }
+
+    /// The chunks at `wanted` of a run [`PlanExec::repair_start`] launched, once it ended
+    /// (`ran`: it succeeded).
+    pub fn repair_finish(
+        &self,
+        nonce: u64,
+        wanted: &[usize],
+        chunk_bytes: usize,
+        ran: bool,
+    ) -> Result<Vec<Vec<u8>>, ExecError> {
+        self.counters
+            .degraded_plan_runs_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        let ran = match ran {
+            true => Ok(()),
+            false => Err(ExecError::Run(RunError::Failed(
+                "the repair run failed".into(),
+            ))),
+        };
+        self.repair_outputs(nonce, wanted, chunk_bytes, ran)
+    }
+
+    /// Gives up a run [`PlanExec::repair_start`] launched that will not be finished (its read
+    /// went to a worker): the chunks it delivers are dropped.
+    pub fn repair_give_up(&self, nonce: u64) {
+        self.counters
+            .degraded_plan_runs_in_flight
+            .fetch_sub(1, Ordering::Relaxed);
+        self.counters.runs_given_up.fetch_add(1, Ordering::Relaxed);
+        self.abandon(nonce);
     }
 
     /// The repair template of `tkey`, built and installed on its participants on first use:
@@ -1021,6 +1147,17 @@ impl PlanExec {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clear();
+    }
+
+    /// [`PlanExec::forget_repair_templates`] from an event loop, which must not wait for an
+    /// install under way (the loop may drive the engine it waits on): then the worker that the
+    /// loop's read goes to forgets them when its own run fails.
+    fn forget_repair_templates_if_free(&self) {
+        match self.repair_templates.try_lock() {
+            Ok(mut t) => t.clear(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().clear(),
+            Err(std::sync::TryLockError::WouldBlock) => {}
+        }
     }
 
     /// Engine frames this node sent and received (every kind but Hello; a node's frames to
@@ -1380,6 +1517,46 @@ mod tests {
                 "node {node}: one product per data member"
             );
         }
+    }
+
+    /// An event loop asks for an installed repair template without waiting: while an install
+    /// holds the templates (a worker waiting for the participants, whose answers the loop's
+    /// engine carries), the answer is "not now" instead of a wait, and a failed run on the
+    /// loop leaves the templates to the worker; once free, the template is found.
+    #[test]
+    fn a_loop_never_waits_for_an_install_under_way() {
+        let x = PlanExec::new(Vec::new(), 1);
+        let members: Vec<usize> = (0..9).collect();
+        let lost = [1, 2];
+        let at = RepairAt {
+            code: Code::rs(6, 3).unwrap(),
+            scheme: Scheme::Rs,
+            mode: ExecMode::Coherent,
+            members: &members,
+            agent: 0,
+            stripe: 0,
+            lost: &lost,
+        };
+        let class = class_bytes(1000);
+        x.repair_templates
+            .lock()
+            .unwrap()
+            .insert((0, lost.to_vec(), class), (77, members.clone()));
+        let held = x.repair_templates.lock().unwrap();
+        assert!(matches!(x.repair_run_template(&at, 1000, false), Ok(None)));
+        x.forget_repair_templates_if_free();
+        drop(held);
+        assert_eq!(
+            x.repair_run_template(&at, 1000, false).unwrap(),
+            Some((class, None, (77, members.clone())))
+        );
+        // Another size class has no template yet.
+        assert!(matches!(
+            x.repair_run_template(&at, 100_000, false),
+            Ok(None)
+        ));
+        x.forget_repair_templates_if_free();
+        assert!(matches!(x.repair_run_template(&at, 1000, false), Ok(None)));
     }
 
     #[test]

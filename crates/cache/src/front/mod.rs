@@ -25,7 +25,7 @@ use proto::{
 
 use crate::agent::{
     LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart,
-    Modify, StoreIf,
+    Modify, StoreIf, PLAN_STEP,
 };
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
@@ -109,6 +109,9 @@ enum Mail {
     Call(Call),
     /// Engine frames another loop read, for the first loop's engine.
     Plans(PlanMail),
+    /// The repair run that step `position` of loop op `id` launched ended (`ok`: it
+    /// succeeded); posted by the engine host.
+    PlanDone { id: u64, position: usize, ok: bool },
 }
 
 /// What a peer connection brought the node's engine: the frames it read from node `from`, and
@@ -430,6 +433,36 @@ impl LoopOp {
         }
     }
 
+    /// Launches the repair run of step `position` (a [`PLAN_STEP`]); false if it could not.
+    fn launch(
+        &mut self,
+        node: &Node,
+        position: usize,
+        done: impl FnOnce(bool) + Send + 'static,
+    ) -> bool {
+        match self {
+            LoopOp::Read { read, .. } => node.loop_read_launch(read, done),
+            LoopOp::MultiGet(m) => {
+                let (op, position) = m.step(position);
+                op.launch(node, position, done)
+            }
+            _ => false,
+        }
+    }
+
+    /// Takes the end of the repair run of step `position`: false if the op cannot finish on
+    /// the loop.
+    fn plan_ran(&mut self, node: &Node, position: usize, ok: bool) -> bool {
+        match self {
+            LoopOp::Read { read, .. } => node.loop_read_planned(read, ok),
+            LoopOp::MultiGet(m) => {
+                let (op, position) = m.step(position);
+                op.plan_ran(node, position, ok)
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the op may finish before every step is answered (a range read holding a
     /// consistent cut).
     fn enough(&self, node: &Node) -> bool {
@@ -738,7 +771,10 @@ impl LoopOp {
     fn abandon(self, node: &Node) {
         let c = &node.counters;
         match self {
-            LoopOp::Read { .. } => bump(&c.loop_read_fallbacks),
+            LoopOp::Read { mut read, .. } => {
+                bump(&c.loop_read_fallbacks);
+                node.loop_read_abandon(&mut read);
+            }
             LoopOp::Write { write, .. } => {
                 bump(&c.loop_write_fallbacks);
                 node.loop_write_abandon(*write);
@@ -937,6 +973,8 @@ struct LoopOps {
     /// Requests of links that failed when written before the end of a pass
     /// ([`LoopOps::flush_now`]), for the pass's end to take as unanswered.
     early_failures: Answers,
+    /// This loop's mailbox: where the end of a repair run an op launched is posted.
+    home: Arc<Mailbox>,
 }
 
 /// The end of a loop request: a reply for the connection, or the request handed to a worker.
@@ -956,6 +994,18 @@ impl LoopOps {
         while !pr.failed && pr.next < pr.op.remote().len() && (coherent || pr.outstanding == 0) {
             let (member, position) = pr.op.remote()[pr.next];
             pr.next += 1;
+            if member == PLAN_STEP {
+                let home = Arc::clone(&self.home);
+                let done = move |ok| {
+                    home.post(Mail::PlanDone { id, position, ok });
+                };
+                if !pr.op.launch(node, position, done) {
+                    pr.failed = true;
+                    break;
+                }
+                pr.outstanding += 1;
+                continue;
+            }
             // A tolerant op goes on without the member (a delete: as a worker's does).
             let tolerant = pr.op.tolerant();
             if !self.links.reaches(member) || !node.is_up(member) {
@@ -1107,6 +1157,25 @@ impl LoopOps {
         if op.outstanding == 0 {
             self.calls.remove(&id).expect("present").answer();
         }
+    }
+
+    /// Takes the end of the repair run of step `position` of op `id` (none if the op ended
+    /// meanwhile: it gave the run up).
+    fn plan_done(
+        &mut self,
+        node: &Node,
+        registry: &Registry,
+        id: u64,
+        position: usize,
+        ok: bool,
+    ) -> Option<Done> {
+        let pr = self.pending.get_mut(&id)?;
+        pr.outstanding -= 1;
+        if !pr.op.plan_ran(node, position, ok) {
+            pr.failed = true;
+        }
+        self.pump(node, registry, id);
+        self.settle(node, id)
     }
 
     /// Takes replies (or failures) of the loop's peer connections.
@@ -1689,6 +1758,7 @@ impl EventLoop {
             next_id: 0,
             patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
             early_failures: Vec::new(),
+            home: Arc::clone(&self.hand.home),
         };
         if self.engine.is_some() {
             ops.links.carry_plans();
@@ -1826,6 +1896,10 @@ impl EventLoop {
                     }
                     Mail::Call(call) => ops.start_call(self.poll.registry(), call),
                     Mail::Plans(m) => self.plan_mail(m, &mut frames),
+                    Mail::PlanDone { id, position, ok } => {
+                        let registry = self.poll.registry();
+                        done.extend(ops.plan_done(node, registry, id, position, ok));
+                    }
                 }
             }
             // Loop requests that ended: their replies, or their requests for a worker.
@@ -3049,6 +3123,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "forwarded", g(&c.forwarded));
     compose::stat(out, "loop_reads", g(&c.loop_reads));
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
+    compose::stat(out, "loop_degraded_reads", g(&c.loop_degraded_reads));
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));
     compose::stat(out, "loop_deletes", g(&c.loop_deletes));
@@ -3140,17 +3215,23 @@ mod tests {
     use super::*;
     use crate::node::tests::{get, key_of_stripe_0, lapse_lease, leading_node};
 
-    /// Settles `op` of the client connection `Token(1)`, two of its steps sent and one failed
-    /// (a member that did not answer in time), `once` its request's try.
-    fn settle_failed(node: &Node, op: LoopOp, once: Once) -> Option<Done> {
-        let mut ops = LoopOps {
-            links: Links::new(Vec::new()),
+    /// A loop's ops with links to `addrs` and a mailbox of its own.
+    pub(super) fn test_ops(addrs: Vec<SocketAddr>) -> LoopOps {
+        LoopOps {
+            links: Links::new(addrs),
             pending: HashMap::new(),
             calls: HashMap::new(),
             next_id: 0,
             patience: Duration::from_secs(1),
             early_failures: Vec::new(),
-        };
+            home: Arc::clone(&Loops::new(1).unwrap().homes[0]),
+        }
+    }
+
+    /// Settles `op` of the client connection `Token(1)`, two of its steps sent and one failed
+    /// (a member that did not answer in time), `once` its request's try.
+    fn settle_failed(node: &Node, op: LoopOp, once: Once) -> Option<Done> {
+        let mut ops = test_ops(Vec::new());
         let pending = PendingOp {
             conn: Token(1),
             op,
@@ -3300,6 +3381,7 @@ mod tests {
 
 #[cfg(test)]
 mod call_tests {
+    use super::tests::test_ops;
     use super::*;
     use crate::node::tests::leading_node;
     use std::cell::RefCell;
@@ -3352,14 +3434,7 @@ mod call_tests {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let mut poll = Poll::new().unwrap();
-        let mut ops = LoopOps {
-            links: Links::new(vec![addr]),
-            pending: HashMap::new(),
-            calls: HashMap::new(),
-            next_id: 0,
-            patience: Duration::from_secs(1),
-            early_failures: Vec::new(),
-        };
+        let mut ops = test_ops(vec![addr]);
         let call = |ops: &mut LoopOps, poll: &mut Poll| -> Replies {
             let (tx, rx) = mpsc::channel();
             ops.start_call(
