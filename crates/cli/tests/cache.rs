@@ -1525,6 +1525,73 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(p21 - p20, 2 * m + 2);
     assert_eq!(stat("loop_touches") - touches0, 2);
     assert_eq!(cl.get(&counter), Got::Miss);
+    // A meta set and a meta delete on the agent's loop cost what a set and a delete do, their
+    // replies composed from their flags as a worker's are (an `I`nvalidate goes to a worker,
+    // which stores as a plain `ms`); a refusal sends nothing; through another node, one
+    // forward and its reply more.
+    let ms = |cl: &mut Client, flags: &str, fill: u8| {
+        let mut b = format!("ms {key} 8192 {flags}\r\n").into_bytes();
+        b.extend_from_slice(&[fill; 8192]);
+        b.extend_from_slice(b"\r\n");
+        cl.send(&b)
+    };
+    let no_cas = |reply: &str| {
+        reply
+            .split(' ')
+            .filter(|t| !t.starts_with('c'))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let (writes0, refused0, deletes0) = (
+        stat("loop_writes"),
+        stat("loop_writes_refused"),
+        stat("loop_deletes"),
+    );
+    let (m22, p22) = count();
+    let loop_reply = ms(&mut cl, "c k O9 F3", 10);
+    let (m23, p23) = count();
+    assert_eq!(m23 - m22, 2 * (n - 1) as u64, "ms");
+    assert_eq!(p23 - p22, 2 * (n - 1) as u64, "ms: peer messages");
+    assert_eq!(stat("loop_writes") - writes0, 1);
+    let cas = cl.cas_of(key);
+    assert_eq!(loop_reply, format!("HD c{cas} k{key} O9\r\n"));
+    let worker_reply = ms(&mut cl, "c k O9 F3 I", 11);
+    assert_eq!(
+        stat("loop_writes") - writes0,
+        1,
+        "an invalidate runs on a worker"
+    );
+    assert_eq!(no_cas(&worker_reply), no_cas(&loop_reply));
+    let (m24, p24) = count();
+    assert_eq!(ms(&mut cl, "ME", 12), "NS\r\n");
+    assert_eq!(ms(&mut cl, &format!("C{}", cas), 12), "EX\r\n");
+    assert_eq!(count(), (m24, p24), "a refused ms sends nothing");
+    assert_eq!(stat("loop_writes_refused") - refused0, 2);
+    let through = ms(&mut other, "C0 q", 13);
+    assert_eq!(through, "EX\r\n");
+    let (m25, p25) = count();
+    assert_eq!(m25 - m24, 2, "forwarded refused ms");
+    assert_eq!(p25 - p24, 2);
+    assert_eq!(other.get(key), Got::Hit(vec![11u8; 8192]));
+    let (m26, p26) = count();
+    assert_eq!(
+        cl.send(format!("md {key} q O5\r\nmn\r\n").as_bytes()),
+        "MN\r\n"
+    );
+    let (m27, p27) = count();
+    assert_eq!(m27 - m26, 2 * (n - 1) as u64, "md");
+    assert_eq!(p27 - p26, 2 * (n - 1) as u64);
+    assert_eq!(cl.send(format!("md {key} O5\r\n").as_bytes()), "NF O5\r\n");
+    assert_eq!(count(), (m27, p27), "an md's miss sends nothing");
+    assert_eq!(stat("loop_deletes") - deletes0, 1);
+    assert_eq!(ms(&mut other, "", 14), "HD\r\n");
+    let (m28, p28) = count();
+    assert_eq!(m28 - m27, 2 * (n - 1) as u64 + 2, "forwarded ms");
+    assert_eq!(other.send(format!("md {key}\r\n").as_bytes()), "HD\r\n");
+    let (m29, p29) = count();
+    assert_eq!(m29 - m28, 2 * (n - 1) as u64 + 2, "forwarded md");
+    assert_eq!(p29 - p28, 2 * (n - 1) as u64 + 2);
+    assert_eq!(cl.get(key), Got::Miss);
     assert_eq!(c.sum_stat("loop_read_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_forward_fallbacks"), 0);
     assert_eq!(c.sum_stat("loop_write_fallbacks"), 0);

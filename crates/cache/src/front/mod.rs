@@ -323,6 +323,9 @@ enum ReplyTo {
     Client { with_cas: bool, noreply: bool },
     /// The node that forwarded the request: a framed `Response::Agent`.
     Peer,
+    /// A memcached client's meta set or delete: the reply composed from the command's flags,
+    /// which the op keeps for a worker anyway ([`meta_result`]).
+    Meta,
 }
 
 enum LoopOp {
@@ -520,8 +523,9 @@ impl LoopOp {
     }
 
     /// The reply once every step is done, or `None` for a worker to run the request again
-    /// (counted as a fallback).
-    fn finish(self, node: &Node) -> Option<Vec<u8>> {
+    /// (counted as a fallback). `retry` is the request as a worker would run it (a meta
+    /// command's reply is composed from its flags).
+    fn finish(self, node: &Node, retry: &Retry) -> Option<Vec<u8>> {
         let c = &node.counters;
         let mut out = Vec::new();
         match self {
@@ -538,9 +542,10 @@ impl LoopOp {
                     return Some(out);
                 }
                 match to {
-                    ReplyTo::Client { with_cas, .. } => {
+                    ReplyTo::Client { .. } | ReplyTo::Meta => {
                         bump(&c.cmd_get);
                         bump(&c.get_hits);
+                        let with_cas = matches!(to, ReplyTo::Client { with_cas: true, .. });
                         let cas = with_cas.then_some(v.cas);
                         compose::value(&mut out, &v.key, v.flags, &v.value, cas);
                         compose::reply(&mut out, Reply::End);
@@ -579,6 +584,7 @@ impl LoopOp {
                     (ReplyTo::Client { noreply, .. }, None) => {
                         store_reply(node, mode == StoreMode::Cas, &r, noreply, &mut out);
                     }
+                    (ReplyTo::Meta, _) => meta_result(node, retry, &r, &mut out),
                     (ReplyTo::Peer, _) => {
                         out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
                     }
@@ -607,6 +613,7 @@ impl LoopOp {
                         touch_reply(node, &r, noreply, &mut out);
                     }
                     ReplyTo::Client { noreply, .. } => delete_reply(node, &r, noreply, &mut out),
+                    ReplyTo::Meta => meta_result(node, retry, &r, &mut out),
                     ReplyTo::Peer => {
                         out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
                     }
@@ -619,11 +626,15 @@ impl LoopOp {
                 what,
                 ..
             } => {
+                bump(&c.forwarded);
+                bump(&c.loop_forwards);
+                if let ReplyTo::Meta = to {
+                    meta_result(node, retry, &result.expect("answered"), &mut out);
+                    return Some(out);
+                }
                 let ReplyTo::Client { with_cas, noreply } = to else {
                     unreachable!("a forwarded request is not forwarded again");
                 };
-                bump(&c.forwarded);
-                bump(&c.loop_forwards);
                 match result.expect("answered") {
                     AgentResult::Value {
                         flags, cas, value, ..
@@ -707,7 +718,7 @@ impl LoopOp {
         match self {
             LoopOp::Forward {
                 remote: [(agent, _)],
-                to: ReplyTo::Client { noreply: false, .. },
+                to: ReplyTo::Client { noreply: false, .. } | ReplyTo::Meta,
                 ..
             } => compose::server_error(
                 &mut out,
@@ -720,7 +731,9 @@ impl LoopOp {
                 node.loop_write_doubt(*write);
                 match to {
                     ReplyTo::Client { noreply: true, .. } => {}
-                    ReplyTo::Client { .. } => compose::server_error(&mut out, UNFINISHED),
+                    ReplyTo::Client { .. } | ReplyTo::Meta => {
+                        compose::server_error(&mut out, UNFINISHED)
+                    }
                     ReplyTo::Peer => {
                         let res = peer::Response::Agent(AgentResult::Error(UNFINISHED.into()));
                         out = crate::member::conn::frame_reply(node, &res);
@@ -1060,7 +1073,7 @@ impl LoopOps {
             }),
             _ => None,
         };
-        match pr.op.finish(node) {
+        match pr.op.finish(node, &pr.retry) {
             Some(out) => Some(Done::Reply(pr.conn, out)),
             // `finish` undid what it had to and counted the fallback.
             None => Some(Done::Worker(
@@ -2374,6 +2387,84 @@ fn service(
                                 }
                             }
                         }
+                        // A meta set of a whole new value (not an append or prepend) and a meta
+                        // delete run as a set or delete does, their replies composed from their
+                        // flags (an `I`nvalidate goes to a worker, as does everything else).
+                        Command::MetaSet(ms)
+                            if !ops.links.is_empty()
+                                && !ms.meta.flags.invalidate
+                                && meta_store_mode(ms.meta.flags.mode) != StoreMode::Append
+                                && meta_store_mode(ms.meta.flags.mode) != StoreMode::Prepend =>
+                        {
+                            let f = &ms.meta.flags;
+                            let key = ms.meta.key_bytes();
+                            let id = node.next_request_id();
+                            let once = Once::first(id);
+                            let cond = StoreIf {
+                                mode: meta_store_mode(f.mode),
+                                compare_cas: f.compare_cas,
+                            };
+                            let (flags, exptime) =
+                                (f.client_flags.unwrap_or(0), f.ttl.unwrap_or(0));
+                            let start =
+                                node.loop_write_start(&key, cond, flags, exptime, ms.data, id);
+                            match start {
+                                LoopWriteStart::Worker => Next::Worker(once),
+                                LoopWriteStart::Stored(cas) => {
+                                    bump(&node.counters.loop_writes);
+                                    let r = AgentResult::Stored { cas };
+                                    meta_set_reply(node, ms, &r, &mut c.out);
+                                    Next::Done
+                                }
+                                LoopWriteStart::Refused(d) => {
+                                    bump(&node.counters.loop_writes_refused);
+                                    meta_set_reply(node, ms, &refusal(d), &mut c.out);
+                                    Next::Done
+                                }
+                                LoopWriteStart::Send(write) => {
+                                    let op = LoopOp::Write {
+                                        write,
+                                        to: ReplyTo::Meta,
+                                    };
+                                    Next::Loop(op, once)
+                                }
+                                LoopWriteStart::Forward(agent) => {
+                                    let set = meta_store_op(ms, key.to_vec(), once);
+                                    let op = LoopOp::forward(agent, &key, set, ReplyTo::Meta);
+                                    Next::Loop(op, once)
+                                }
+                            }
+                        }
+                        Command::MetaDelete(m) if !ops.links.is_empty() && !m.flags.invalidate => {
+                            let key = m.key_bytes();
+                            let compare_cas = m.flags.compare_cas;
+                            let refused = |r: AgentResult, out: &mut Vec<u8>| {
+                                meta_delete_reply(node, m, &r, out);
+                                Next::Done
+                            };
+                            match node.loop_delete_start(&key, compare_cas) {
+                                LoopNoticeStart::Worker => Next::Worker(Once::default()),
+                                LoopNoticeStart::NotFound => {
+                                    refused(AgentResult::NotFound, &mut c.out)
+                                }
+                                LoopNoticeStart::Exists => refused(AgentResult::Exists, &mut c.out),
+                                LoopNoticeStart::Send(notice) => {
+                                    let op = LoopOp::Notice {
+                                        notice,
+                                        to: ReplyTo::Meta,
+                                    };
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopNoticeStart::Forward(agent) => {
+                                    let delete = AgentOp::Delete {
+                                        key: key.to_vec(),
+                                        compare_cas,
+                                    };
+                                    let op = LoopOp::forward(agent, &key, delete, ReplyTo::Meta);
+                                    Next::Loop(op, Once::default())
+                                }
+                            }
+                        }
                         Command::Delete { key, noreply } if !ops.links.is_empty() => {
                             let to = ReplyTo::Client {
                                 with_cas: false,
@@ -2497,7 +2588,7 @@ fn in_doubt_reply(node: &Node, to: ReplyTo) -> Vec<u8> {
     let mut out = Vec::new();
     match to {
         ReplyTo::Client { noreply: true, .. } => {}
-        ReplyTo::Client { .. } => compose::server_error(&mut out, IN_DOUBT),
+        ReplyTo::Client { .. } | ReplyTo::Meta => compose::server_error(&mut out, IN_DOUBT),
         ReplyTo::Peer => {
             let res = peer::Response::Agent(AgentResult::Error(IN_DOUBT.into()));
             out = crate::member::conn::frame_reply(node, &res);
@@ -2643,6 +2734,75 @@ fn meta_hit(out: &mut Vec<u8>, m: &Meta<'_>, flags: u32, cas: u64, exptime: i64,
 fn meta_miss(out: &mut Vec<u8>, m: &Meta<'_>) {
     if !MetaStatus::En.is_quiet_for(proto::MetaKind::Get) || !m.flags.quiet {
         compose::meta(out, MetaStatus::En, m, &MetaReturn::default(), &[]);
+    }
+}
+
+/// A meta set as the agent's operation (run there, or forwarded to it).
+fn meta_store_op(ms: &proto::MetaSet<'_>, key: Vec<u8>, once: Once) -> AgentOp {
+    let f = &ms.meta.flags;
+    AgentOp::Store {
+        mode: meta_store_mode(f.mode),
+        key,
+        flags: f.client_flags.unwrap_or(0),
+        exptime: f.ttl.unwrap_or(0),
+        compare_cas: f.compare_cas,
+        value: ms.data.to_vec(),
+        once,
+    }
+}
+
+/// A meta set's reply to its result (`cmd_set`), from a worker or a loop.
+fn meta_set_reply(node: &Node, ms: &proto::MetaSet<'_>, r: &AgentResult, out: &mut Vec<u8>) {
+    bump(&node.counters.cmd_set);
+    let (status, cas) = match r {
+        AgentResult::Stored { cas } => (MetaStatus::Hd, Some(*cas)),
+        AgentResult::NotStored => (MetaStatus::Ns, None),
+        AgentResult::Exists => (MetaStatus::Ex, None),
+        AgentResult::NotFound => (MetaStatus::Nf, None),
+        AgentResult::Error(e) => return server_error(out, e),
+        other => return server_error(out, &format!("unexpected {other:?}")),
+    };
+    if !(ms.meta.flags.quiet && status.is_quiet_for(proto::MetaKind::Set)) {
+        let ret = MetaReturn {
+            cas,
+            ..MetaReturn::default()
+        };
+        compose::meta(out, status, &ms.meta, &ret, &[]);
+    }
+}
+
+/// A meta delete's reply to its result (`delete_hits`, `delete_misses`), from a worker or a
+/// loop.
+fn meta_delete_reply(node: &Node, m: &Meta<'_>, r: &AgentResult, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    let status = match r {
+        AgentResult::Deleted => {
+            bump(&c.delete_hits);
+            MetaStatus::Hd
+        }
+        AgentResult::NotFound => {
+            bump(&c.delete_misses);
+            MetaStatus::Nf
+        }
+        AgentResult::Exists => MetaStatus::Ex,
+        AgentResult::Error(e) => return server_error(out, e),
+        other => return server_error(out, &format!("unexpected {other:?}")),
+    };
+    if !(m.flags.quiet && status.is_quiet_for(proto::MetaKind::Delete)) {
+        compose::meta(out, status, m, &MetaReturn::default(), &[]);
+    }
+}
+
+/// A meta command's reply to the result of its loop op, composed from the command's flags
+/// (the request the op keeps for a worker) as a worker composes it.
+fn meta_result(node: &Node, retry: &Retry, r: &AgentResult, out: &mut Vec<u8>) {
+    let Retry::Client(command, _) = retry else {
+        unreachable!("a meta command is a client's");
+    };
+    match command.as_command() {
+        Command::MetaSet(ms) => meta_set_reply(node, &ms, r, out),
+        Command::MetaDelete(m) => meta_delete_reply(node, &m, r, out),
+        _ => unreachable!("only meta sets and deletes reply as meta commands"),
     }
 }
 
@@ -2869,70 +3029,18 @@ fn execute(
             }
         }
         Command::MetaSet(ms) => {
-            inc(&c.cmd_set);
             let key = ms.meta.key_bytes().into_owned();
-            let f = &ms.meta.flags;
-            let op = AgentOp::Store {
-                mode: meta_store_mode(f.mode),
-                key: key.clone(),
-                flags: f.client_flags.unwrap_or(0),
-                exptime: f.ttl.unwrap_or(0),
-                compare_cas: f.compare_cas,
-                value: ms.data.to_vec(),
-                once,
-            };
-            let (status, cas) = match node.route_key(op, &key) {
-                AgentResult::Stored { cas } => (MetaStatus::Hd, Some(cas)),
-                AgentResult::NotStored => (MetaStatus::Ns, None),
-                AgentResult::Exists => (MetaStatus::Ex, None),
-                AgentResult::NotFound => (MetaStatus::Nf, None),
-                AgentResult::Error(r) => {
-                    server_error(out, &r);
-                    return false;
-                }
-                other => {
-                    server_error(out, &format!("unexpected {other:?}"));
-                    return false;
-                }
-            };
-            if !(f.quiet && status.is_quiet_for(proto::MetaKind::Set)) {
-                let ret = MetaReturn {
-                    cas,
-                    ..MetaReturn::default()
-                };
-                compose::meta(out, status, &ms.meta, &ret, &[]);
-            }
+            let r = node.route_key(meta_store_op(&ms, key.clone(), once), &key);
+            meta_set_reply(node, &ms, &r, out);
         }
         Command::MetaDelete(m) => {
             let key = m.key_bytes().into_owned();
-            let status = match node.route_key(
-                AgentOp::Delete {
-                    key: key.clone(),
-                    compare_cas: m.flags.compare_cas,
-                },
-                &key,
-            ) {
-                AgentResult::Deleted => {
-                    inc(&c.delete_hits);
-                    MetaStatus::Hd
-                }
-                AgentResult::NotFound => {
-                    inc(&c.delete_misses);
-                    MetaStatus::Nf
-                }
-                AgentResult::Exists => MetaStatus::Ex,
-                AgentResult::Error(r) => {
-                    server_error(out, &r);
-                    return false;
-                }
-                other => {
-                    server_error(out, &format!("unexpected {other:?}"));
-                    return false;
-                }
+            let delete = AgentOp::Delete {
+                key: key.clone(),
+                compare_cas: m.flags.compare_cas,
             };
-            if !(m.flags.quiet && status.is_quiet_for(proto::MetaKind::Delete)) {
-                compose::meta(out, status, &m, &MetaReturn::default(), &[]);
-            }
+            let r = node.route_key(delete, &key);
+            meta_delete_reply(node, &m, &r, out);
         }
         Command::Version => compose::version(out, version()),
         Command::Verbosity { noreply, .. } => {
