@@ -330,17 +330,8 @@ impl Node {
             range: None,
             plan: None,
         };
-        for p in positions {
-            let node = self.placement.node_of(stripe, p);
-            if node == self.cfg.id {
-                self.local_messages.fetch_add(1, Ordering::Relaxed);
-                let res = self.handle_peer(pending.request(p));
-                if !self.loop_read_chunk(&mut pending, p, Some(res)) {
-                    return LoopRead::Worker;
-                }
-            } else {
-                pending.remote.push((node, p));
-            }
+        if !self.loop_read_chunks(&mut pending, positions) {
+            return LoopRead::Worker;
         }
         if pending.remote.is_empty() {
             return match self.loop_read_finish(pending) {
@@ -390,19 +381,28 @@ impl Node {
                 nonce: None,
             })),
         };
-        for p in up {
-            let node = self.placement.node_of(stripe, p);
+        if !self.loop_read_chunks(&mut pending, up) {
+            return LoopRead::Worker;
+        }
+        LoopRead::Fetch(pending)
+    }
+
+    /// The chunks of `positions`: this node's own read at once, the others' added to the
+    /// requests to send. False if one of its own cannot be used (the worker reads).
+    fn loop_read_chunks(&self, pending: &mut LoopPending, positions: Vec<usize>) -> bool {
+        for p in positions {
+            let node = self.placement.node_of(pending.stripe, p);
             if node == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
                 let res = self.handle_peer(pending.request(p));
-                if !self.loop_read_chunk(&mut pending, p, Some(res)) {
-                    return LoopRead::Worker;
+                if !self.loop_read_chunk(pending, p, Some(res)) {
+                    return false;
                 }
             } else {
                 pending.remote.push((node, p));
             }
         }
-        LoopRead::Fetch(pending)
+        true
     }
 
     /// The node of each position of `stripe`.

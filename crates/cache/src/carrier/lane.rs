@@ -66,19 +66,10 @@ impl Transport for LaneTransport {
         payload: Payload,
     ) -> Result<(), TransportError> {
         if peer == self.id {
-            let bytes = match payload {
-                Payload::Owned(v) => v,
-                other => {
-                    let mut copy = self.pool.take(other.len());
-                    copy.copy_from_slice(other.as_slice());
-                    other.recycle(&self.pool);
-                    copy
-                }
-            };
             self.own.push(Event::Frame {
                 from: self.id,
                 header,
-                payload: bytes,
+                payload: payload.into_owned(&self.pool),
             });
             return Ok(());
         }

@@ -467,10 +467,7 @@ mod tests {
         let mut accepted = Vec::new();
         for _ in 0..2 {
             let (mut s, _) = listener.accept().unwrap();
-            let mut head = [0u8; 4];
-            s.read_exact(&mut head).unwrap();
-            let mut body = vec![0; u32::from_le_bytes(head) as usize];
-            s.read_exact(&mut body).unwrap();
+            let body = peer::read_frame(&mut s).unwrap();
             let Some(peer::Request::Heartbeat { from }) = peer::decode_request(&body) else {
                 panic!("not the heartbeat sent");
             };
@@ -528,10 +525,7 @@ mod tests {
         let mut accepted = Vec::new();
         for _ in 0..2 {
             let (mut s, _) = listener.accept().unwrap();
-            let mut head = [0u8; 4];
-            s.read_exact(&mut head).unwrap();
-            let mut body = vec![0; u32::from_le_bytes(head) as usize];
-            s.read_exact(&mut body).unwrap();
+            let body = peer::read_frame(&mut s).unwrap();
             accepted.push((body, s));
         }
         let at = accepted
@@ -543,10 +537,7 @@ mod tests {
             peer::decode_plan_frame(&body),
             Some((3, header, &b"data"[..]))
         );
-        let mut head = [0u8; 4];
-        chunks.read_exact(&mut head).unwrap();
-        let mut body = vec![0; u32::from_le_bytes(head) as usize];
-        chunks.read_exact(&mut body).unwrap();
+        let body = peer::read_frame(&mut chunks).unwrap();
         assert_eq!(peer::decode_request(&body), Some(hb));
         let ack = peer::encode_response(&Response::Ack);
         chunks.write_all(&frame(&ack)).unwrap();
@@ -647,10 +638,7 @@ mod tests {
             .unwrap();
         assert!(links.flush(registry).is_empty());
         let (mut second, _) = listener.accept().unwrap();
-        let mut head = [0u8; 4];
-        second.read_exact(&mut head).unwrap();
-        let mut body = vec![0; u32::from_le_bytes(head) as usize];
-        second.read_exact(&mut body).unwrap();
+        let body = peer::read_frame(&mut second).unwrap();
         assert_eq!(peer::decode_request(&body), Some(hb));
     }
 }

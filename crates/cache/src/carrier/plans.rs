@@ -884,15 +884,10 @@ impl PlanExec {
             .expect("installed when missing");
         let nonce = self.nonce();
         let l = self.repair_launch(at, template, nodes, run_bytes, payload(nonce, class));
-        let c = &self.counters;
-        let now = c
-            .degraded_plan_runs_in_flight
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        c.degraded_plan_runs_in_flight_max
-            .fetch_max(now, Ordering::Relaxed);
+        self.count_repair_run();
         let ran = self.run(launcher, l, nonce, up);
-        c.degraded_plan_runs_in_flight
+        self.counters
+            .degraded_plan_runs_in_flight
             .fetch_sub(1, Ordering::Relaxed);
         self.repair_outputs(nonce, wanted, chunk_bytes, ran)
     }
@@ -945,6 +940,17 @@ impl PlanExec {
             }
         };
         Ok(t.map(|t| (class, None, t)))
+    }
+
+    /// One more degraded read's run in flight (and the most at once).
+    fn count_repair_run(&self) {
+        let c = &self.counters;
+        let now = c
+            .degraded_plan_runs_in_flight
+            .fetch_add(1, Ordering::Relaxed)
+            + 1;
+        c.degraded_plan_runs_in_flight_max
+            .fetch_max(now, Ordering::Relaxed);
     }
 
     fn repair_launch(
@@ -1040,13 +1046,7 @@ impl PlanExec {
             fence: self.fence(at.stripe),
         };
         let l = self.repair_launch(at, template, nodes, run_bytes, payload);
-        let c = &self.counters;
-        let now = c
-            .degraded_plan_runs_in_flight
-            .fetch_add(1, Ordering::Relaxed)
-            + 1;
-        c.degraded_plan_runs_in_flight_max
-            .fetch_max(now, Ordering::Relaxed);
+        self.count_repair_run();
         launcher.launch_then(l, move |r| done(r.is_ok()));
         Some(nonce)
     }

@@ -48,6 +48,20 @@ impl Payload {
         self.len() == 0
     }
 
+    /// The bytes as a buffer of their own: an owned one as it is, a shared range copied into a
+    /// buffer of `pool` (and the shared one given back if this was its last reference).
+    pub fn into_owned(self, pool: &BufferPool) -> Vec<u8> {
+        match self {
+            Payload::Owned(v) => v,
+            other => {
+                let mut copy = pool.take(other.len());
+                copy.copy_from_slice(other.as_slice());
+                other.recycle(pool);
+                copy
+            }
+        }
+    }
+
     /// Done with the bytes: an owned buffer goes back to `pool`, and so does a shared one
     /// whose last reference this was (a result sent to several peers).
     pub fn recycle(self, pool: &BufferPool) {

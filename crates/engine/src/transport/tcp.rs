@@ -592,19 +592,10 @@ impl Transport for TcpTransport {
         if peer == self.id {
             // A plan edge between two vertices of this node (a cache agent that is also a
             // helper): the frame is delivered by the next `poll`, as from a peer.
-            let bytes = match payload {
-                Payload::Owned(v) => v,
-                other => {
-                    let mut copy = self.pool.take(other.len());
-                    copy.copy_from_slice(other.as_slice());
-                    other.recycle(&self.pool);
-                    copy
-                }
-            };
             self.deferred.push(Event::Frame {
                 from: self.id,
                 header,
-                payload: bytes,
+                payload: payload.into_owned(&self.pool),
             });
             return Ok(());
         }
