@@ -559,8 +559,11 @@ struct Conn {
     group: usize,
     out: Vec<u8>,
     out_pos: usize,
+    /// Bytes read and not yet parsed are `inbuf[in_start..in_end]`; the buffer's length is
+    /// only what was ever zeroed (it grows, it is not cleared), so a read zeroes nothing.
     inbuf: Vec<u8>,
     in_start: usize,
+    in_end: usize,
     current: Option<Req>,
     /// A get's value seen, waiting for `END`.
     seen: Option<ReadOutcome>,
@@ -695,6 +698,7 @@ impl<'a> Worker<'a> {
                     out_pos: 0,
                     inbuf: Vec::with_capacity(target.value_bytes + READ_CHUNK),
                     in_start: 0,
+                    in_end: 0,
                     current: None,
                     seen: None,
                     retry_at: None,
@@ -1103,8 +1107,8 @@ impl<'a> Worker<'a> {
                 c.retry_at = None;
                 c.out.clear();
                 c.out_pos = 0;
-                c.inbuf.clear();
                 c.in_start = 0;
+                c.in_end = 0;
                 c.seen = None;
                 self.stats.reconnects += 1;
                 true
@@ -1183,33 +1187,38 @@ impl<'a> Worker<'a> {
             let Some(s) = c.stream.as_mut() else {
                 return Ok(());
             };
-            if c.inbuf.len() + READ_CHUNK > c.inbuf.capacity() && c.in_start > 0 {
-                c.inbuf.drain(..c.in_start);
+            if c.in_end + READ_CHUNK > c.inbuf.len() && c.in_start > 0 {
+                c.inbuf.copy_within(c.in_start..c.in_end, 0);
+                c.in_end -= c.in_start;
                 c.in_start = 0;
             }
-            let at = c.inbuf.len();
-            c.inbuf.resize(at + READ_CHUNK, 0);
-            match s.read(&mut c.inbuf[at..]) {
+            let at = c.in_end;
+            if at + READ_CHUNK > c.inbuf.len() {
+                c.inbuf.resize(at + READ_CHUNK, 0);
+            }
+            match s.read(&mut c.inbuf[at..at + READ_CHUNK]) {
                 Ok(0) => {
-                    c.inbuf.truncate(at);
                     self.fail_conn(i, "connection: closed by the server");
                     return Ok(());
                 }
                 Ok(n) => {
-                    c.inbuf.truncate(at + n);
+                    c.in_end = at + n;
                     self.consume(i);
-                }
-                Err(e) => {
-                    c.inbuf.truncate(at);
-                    match e.kind() {
-                        ErrorKind::WouldBlock => return Ok(()),
-                        ErrorKind::Interrupted => continue,
-                        k => {
-                            self.fail_conn(i, &format!("connection: read: {k}"));
-                            return Ok(());
-                        }
+                    // Shorter than asked: the socket is empty, and the next bytes bring an
+                    // event (the poll is edge-triggered), so it is not read again to see it
+                    // would block.
+                    if n < READ_CHUNK {
+                        return Ok(());
                     }
                 }
+                Err(e) => match e.kind() {
+                    ErrorKind::WouldBlock => return Ok(()),
+                    ErrorKind::Interrupted => continue,
+                    k => {
+                        self.fail_conn(i, &format!("connection: read: {k}"));
+                        return Ok(());
+                    }
+                },
             }
         }
     }
@@ -1218,7 +1227,7 @@ impl<'a> Worker<'a> {
     fn consume(&mut self, i: usize) {
         loop {
             let c = &mut self.conns[i];
-            let buf = &c.inbuf[c.in_start..];
+            let buf = &c.inbuf[c.in_start..c.in_end];
             if buf.is_empty() {
                 return;
             }
@@ -1273,9 +1282,9 @@ impl<'a> Worker<'a> {
                         }
                     }
                     c.in_start += consumed;
-                    if c.in_start == c.inbuf.len() {
-                        c.inbuf.clear();
+                    if c.in_start == c.in_end {
                         c.in_start = 0;
+                        c.in_end = 0;
                     }
                     if let Some(r) = done {
                         let seen = c.seen.take();
@@ -1403,8 +1412,8 @@ impl<'a> Worker<'a> {
         }
         c.out.clear();
         c.out_pos = 0;
-        c.inbuf.clear();
         c.in_start = 0;
+        c.in_end = 0;
         c.seen = None;
         let g = c.group;
         let broken = reason.starts_with("connection");
