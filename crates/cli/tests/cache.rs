@@ -1516,6 +1516,56 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(count(), (m20, p20), "a touch's miss sends nothing");
     let ttl = ask(&mut cl, format!("mg {counter} t\r\n"));
     assert!(ttl == "HD t100\r\n" || ttl == "HD t99\r\n", "{ttl:?}");
+    // A `gat` on the agent's loop: the value read from the agent's own store, then the touch's
+    // messages (m for a replicated value); a miss sends nothing; `gats` through another node,
+    // two more (the agent runs it on its loop as well); a meta get with `T` the same, its reply
+    // composed from its flags as the other node's is.
+    let value = |cl: &mut Client, line: String| {
+        let mut l = cl.send(line.as_bytes());
+        if l.starts_with("VALUE ") {
+            l.push_str(&cl.line());
+            l.push_str(&cl.line());
+        } else if l.starts_with("VA ") {
+            l.push_str(&cl.line());
+        }
+        l
+    };
+    let touched_before_gat = stat("loop_touches");
+    let (g0, q0) = count();
+    assert_eq!(
+        value(&mut cl, format!("gat 200 {counter}\r\n")),
+        format!("VALUE {counter} 0 2\r\n10\r\nEND\r\n")
+    );
+    let (g1, q1) = count();
+    assert_eq!(g1 - g0, 2 * m, "gat");
+    assert_eq!(q1 - q0, 2 * m);
+    let ttl = ask(&mut cl, format!("mg {counter} t\r\n"));
+    assert!(ttl == "HD t200\r\n" || ttl == "HD t199\r\n", "{ttl:?}");
+    assert_eq!(value(&mut cl, format!("gat 100 {missing}\r\n")), "END\r\n");
+    assert_eq!(count(), (g1, q1), "a gat's miss sends nothing");
+    let gats = value(&mut other, format!("gats 300 {counter}\r\n"));
+    assert!(
+        gats.starts_with(&format!("VALUE {counter} 0 2 ")) && gats.ends_with("\r\n10\r\nEND\r\n"),
+        "{gats:?}"
+    );
+    let (g2, q2) = count();
+    assert_eq!(g2 - g1, 2 * m + 2, "forwarded gats");
+    assert_eq!(q2 - q1, 2 * m + 2);
+    let line = format!("mg {counter} v s T400 t k\r\n");
+    let (at_agent, through) = (value(&mut cl, line.clone()), value(&mut other, line));
+    for reply in [&at_agent, &through] {
+        assert!(
+            reply.starts_with("VA 2 s2 t") && reply.ends_with(&format!(" k{counter}\r\n10\r\n")),
+            "{reply:?}"
+        );
+    }
+    let (g3, q3) = count();
+    assert_eq!(g3 - g2, 2 * m + 2 * m + 2, "meta gets with T");
+    assert_eq!(q3 - q2, 2 * m + 2 * m + 2);
+    assert_eq!(stat("loop_touches") - touched_before_gat, 4);
+    let ttl = ask(&mut cl, format!("mg {counter} t\r\n"));
+    assert!(ttl == "HD t400\r\n" || ttl == "HD t399\r\n", "{ttl:?}");
+    let (m20, p20) = count();
     assert_eq!(
         other.send(format!("touch {counter} -1\r\n").as_bytes()),
         "TOUCHED\r\n"
@@ -1523,7 +1573,7 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     let (m21, p21) = count();
     assert_eq!(m21 - m20, 2 * m + 2, "forwarded touch");
     assert_eq!(p21 - p20, 2 * m + 2);
-    assert_eq!(stat("loop_touches") - touches0, 2);
+    assert_eq!(stat("loop_touches") - touches0, 6);
     assert_eq!(cl.get(&counter), Got::Miss);
     // A meta set and a meta delete on the agent's loop cost what a set and a delete do, their
     // replies composed from their flags as a worker's are (an `I`nvalidate goes to a worker,

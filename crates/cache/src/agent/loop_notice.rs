@@ -1,4 +1,4 @@
-//! Deletes and touches run to completion on the client event loop.
+//! Deletes, touches and gets that touch (`gat`) run to completion on the client event loop.
 //!
 //! Both change the agent's index under the key's lock, then tell each member node that is up
 //! (`Delete` of the key's records older than a version, or `Touch` of their expiry), and neither
@@ -19,6 +19,7 @@
 use parking_lot::{ArcMutexGuard, RawMutex};
 
 use crate::agent::index::{Entry, StripeIndex};
+use crate::agent::loop_read::LoopValue;
 use crate::carrier::peer::Request;
 use crate::node::{bump, lock, Node};
 use crate::record::Kind;
@@ -38,6 +39,20 @@ pub enum LoopNoticeStart {
     /// The members to tell: [`LoopNotice::remote`] (none left when every member up was this
     /// node; the loop ends it at once).
     Send(Box<LoopNotice>),
+}
+
+/// What the client loop can do with a `gat` (a get that touches).
+#[derive(Debug)]
+pub enum LoopGatStart {
+    /// Run it on a worker (the full path).
+    Worker,
+    /// Another node leads the key's stripe: send it the request.
+    Forward(usize),
+    /// No live value under the key.
+    Miss,
+    /// The touch to send ([`LoopNotice::remote`]) and the value, its expiry the new one: the
+    /// reply once the members have answered.
+    Send(Box<LoopNotice>, Box<LoopValue>),
 }
 
 /// A delete or a touch waiting for the members' answers.
@@ -140,6 +155,58 @@ impl Node {
             }
             Err(answer) => answer,
         }
+    }
+
+    /// Starts `gat`/`gats` (or a meta get with a touch) of `key` on the client loop: a touch
+    /// (above) of a value this node holds (a whole value at its home, or a replica), read from
+    /// its own store under the key's lock, which the touch holds to its end, so no write comes
+    /// between the value read and the expiry changed. A coded value goes to a worker (its
+    /// chunks are elsewhere), as does a record that cannot be read here.
+    pub fn loop_gat_start(&self, key: &[u8], exptime: i64) -> LoopGatStart {
+        let stripe = self.placement.stripe_of(key);
+        let begun = self.loop_notice_begin(key, |ix, e, now_us| {
+            let own = match e.kind {
+                Kind::Whole => (self.placement.node_of(stripe, 0) == self.cfg.id).then_some(0),
+                Kind::Replica => {
+                    (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id)
+                }
+                Kind::Coded => None,
+            };
+            let Some(own) = own else {
+                return Err(LoopNoticeStart::Worker);
+            };
+            let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
+            ix.set_exptime(key, abs);
+            Ok((e, abs, own))
+        });
+        let (mut t, (e, abs, own)) = match begun {
+            Ok(b) => b,
+            Err(LoopNoticeStart::NotFound) => return LoopGatStart::Miss,
+            Err(LoopNoticeStart::Forward(agent)) => return LoopGatStart::Forward(agent),
+            Err(_) => return LoopGatStart::Worker,
+        };
+        // The expiry is changed in the index: a worker that runs the request instead changes
+        // it again and tells the members.
+        let Some(value) = self.with_own_record(stripe, key, &e, own, <[u8]>::to_vec) else {
+            return LoopGatStart::Worker;
+        };
+        self.local_messages
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        t.version = e.version;
+        t.touch = Some(abs);
+        let reach = if e.kind == Kind::Whole {
+            self.n()
+        } else {
+            e.positions
+        };
+        let value = LoopValue {
+            key: key.to_vec(),
+            flags: e.flags,
+            cas: e.version,
+            exptime: abs,
+            value,
+        };
+        LoopGatStart::Send(Box::new(self.loop_notice_send(t, reach)), Box::new(value))
     }
 
     /// What a delete and a touch begin with: this node leads the key's stripe (else the agent

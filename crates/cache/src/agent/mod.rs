@@ -27,7 +27,7 @@ pub(crate) mod once;
 pub mod read;
 pub mod whole;
 pub mod write;
-pub use loop_notice::{LoopNotice, LoopNoticeStart};
+pub use loop_notice::{LoopGatStart, LoopNotice, LoopNoticeStart};
 pub use loop_read::{LoopPending, LoopRead, LoopValue, PLAN_STEP};
 pub use loop_write::{LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
 

@@ -24,8 +24,8 @@ use proto::{
 };
 
 use crate::agent::{
-    LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite, LoopWriteStart,
-    Modify, StoreIf, PLAN_STEP,
+    LoopGatStart, LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite,
+    LoopWriteStart, Modify, StoreIf, PLAN_STEP,
 };
 use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
@@ -346,6 +346,8 @@ enum LoopOp {
     Notice {
         notice: Box<LoopNotice>,
         to: ReplyTo,
+        /// A `gat` (`Node::loop_gat_start`): the value read, the reply once the touch is done.
+        value: Option<Box<crate::agent::LoopValue>>,
     },
     /// A client's `get` or `gets` of several keys: each key a read or a forward of its own,
     /// their steps sent together, the reply composed in the keys' order once all are in. Any
@@ -389,6 +391,7 @@ impl LoopOp {
                 AgentOp::Delete { .. } => Forwarded::Delete,
                 AgentOp::Arith { incr, .. } => Forwarded::Arith { incr: *incr },
                 AgentOp::Touch { .. } => Forwarded::Touch,
+                AgentOp::Get { touch: Some(_), .. } => Forwarded::Gat,
                 _ => Forwarded::Other,
             },
             write: !op.repeatable(),
@@ -591,7 +594,7 @@ impl LoopOp {
                 }
             }
             LoopOp::MultiGet(m) => return m.finish(node),
-            LoopOp::Notice { notice, to } => {
+            LoopOp::Notice { notice, to, value } => {
                 let touch = notice.is_touch();
                 if !node.loop_notice_finish(*notice) {
                     // A touch may be applied again: a worker runs it.
@@ -600,6 +603,27 @@ impl LoopOp {
                         return None;
                     }
                     return Some(in_doubt_reply(node, to));
+                }
+                if let Some(v) = value {
+                    bump(&c.loop_touches);
+                    bump(&c.loop_reads);
+                    match to {
+                        ReplyTo::Client { with_cas, .. } => {
+                            bump(&c.cmd_get);
+                            bump(&c.get_hits);
+                            bump(&c.cmd_touch);
+                            bump(&c.touch_hits);
+                            let cas = with_cas.then_some(v.cas);
+                            compose::value(&mut out, &v.key, v.flags, &v.value, cas);
+                            compose::reply(&mut out, Reply::End);
+                        }
+                        ReplyTo::Meta => meta_result(node, retry, &value_result(*v), &mut out),
+                        ReplyTo::Peer => {
+                            let r = peer::Response::Agent(value_result(*v));
+                            out = crate::member::conn::frame_reply(node, &r);
+                        }
+                    }
+                    return Some(out);
                 }
                 let r = if touch {
                     bump(&c.loop_touches);
@@ -641,12 +665,20 @@ impl LoopOp {
                     } => {
                         bump(&c.cmd_get);
                         bump(&c.get_hits);
+                        if what == Forwarded::Gat {
+                            bump(&c.cmd_touch);
+                            bump(&c.touch_hits);
+                        }
                         compose::value(&mut out, &key, flags, &value, with_cas.then_some(cas));
                         compose::reply(&mut out, Reply::End);
                     }
                     AgentResult::Miss => {
                         bump(&c.cmd_get);
                         bump(&c.get_misses);
+                        if what == Forwarded::Gat {
+                            bump(&c.cmd_touch);
+                            bump(&c.touch_misses);
+                        }
                         compose::reply(&mut out, Reply::End);
                     }
                     AgentResult::Error(e) => {
@@ -944,7 +976,11 @@ enum Forwarded {
     Cas,
     Delete,
     Touch,
-    Arith { incr: bool },
+    /// A get that touches (`gat`, `gats`).
+    Gat,
+    Arith {
+        incr: bool,
+    },
     Other,
 }
 /// Another thread's call the loop carries (`carrier::calls`).
@@ -1428,6 +1464,22 @@ fn start_peer_request(
                 LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
             }
         }
+        peer::Request::Agent(AgentOp::Get {
+            key,
+            touch: Some(exptime),
+            degrade: None,
+        }) => match node.loop_gat_start(key, *exptime) {
+            LoopGatStart::Miss => {
+                let res = peer::Response::Agent(AgentResult::Miss);
+                return Some(crate::member::conn::frame_reply(node, &res));
+            }
+            LoopGatStart::Send(notice, value) => Some(LoopOp::Notice {
+                notice,
+                to: ReplyTo::Peer,
+                value: Some(value),
+            }),
+            LoopGatStart::Worker | LoopGatStart::Forward(_) => None,
+        },
         peer::Request::Agent(AgentOp::Touch { key, exptime }) => {
             match node.loop_touch_start(key, *exptime) {
                 LoopNoticeStart::NotFound => {
@@ -1437,6 +1489,7 @@ fn start_peer_request(
                 LoopNoticeStart::Send(notice) => Some(LoopOp::Notice {
                     notice,
                     to: ReplyTo::Peer,
+                    value: None,
                 }),
                 _ => None,
             }
@@ -1452,6 +1505,7 @@ fn start_peer_request(
                 LoopNoticeStart::Send(notice) => Some(LoopOp::Notice {
                     notice,
                     to: ReplyTo::Peer,
+                    value: None,
                 }),
                 LoopNoticeStart::Worker | LoopNoticeStart::Forward(_) => None,
             }
@@ -2194,6 +2248,84 @@ fn service(
                                 }
                             }
                         }
+                        // `gat`/`gats` of one key, and a meta get that touches (`T`), at the
+                        // key's agent: the value read from this node's own store (a whole
+                        // value at its home, a replica) and the touch sent, as `touch` is.
+                        Command::Get(g)
+                            if g.keys.len() == 1
+                                && g.exptime.is_some()
+                                && !ops.links.is_empty() =>
+                        {
+                            let (key, exptime) = (g.keys[0], g.exptime.expect("checked"));
+                            let to = ReplyTo::Client {
+                                with_cas: g.kind.with_cas(),
+                                noreply: false,
+                            };
+                            let counters = &node.counters;
+                            match node.loop_gat_start(key, exptime) {
+                                LoopGatStart::Miss => {
+                                    bump(&counters.cmd_get);
+                                    bump(&counters.get_misses);
+                                    bump(&counters.cmd_touch);
+                                    bump(&counters.touch_misses);
+                                    compose::reply(&mut c.out, Reply::End);
+                                    Next::Done
+                                }
+                                LoopGatStart::Send(notice, value) => {
+                                    let op = LoopOp::Notice {
+                                        notice,
+                                        to,
+                                        value: Some(value),
+                                    };
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopGatStart::Forward(agent) => {
+                                    let gat = AgentOp::Get {
+                                        key: key.to_vec(),
+                                        touch: Some(exptime),
+                                        degrade: None,
+                                    };
+                                    let op = LoopOp::forward(agent, key, gat, to);
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopGatStart::Worker => Next::Worker(Once::default()),
+                            }
+                        }
+                        Command::MetaGet(m)
+                            if m.flags.ttl.is_some()
+                                && !ops.links.is_empty()
+                                && degrade_of(m.flags.opaque).is_none() =>
+                        {
+                            let key = m.key_bytes();
+                            let exptime = m.flags.ttl.expect("checked");
+                            let counters = &node.counters;
+                            match node.loop_gat_start(&key, exptime) {
+                                LoopGatStart::Miss => {
+                                    bump(&counters.cmd_get);
+                                    bump(&counters.get_misses);
+                                    meta_miss(&mut c.out, m);
+                                    Next::Done
+                                }
+                                LoopGatStart::Send(notice, value) => {
+                                    let op = LoopOp::Notice {
+                                        notice,
+                                        to: ReplyTo::Meta,
+                                        value: Some(value),
+                                    };
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopGatStart::Forward(agent) => {
+                                    let gat = AgentOp::Get {
+                                        key: key.to_vec(),
+                                        touch: Some(exptime),
+                                        degrade: None,
+                                    };
+                                    let op = LoopOp::forward(agent, &key, gat, ReplyTo::Meta);
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopGatStart::Worker => Next::Worker(Once::default()),
+                            }
+                        }
                         Command::Get(g)
                             if g.keys.len() == 1
                                 && g.exptime.is_none()
@@ -2371,7 +2503,11 @@ fn service(
                                     Next::Done
                                 }
                                 LoopNoticeStart::Send(notice) => {
-                                    let op = LoopOp::Notice { notice, to };
+                                    let op = LoopOp::Notice {
+                                        notice,
+                                        to,
+                                        value: None,
+                                    };
                                     Next::Loop(op, Once::default())
                                 }
                                 LoopNoticeStart::Forward(agent) => {
@@ -2452,6 +2588,7 @@ fn service(
                                     let op = LoopOp::Notice {
                                         notice,
                                         to: ReplyTo::Meta,
+                                        value: None,
                                     };
                                     Next::Loop(op, Once::default())
                                 }
@@ -2481,7 +2618,11 @@ fn service(
                                 }
                                 LoopNoticeStart::Exists => refused(AgentResult::Exists, &mut c.out),
                                 LoopNoticeStart::Send(notice) => {
-                                    let op = LoopOp::Notice { notice, to };
+                                    let op = LoopOp::Notice {
+                                        notice,
+                                        to,
+                                        value: None,
+                                    };
                                     Next::Loop(op, Once::default())
                                 }
                                 LoopNoticeStart::Forward(agent) => {
@@ -2802,7 +2943,27 @@ fn meta_result(node: &Node, retry: &Retry, r: &AgentResult, out: &mut Vec<u8>) {
     match command.as_command() {
         Command::MetaSet(ms) => meta_set_reply(node, &ms, r, out),
         Command::MetaDelete(m) => meta_delete_reply(node, &m, r, out),
-        _ => unreachable!("only meta sets and deletes reply as meta commands"),
+        // A meta get that touches (`T`), on the loop or forwarded.
+        Command::MetaGet(m) => match r {
+            AgentResult::Value {
+                flags,
+                cas,
+                exptime,
+                value,
+            } => {
+                bump(&node.counters.cmd_get);
+                bump(&node.counters.get_hits);
+                meta_hit(out, &m, *flags, *cas, *exptime, value);
+            }
+            AgentResult::Miss => {
+                bump(&node.counters.cmd_get);
+                bump(&node.counters.get_misses);
+                meta_miss(out, &m);
+            }
+            AgentResult::Error(e) => server_error(out, e),
+            other => server_error(out, &format!("unexpected {other:?}")),
+        },
+        _ => unreachable!("only meta sets, deletes and gets reply as meta commands"),
     }
 }
 
@@ -3392,7 +3553,11 @@ mod tests {
                 lapse_lease(&node, 1);
             }
             // A member's answer did not come in time.
-            let op = LoopOp::Notice { notice, to };
+            let op = LoopOp::Notice {
+                notice,
+                to,
+                value: None,
+            };
             match settle_failed(&node, op, Once::default()) {
                 Some(Done::Reply(Token(1), out)) => out,
                 Some(Done::Worker(..)) => panic!("a delete handed to a worker"),

@@ -462,6 +462,55 @@ fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
     hub.clear();
 }
 
+/// A `gat` at a whole value's home runs on the loop: the value read from the home's slab under
+/// the key's lock, the new expiry in the index, and one `Touch` for each other position (each
+/// keeps the value's location record); a miss and a key another node leads send nothing.
+#[test]
+fn a_gat_at_the_home_reads_its_slot_and_touches_every_position() {
+    use crate::agent::LoopGatStart;
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "g", 1).remove(0);
+    stored(set(&nodes[0], &key, &[7; 600]));
+    let now = crate::time::now_secs();
+    let LoopGatStart::Send(notice, value) = nodes[0].loop_gat_start(&key, 100) else {
+        panic!("the home's loop runs the gat");
+    };
+    assert_eq!((value.value.as_slice(), value.flags), (&[7u8; 600][..], 3));
+    assert!(
+        (now + 100..=now + 101).contains(&value.exptime),
+        "{}",
+        value.exptime
+    );
+    let mut told: Vec<usize> = notice.remote.iter().map(|&(node, _)| node).collect();
+    told.sort_unstable();
+    assert_eq!(told, vec![1, 2, 3], "every other position of the stripe");
+    for &(node, _) in &notice.remote {
+        let req = notice.request();
+        assert!(
+            matches!(req, crate::carrier::peer::Request::Touch { exptime, .. } if exptime == value.exptime),
+            "{req:?}"
+        );
+        nodes[node].handle_peer(req);
+    }
+    assert!(nodes[0].loop_notice_finish(*notice));
+    match get(&nodes[4], &key) {
+        AgentResult::Value { exptime, cas, .. } => {
+            assert_eq!((exptime, cas), (value.exptime, value.cas));
+        }
+        other => panic!("{other:?}"),
+    }
+    let missing = keys_of(&nodes, 0, "g-missing", 1).remove(0);
+    assert!(matches!(
+        nodes[0].loop_gat_start(&missing, 100),
+        LoopGatStart::Miss
+    ));
+    assert!(matches!(
+        nodes[1].loop_gat_start(&key, 100),
+        LoopGatStart::Forward(0)
+    ));
+    hub.clear();
+}
+
 /// A node restarts empty: its recovery rebuilds its slab pages and parity pages from their
 /// page stripes (while other homes go on writing, their deltas kept until each page is
 /// rebuilt) and finds its values' records in its rebuilt slab. Then every parity page is again
