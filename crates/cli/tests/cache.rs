@@ -1565,6 +1565,31 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(stat("loop_touches") - touched_before_gat, 4);
     let ttl = ask(&mut cl, format!("mg {counter} t\r\n"));
     assert!(ttl == "HD t400\r\n" || ttl == "HD t399\r\n", "{ttl:?}");
+    // A meta append and prepend on the agent's loop cost what `append` and `prepend` do; of a
+    // missing key, `NS` and nothing sent; one that compares a CAS value goes to a worker.
+    let writes_before = stat("loop_writes");
+    let (g4, q4) = count();
+    assert_eq!(
+        cl.send(format!("ms {counter} 1 MA\r\nx\r\n").as_bytes()),
+        "HD\r\n"
+    );
+    assert_eq!(
+        cl.send(format!("ms {counter} 1 MP O5\r\ny\r\n").as_bytes()),
+        "HD O5\r\n"
+    );
+    let (g5, q5) = count();
+    assert_eq!(g5 - g4, 2 * 2 * m, "meta append and prepend");
+    assert_eq!(q5 - q4, 2 * 2 * m);
+    assert_eq!(
+        cl.send(format!("ms {missing} 1 MA\r\nx\r\n").as_bytes()),
+        "NS\r\n"
+    );
+    assert_eq!(count(), (g5, q5), "a meta append's miss sends nothing");
+    assert_eq!(stat("loop_writes") - writes_before, 2);
+    assert_eq!(
+        value(&mut other, format!("mg {counter} v\r\n")),
+        "VA 4\r\ny10x\r\n"
+    );
     let (m20, p20) = count();
     assert_eq!(
         other.send(format!("touch {counter} -1\r\n").as_bytes()),

@@ -2523,27 +2523,37 @@ fn service(
                                 }
                             }
                         }
-                        // A meta set of a whole new value (not an append or prepend) and a meta
-                        // delete run as a set or delete does, their replies composed from their
-                        // flags (an `I`nvalidate goes to a worker, as does everything else).
+                        // A meta set and a meta delete run as a set (an append or prepend as
+                        // `append` and `prepend` do) or a delete does, their replies composed
+                        // from their flags (an `I`nvalidate, and an append or prepend that
+                        // compares a CAS value, go to a worker, as does everything else).
                         Command::MetaSet(ms)
                             if !ops.links.is_empty()
                                 && !ms.meta.flags.invalidate
-                                && meta_store_mode(ms.meta.flags.mode) != StoreMode::Append
-                                && meta_store_mode(ms.meta.flags.mode) != StoreMode::Prepend =>
+                                && !(concat_mode(meta_store_mode(ms.meta.flags.mode))
+                                    && ms.meta.flags.compare_cas.is_some()) =>
                         {
                             let f = &ms.meta.flags;
                             let key = ms.meta.key_bytes();
                             let id = node.next_request_id();
                             let once = Once::first(id);
+                            let mode = meta_store_mode(f.mode);
                             let cond = StoreIf {
-                                mode: meta_store_mode(f.mode),
+                                mode,
                                 compare_cas: f.compare_cas,
                             };
                             let (flags, exptime) =
                                 (f.client_flags.unwrap_or(0), f.ttl.unwrap_or(0));
-                            let start =
-                                node.loop_write_start(&key, cond, flags, exptime, ms.data, id);
+                            let start = if concat_mode(mode) {
+                                // As `append` and `prepend` (`Node::loop_modify_start`).
+                                let m = Modify::Concat {
+                                    prepend: mode == StoreMode::Prepend,
+                                    data: ms.data,
+                                };
+                                concat_start(node.loop_modify_start(&key, m, id))
+                            } else {
+                                node.loop_write_start(&key, cond, flags, exptime, ms.data, id)
+                            };
                             match start {
                                 LoopWriteStart::Worker => Next::Worker(once),
                                 LoopWriteStart::Stored(cas) => {
@@ -2713,6 +2723,11 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
 
 /// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
 /// `NOT_STORED`, as memcached's.
+/// Whether a storage mode changes the present value (`append`, `prepend`).
+fn concat_mode(mode: StoreMode) -> bool {
+    matches!(mode, StoreMode::Append | StoreMode::Prepend)
+}
+
 fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
     match start {
         LoopModifyStart::Worker | LoopModifyStart::NonNumeric => LoopWriteStart::Worker,
