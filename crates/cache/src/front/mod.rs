@@ -2527,12 +2527,7 @@ fn service(
                         // `append` and `prepend` do) or a delete does, their replies composed
                         // from their flags (an `I`nvalidate, and an append or prepend that
                         // compares a CAS value, go to a worker, as does everything else).
-                        Command::MetaSet(ms)
-                            if !ops.links.is_empty()
-                                && !ms.meta.flags.invalidate
-                                && !(concat_mode(meta_store_mode(ms.meta.flags.mode))
-                                    && ms.meta.flags.compare_cas.is_some()) =>
-                        {
+                        Command::MetaSet(ms) if !ops.links.is_empty() && meta_set_on_loop(ms) => {
                             let f = &ms.meta.flags;
                             let key = ms.meta.key_bytes();
                             let id = node.next_request_id();
@@ -2723,6 +2718,14 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
 
 /// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
 /// `NOT_STORED`, as memcached's.
+/// Whether the loop runs a meta set: not an `I`nvalidate, nor an append or prepend that
+/// compares a CAS value.
+fn meta_set_on_loop(ms: &proto::MetaSet<'_>) -> bool {
+    let f = &ms.meta.flags;
+    let concat_with_cas = concat_mode(meta_store_mode(f.mode)) && f.compare_cas.is_some();
+    !f.invalidate && !concat_with_cas
+}
+
 /// Whether a storage mode changes the present value (`append`, `prepend`).
 fn concat_mode(mode: StoreMode) -> bool {
     matches!(mode, StoreMode::Append | StoreMode::Prepend)
