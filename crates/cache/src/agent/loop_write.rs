@@ -3,14 +3,15 @@
 //! A `set`, `add`, `replace` or `cas` at the stripe's agent (the condition decided on the
 //! agent's index under the key's lock: a refusal is answered at once, with no message), and an
 //! `incr`, `decr`, `append` or `prepend` of a value the agent holds whole (read from its own
-//! store under the key's lock), with every member up and room in the stripe's share (no
-//! eviction), needs no worker either: under the key's lock, which the loop holds across the
+//! store under the key's lock), with every member up (or a value written whole while the
+//! members down are all refused: their deltas queued to be sent once they are back, as a
+//! worker queues them) and room in the stripe's share (no eviction), needs no worker either: under the key's lock, which the loop holds across the
 //! replies (an [`ArcMutexGuard`]), the agent reserves the bytes, takes a version, encodes the
 //! records, stores its own and sends each other member its record (`Put`); the acks resume the
 //! write on the loop, which commits the index entry and answers. The message count is the
 //! write's (one record to and one ack from each other member). TriEC writes stay on the
-//! engine (its tripartite encode is the point of the scheme). On anything else — a member down,
-//! a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
+//! engine (its tripartite encode is the point of the scheme). On anything else — another
+//! member down, a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
 //! failed write undoes it. Before any record has left, or if this node has led the stripe
 //! without a break since the write began, the request goes to a worker, which writes it the
 //! full way under a new version. Otherwise the write is in doubt and answered so, never run
@@ -238,15 +239,17 @@ impl Node {
         id: u64,
     ) -> LoopWriteStart {
         self.drop_stale_index(stripe);
-        // Every member up: a write that would leave holes goes the full way.
-        if self.down_positions(stripe) > 0 {
+        let (kind, positions, charge) = self.layout_of(stripe, key, value);
+        // Every member up, or a whole value, which `Node::whole_ok` writes whole only while
+        // the members down are all refused (their deltas queued, as a worker queues them): a
+        // write that would leave holes goes the full way.
+        if self.down_positions(stripe) > 0 && kind != Kind::Whole {
             return LoopWriteStart::Worker;
         }
         let now_secs = time::now_secs();
         if time::is_expired(exptime_abs, now_secs) {
             return LoopWriteStart::Worker;
         }
-        let (kind, positions, charge) = self.layout_of(stripe, key, value);
         let now_us = time::now_micros();
         let reserved = {
             let mut g = lock(&self.stripes[stripe]);
@@ -334,9 +337,19 @@ impl Node {
             bump(&self.counters.whole_writes);
             w.records = vec![None];
             w.deltas = (0..self.n()).map(|_| None).collect();
+            let mut down = Vec::new();
             for (node, i, delta) in self.whole_deltas(stripe, key, &w.entry, &written, watermark) {
-                w.deltas[i] = Some(delta);
-                w.remote.push((node, i));
+                if self.is_up(node) {
+                    w.deltas[i] = Some(delta);
+                    w.remote.push((node, i));
+                } else {
+                    down.push(node);
+                }
+            }
+            if !down.is_empty() {
+                // Sent again once their nodes are up (`Node::redeliver_deltas`).
+                let (e, at) = (&w.entry, &written);
+                self.queue_deltas(stripe, key, e, at, watermark, |n| down.contains(&n));
             }
             w.entry.whole_at = Some(written.at);
             w.written = Some(written);
@@ -393,7 +406,8 @@ impl Node {
             return LoopModifyStart::Worker;
         };
         self.drop_stale_index(stripe);
-        if self.down_positions(stripe) > 0 {
+        // A member down: `loop_write_locked` decides (a whole value's write may go on).
+        if self.down_positions(stripe) > self.parity() {
             return LoopModifyStart::Worker;
         }
         let oldest = self
@@ -522,11 +536,13 @@ impl Node {
         Some(version)
     }
 
-    /// A whole write that does not finish on the loop: its deltas go to the queue of those to
-    /// send again (the parity positions that applied one ignore it).
+    /// A whole write that does not finish on the loop: the deltas it sent go to the queue of
+    /// those to send again (the parity positions that applied one ignore it; those of nodes
+    /// down are queued already).
     fn loop_write_requeue(&self, w: &LoopWrite) {
         if let Some(written) = &w.written {
-            self.queue_deltas(w.stripe, &w.key, &w.entry, written, w.watermark, |_| true);
+            let sent = |node: usize| w.remote.iter().any(|&(n, _)| n == node);
+            self.queue_deltas(w.stripe, &w.key, &w.entry, written, w.watermark, sent);
         }
     }
 

@@ -462,6 +462,53 @@ fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
     hub.clear();
 }
 
+/// While a parity position is down and refused (its process gone), the home's loop goes on
+/// writing whole: the delta of the node down is queued, as a worker queues it (sent once the
+/// node is back: `writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut_off`),
+/// and the write finishes on the acks of the positions up.
+#[test]
+fn the_loop_writes_whole_while_a_killed_parity_position_is_down() {
+    use crate::agent::{LoopWriteStart, StoreIf};
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "k", 1).remove(0);
+    stored(set(&nodes[0], &key, &[1; 10]));
+    hub.kill(2);
+    rounds(&nodes);
+    assert!(nodes[0].is_refused(2) && !nodes[0].is_up(2));
+    // The first write since (a worker's) finds the stripe's index as the view changed.
+    stored(set(&nodes[0], &key, &[2; 10]));
+    let queued = nodes[0].whole_deltas_pending();
+    assert!(queued > 0, "the worker queued node 2's delta");
+    let id = nodes[0].next_request_id();
+    let mut w = match nodes[0].loop_write_start(&key, StoreIf::SET, 3, 0, &[5; 900], id) {
+        LoopWriteStart::Send(w) => w,
+        other => panic!("the loop writes a whole value while a refused member is down: {other:?}"),
+    };
+    // Node 2 keeps parity of both of node 0's page residues.
+    assert_eq!(w.remote.len(), 1, "one delta sent: {:?}", w.remote);
+    assert!(w.remote.iter().all(|&(node, _)| node != 2));
+    assert_eq!(
+        nodes[0].whole_deltas_pending(),
+        queued + 1,
+        "node 2's delta queued"
+    );
+    for (node, position) in w.remote.clone() {
+        let reply = nodes[node].handle_peer(w.request(position));
+        assert!(nodes[0].loop_write_acked(Some(reply)));
+    }
+    let cas = nodes[0].loop_write_finish(*w).expect("committed");
+    match get(&nodes[4], &key) {
+        AgentResult::Value { value, cas: c, .. } => assert_eq!((value, c), (vec![5; 900], cas)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        nodes[0].counters.whole_fallbacks.load(Ordering::Relaxed),
+        0,
+        "written whole"
+    );
+    hub.clear();
+}
+
 /// A `gat` at a whole value's home runs on the loop: the value read from the home's slab under
 /// the key's lock, the new expiry in the index, and one `Touch` for each other position (each
 /// keeps the value's location record); a miss and a key another node leads send nothing.
