@@ -127,6 +127,12 @@ pub const PENDING_MAX_BYTES: u64 = 64 << 20;
 /// (and its recovery restores the location records), so that rebuild holds the delta. The
 /// margin allows for the two nodes' clocks to differ by up to 1 s.
 const SUPERSEDED_MARGIN_US: u64 = 1_000_000;
+/// A delta queued for a node that is still refused (its process gone) this long after it was
+/// queued is dropped at once: the node's next process starts later still, past
+/// [`SUPERSEDED_MARGIN_US`], so its page rebuild will hold the delta. (Should it have started
+/// unseen this long ago, the page it missed the delta for has a gap, which it heals.) So a
+/// node down for long does not fill the queue and make every write split.
+const SUPERSEDED_WHILE_REFUSED_US: u64 = 5_000_000;
 /// How many queued deltas go to the nodes in one exchange: a restarted node is not flooded.
 const REDELIVER_BATCH: usize = 256;
 
@@ -285,7 +291,8 @@ impl Node {
 
     /// Sends the queued deltas to the nodes that are up again; keeps those still unanswered.
     /// Those made before their node's process started (by [`SUPERSEDED_MARGIN_US`]) are
-    /// dropped: its page rebuild holds them. The rest go in batches of
+    /// dropped: its page rebuild holds them; so are those of a node still refused
+    /// [`SUPERSEDED_WHILE_REFUSED_US`] after they were queued. The rest go in batches of
     /// [`REDELIVER_BATCH`], each sent once the one before is answered.
     pub fn redeliver_deltas(&self) {
         let todo = std::mem::take(&mut *lock(&self.whole_pending));
@@ -294,10 +301,18 @@ impl Node {
             .iter()
             .map(|p| p.incarnation)
             .collect();
+        let refused: Vec<bool> = (0..self.cfg.node_count)
+            .map(|node| self.is_refused(node))
+            .collect();
+        let now = crate::time::now_micros();
         let mut again = Vec::new();
         let mut send = Vec::new();
         for (node, at, req) in todo {
             if !self.is_up(node) {
+                if refused[node] && at + SUPERSEDED_WHILE_REFUSED_US < now {
+                    bump(&self.counters.whole_deltas_superseded);
+                    continue;
+                }
                 again.push((node, at, req));
             } else if at + SUPERSEDED_MARGIN_US < incarnations[node] {
                 bump(&self.counters.whole_deltas_superseded);

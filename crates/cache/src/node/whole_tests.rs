@@ -506,6 +506,28 @@ fn the_loop_writes_whole_while_a_killed_parity_position_is_down() {
         0,
         "written whole"
     );
+    // The queue keeps a refused node's deltas for a while (its process may have started
+    // unseen), then drops them: its next process rebuilds its pages after it starts.
+    let superseded = || {
+        nodes[0]
+            .counters
+            .whole_deltas_superseded
+            .load(Ordering::Relaxed)
+    };
+    let queued = nodes[0].whole_deltas_pending();
+    nodes[0].redeliver_deltas();
+    assert_eq!(
+        (nodes[0].whole_deltas_pending(), superseded()),
+        (queued, 0),
+        "kept"
+    );
+    for (_, at, _) in lock(&nodes[0].whole_pending).iter_mut() {
+        *at -= 6_000_000;
+    }
+    nodes[0].redeliver_deltas();
+    assert_eq!(nodes[0].whole_deltas_pending(), 0);
+    assert_eq!(nodes[0].whole_pending_bytes.load(Ordering::Relaxed), 0);
+    assert_eq!(superseded() as usize, queued);
     hub.clear();
 }
 
