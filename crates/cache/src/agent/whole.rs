@@ -273,7 +273,18 @@ impl Node {
         watermark: u64,
         which: impl Fn(usize) -> bool,
     ) {
+        // Half full: the deltas of nodes still refused long after they were queued go first
+        // (the background round that drops them may be busy, filling holes).
+        let prune = self.whole_pending_bytes.load(Ordering::Relaxed) > PENDING_MAX_BYTES / 2;
+        let refused = if prune {
+            self.refused_down()
+        } else {
+            Vec::new()
+        };
         let mut pending = lock(&self.whole_pending);
+        if prune {
+            self.drop_superseded_while_refused(&mut pending, &refused);
+        }
         for (node, _, req) in self.whole_deltas(stripe, key, e, written, watermark) {
             if which(node) {
                 self.whole_pending_bytes
@@ -282,6 +293,32 @@ impl Node {
                 bump(&self.counters.whole_deltas_queued);
             }
         }
+    }
+
+    /// Drops the queued deltas of the nodes `refused` (down, their process gone) queued more
+    /// than [`SUPERSEDED_WHILE_REFUSED_US`] ago.
+    fn drop_superseded_while_refused(
+        &self,
+        pending: &mut Vec<(usize, u64, Request)>,
+        refused: &[bool],
+    ) {
+        let now = crate::time::now_micros();
+        pending.retain(|(node, at, req)| {
+            let superseded = refused[*node] && at + SUPERSEDED_WHILE_REFUSED_US < now;
+            if superseded {
+                self.whole_pending_bytes
+                    .fetch_sub(queued_bytes(req), Ordering::Relaxed);
+                bump(&self.counters.whole_deltas_superseded);
+            }
+            !superseded
+        });
+    }
+
+    /// Per node, whether it is down and its connection was refused (its process gone).
+    fn refused_down(&self) -> Vec<bool> {
+        (0..self.cfg.node_count)
+            .map(|node| !self.is_up(node) && self.is_refused(node))
+            .collect()
     }
 
     /// Deltas waiting to be sent again.
@@ -295,24 +332,21 @@ impl Node {
     /// [`SUPERSEDED_WHILE_REFUSED_US`] after they were queued. The rest go in batches of
     /// [`REDELIVER_BATCH`], each sent once the one before is answered.
     pub fn redeliver_deltas(&self) {
-        let todo = std::mem::take(&mut *lock(&self.whole_pending));
+        let refused = self.refused_down();
+        let todo = {
+            let mut pending = lock(&self.whole_pending);
+            self.drop_superseded_while_refused(&mut pending, &refused);
+            std::mem::take(&mut *pending)
+        };
         let incarnations: Vec<u64> = lock(&self.peers)
             .list
             .iter()
             .map(|p| p.incarnation)
             .collect();
-        let refused: Vec<bool> = (0..self.cfg.node_count)
-            .map(|node| self.is_refused(node))
-            .collect();
-        let now = crate::time::now_micros();
         let mut again = Vec::new();
         let mut send = Vec::new();
         for (node, at, req) in todo {
             if !self.is_up(node) {
-                if refused[node] && at + SUPERSEDED_WHILE_REFUSED_US < now {
-                    bump(&self.counters.whole_deltas_superseded);
-                    continue;
-                }
                 again.push((node, at, req));
             } else if at + SUPERSEDED_MARGIN_US < incarnations[node] {
                 bump(&self.counters.whole_deltas_superseded);
