@@ -5,16 +5,17 @@
 //! `incr`, `decr`, `append` or `prepend` of a value the agent holds whole (read from its own
 //! store under the key's lock), with every member up (or a value written whole while the
 //! members down are all refused: their deltas queued to be sent once they are back, as a
-//! worker queues them) and room in the stripe's share (no eviction), needs no worker either: under the key's lock, which the loop holds across the
-//! replies (an [`ArcMutexGuard`]), the agent reserves the bytes, takes a version, encodes the
-//! records, stores its own and sends each other member its record (`Put`); the acks resume the
-//! write on the loop, which commits the index entry and answers. The message count is the
-//! write's (one record to and one ack from each other member). TriEC writes stay on the
-//! engine (its tripartite encode is the point of the scheme). On anything else — another
-//! member down, a nack, a reply that does not come, the lease lost — the reservation is undone exactly as a
-//! failed write undoes it. Before any record has left, or if this node has led the stripe
-//! without a break since the write began, the request goes to a worker, which writes it the
-//! full way under a new version. Otherwise the write is in doubt and answered so, never run
+//! worker queues them) and room in the stripe's share (no eviction), needs no worker either:
+//! under the key's lock, which the loop holds across the replies (an [`ArcMutexGuard`]), the
+//! agent reserves the bytes, takes a version, encodes the records, stores its own and sends
+//! each other member its record (`Put`); the acks resume the write on the loop, which commits
+//! the index entry and answers. The message count is the write's (one record to and one ack
+//! from each other member). TriEC writes stay on the engine (its tripartite encode is the
+//! point of the scheme). On anything else — another member down, a nack, a reply that does
+//! not come, the lease lost — the reservation is undone exactly as a failed write undoes it.
+//! Before any record has left, or if this node has led the stripe without a break since the
+//! write began, the request goes to a worker, which writes it the full way under a new
+//! version. Otherwise the write is in doubt and answered so, never run
 //! again: a member may have stored its record, and a node that led the stripe meanwhile (this
 //! one cut off, its lease run out) may have adopted it when it rebuilt the index; the write,
 //! run again later, would then take effect twice, the second time over the writes made in

@@ -464,7 +464,7 @@ fn a_whole_set_on_the_loop_sends_one_delta_per_parity_position() {
 
 /// While a parity position is down and refused (its process gone), the home's loop goes on
 /// writing whole: the delta of the node down is queued, as a worker queues it (sent once the
-/// node is back: `writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut_off`),
+/// node is back: `writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_…`),
 /// and the write finishes on the acks of the positions up.
 #[test]
 fn the_loop_writes_whole_while_a_killed_parity_position_is_down() {
