@@ -146,11 +146,7 @@ impl Node {
             Ok((mut t, (e, abs))) => {
                 t.version = e.version;
                 t.touch = Some(abs);
-                let reach = if e.kind == Kind::Whole {
-                    self.n()
-                } else {
-                    e.positions
-                };
+                let reach = self.touch_reach(&e);
                 LoopNoticeStart::Send(Box::new(self.loop_notice_send(t, reach)))
             }
             Err(answer) => answer,
@@ -165,14 +161,7 @@ impl Node {
     pub fn loop_gat_start(&self, key: &[u8], exptime: i64) -> LoopGatStart {
         let stripe = self.placement.stripe_of(key);
         let begun = self.loop_notice_begin(key, |ix, e, now_us| {
-            let own = match e.kind {
-                Kind::Whole => (self.placement.node_of(stripe, 0) == self.cfg.id).then_some(0),
-                Kind::Replica => {
-                    (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id)
-                }
-                Kind::Coded => None,
-            };
-            let Some(own) = own else {
+            let Some(own) = self.own_position(stripe, &e) else {
                 return Err(LoopNoticeStart::Worker);
             };
             let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
@@ -194,11 +183,7 @@ impl Node {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         t.version = e.version;
         t.touch = Some(abs);
-        let reach = if e.kind == Kind::Whole {
-            self.n()
-        } else {
-            e.positions
-        };
+        let reach = self.touch_reach(&e);
         let value = LoopValue {
             key: key.to_vec(),
             flags: e.flags,
@@ -207,6 +192,28 @@ impl Node {
             value,
         };
         LoopGatStart::Send(Box::new(self.loop_notice_send(t, reach)), Box::new(value))
+    }
+
+    /// The position of `e`'s stripe whose record this node holds whole: a whole value's home
+    /// (position 0), or a replica here; `None` for a coded value, or a replica held elsewhere.
+    pub(crate) fn own_position(&self, stripe: usize, e: &Entry) -> Option<usize> {
+        match e.kind {
+            Kind::Whole => (self.placement.node_of(stripe, 0) == self.cfg.id).then_some(0),
+            Kind::Replica => {
+                (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id)
+            }
+            Kind::Coded => None,
+        }
+    }
+
+    /// How many positions of `e`'s stripe a touch tells: a whole value's location record lies
+    /// at every position, other values' records at their own.
+    pub(crate) fn touch_reach(&self, e: &Entry) -> usize {
+        if e.kind == Kind::Whole {
+            self.n()
+        } else {
+            e.positions
+        }
     }
 
     /// What a delete and a touch begin with: this node leads the key's stripe (else the agent

@@ -429,15 +429,9 @@ impl Node {
         let Some(e) = current else {
             return LoopModifyStart::Missing;
         };
-        let own = match e.kind {
-            Kind::Whole => (self.placement.node_of(stripe, 0) == self.cfg.id).then_some(0),
-            Kind::Replica => {
-                (0..e.positions).find(|&p| self.placement.node_of(stripe, p) == self.cfg.id)
-            }
-            Kind::Coded => None,
-        };
-        let Some(present) =
-            own.and_then(|p| self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec))
+        let Some(present) = self
+            .own_position(stripe, &e)
+            .and_then(|p| self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec))
         else {
             return LoopModifyStart::Worker;
         };

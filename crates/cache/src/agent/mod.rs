@@ -591,14 +591,8 @@ impl Node {
     pub(crate) fn touch_entry(&self, stripe: usize, key: &[u8], e: &Entry, exptime: i64) {
         let abs = time::absolute_exptime(exptime, time::now_secs());
         self.with_index(stripe, |ix| ix.set_exptime(key, abs));
-        // A whole value's location is recorded at parity positions past `e.positions`.
-        let reach = if e.kind == Kind::Whole {
-            self.n()
-        } else {
-            e.positions
-        };
         let calls = self
-            .member_nodes(stripe, reach)
+            .member_nodes(stripe, self.touch_reach(e))
             .into_iter()
             .filter(|&n| self.is_up(n))
             .map(|n| {

@@ -2261,35 +2261,14 @@ fn service(
                                 with_cas: g.kind.with_cas(),
                                 noreply: false,
                             };
-                            let counters = &node.counters;
-                            match node.loop_gat_start(key, exptime) {
-                                LoopGatStart::Miss => {
-                                    bump(&counters.cmd_get);
-                                    bump(&counters.get_misses);
-                                    bump(&counters.cmd_touch);
-                                    bump(&counters.touch_misses);
-                                    compose::reply(&mut c.out, Reply::End);
-                                    Next::Done
-                                }
-                                LoopGatStart::Send(notice, value) => {
-                                    let op = LoopOp::Notice {
-                                        notice,
-                                        to,
-                                        value: Some(value),
-                                    };
-                                    Next::Loop(op, Once::default())
-                                }
-                                LoopGatStart::Forward(agent) => {
-                                    let gat = AgentOp::Get {
-                                        key: key.to_vec(),
-                                        touch: Some(exptime),
-                                        degrade: None,
-                                    };
-                                    let op = LoopOp::forward(agent, key, gat, to);
-                                    Next::Loop(op, Once::default())
-                                }
-                                LoopGatStart::Worker => Next::Worker(Once::default()),
-                            }
+                            gat_next(node, key, exptime, to, || {
+                                let counters = &node.counters;
+                                bump(&counters.cmd_get);
+                                bump(&counters.get_misses);
+                                bump(&counters.cmd_touch);
+                                bump(&counters.touch_misses);
+                                compose::reply(&mut c.out, Reply::End);
+                            })
                         }
                         Command::MetaGet(m)
                             if m.flags.ttl.is_some()
@@ -2298,33 +2277,10 @@ fn service(
                         {
                             let key = m.key_bytes();
                             let exptime = m.flags.ttl.expect("checked");
-                            let counters = &node.counters;
-                            match node.loop_gat_start(&key, exptime) {
-                                LoopGatStart::Miss => {
-                                    bump(&counters.cmd_get);
-                                    bump(&counters.get_misses);
-                                    meta_miss(&mut c.out, m);
-                                    Next::Done
-                                }
-                                LoopGatStart::Send(notice, value) => {
-                                    let op = LoopOp::Notice {
-                                        notice,
-                                        to: ReplyTo::Meta,
-                                        value: Some(value),
-                                    };
-                                    Next::Loop(op, Once::default())
-                                }
-                                LoopGatStart::Forward(agent) => {
-                                    let gat = AgentOp::Get {
-                                        key: key.to_vec(),
-                                        touch: Some(exptime),
-                                        degrade: None,
-                                    };
-                                    let op = LoopOp::forward(agent, &key, gat, ReplyTo::Meta);
-                                    Next::Loop(op, Once::default())
-                                }
-                                LoopGatStart::Worker => Next::Worker(Once::default()),
-                            }
+                            gat_next(node, &key, exptime, ReplyTo::Meta, || {
+                                bump(&node.counters.cmd_get);
+                                meta_get_reply(node, m, &AgentResult::Miss, &mut c.out);
+                            })
                         }
                         Command::Get(g)
                             if g.keys.len() == 1
@@ -2718,6 +2674,31 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
 
 /// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
 /// `NOT_STORED`, as memcached's.
+/// A get that touches (`gat`, `gats`, a meta get with `T`) of one key at this loop: its touch
+/// and value (`Node::loop_gat_start`), its forward to the key's agent, or a worker; `miss`
+/// answers a key with no value.
+fn gat_next(node: &Node, key: &[u8], exptime: i64, to: ReplyTo, miss: impl FnOnce()) -> Next {
+    match node.loop_gat_start(key, exptime) {
+        LoopGatStart::Miss => {
+            miss();
+            Next::Done
+        }
+        LoopGatStart::Send(notice, value) => {
+            let value = Some(value);
+            Next::Loop(LoopOp::Notice { notice, to, value }, Once::default())
+        }
+        LoopGatStart::Forward(agent) => {
+            let gat = AgentOp::Get {
+                key: key.to_vec(),
+                touch: Some(exptime),
+                degrade: None,
+            };
+            Next::Loop(LoopOp::forward(agent, key, gat, to), Once::default())
+        }
+        LoopGatStart::Worker => Next::Worker(Once::default()),
+    }
+}
+
 /// Whether the loop runs a meta set: not an `I`nvalidate, nor an append or prepend that
 /// compares a CAS value.
 fn meta_set_on_loop(ms: &proto::MetaSet<'_>) -> bool {
@@ -2962,26 +2943,33 @@ fn meta_result(node: &Node, retry: &Retry, r: &AgentResult, out: &mut Vec<u8>) {
         Command::MetaSet(ms) => meta_set_reply(node, &ms, r, out),
         Command::MetaDelete(m) => meta_delete_reply(node, &m, r, out),
         // A meta get that touches (`T`), on the loop or forwarded.
-        Command::MetaGet(m) => match r {
-            AgentResult::Value {
-                flags,
-                cas,
-                exptime,
-                value,
-            } => {
-                bump(&node.counters.cmd_get);
-                bump(&node.counters.get_hits);
-                meta_hit(out, &m, *flags, *cas, *exptime, value);
-            }
-            AgentResult::Miss => {
-                bump(&node.counters.cmd_get);
-                bump(&node.counters.get_misses);
-                meta_miss(out, &m);
-            }
-            AgentResult::Error(e) => server_error(out, e),
-            other => server_error(out, &format!("unexpected {other:?}")),
-        },
+        Command::MetaGet(m) => {
+            bump(&node.counters.cmd_get);
+            meta_get_reply(node, &m, r, out);
+        }
         _ => unreachable!("only meta sets, deletes and gets reply as meta commands"),
+    }
+}
+
+/// The reply to a meta get from the agent's answer (hits and misses counted; `cmd_get` is the
+/// caller's).
+fn meta_get_reply(node: &Node, m: &Meta<'_>, r: &AgentResult, out: &mut Vec<u8>) {
+    match r {
+        AgentResult::Value {
+            flags,
+            cas,
+            exptime,
+            value,
+        } => {
+            bump(&node.counters.get_hits);
+            meta_hit(out, m, *flags, *cas, *exptime, value);
+        }
+        AgentResult::Miss => {
+            bump(&node.counters.get_misses);
+            meta_miss(out, m);
+        }
+        AgentResult::Error(e) => server_error(out, e),
+        other => server_error(out, &format!("unexpected {other:?}")),
     }
 }
 
@@ -3189,23 +3177,7 @@ fn execute(
                 touch: m.flags.ttl,
                 degrade,
             };
-            match node.route_key(op, &key) {
-                AgentResult::Value {
-                    flags,
-                    cas,
-                    exptime,
-                    value,
-                } => {
-                    inc(&c.get_hits);
-                    meta_hit(out, &m, flags, cas, exptime, &value);
-                }
-                AgentResult::Miss => {
-                    inc(&c.get_misses);
-                    meta_miss(out, &m);
-                }
-                AgentResult::Error(r) => server_error(out, &r),
-                other => server_error(out, &format!("unexpected {other:?}")),
-            }
+            meta_get_reply(node, &m, &node.route_key(op, &key), out);
         }
         Command::MetaSet(ms) => {
             let key = ms.meta.key_bytes().into_owned();
