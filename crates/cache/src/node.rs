@@ -174,6 +174,9 @@ pub struct Counters {
     pub whole_plan_rejected: AtomicU64,
     /// Parity pages rebuilt while the node ran, after missing a delta.
     pub whole_pages_healed: AtomicU64,
+    /// Values stored split that their home wrote whole again in the background
+    /// (`agent::rewhole`).
+    pub whole_rewritten: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.
     pub whole_deltas_superseded: AtomicU64,

@@ -9,7 +9,7 @@
 //! | 4 | 1 | kind: 0 = coded chunk, 1 = replica of the whole value, 2 = whole layout (position 0: the value at its home; other positions: where it lies, [`WholeAt`]); bit 7 set: the write left out members that were down |
 //! | 5 | 1 | chunk index (the position in the Mem Stripe) |
 //! | 6 | 2 | key length (1..=250) |
-//! | 8 | 8 | version (assigned by the agent; the CAS value) |
+//! | 8 | 8 | version (assigned by the agent; with its low [`REWRITE_BITS`] cleared, the CAS value) |
 //! | 16 | 8 | value length in bytes (the chunks are ⌈len/k⌉ bytes, zero-padded) |
 //! | 24 | 4 | client flags |
 //! | 28 | 8 | exptime: absolute Unix seconds, 0 = never (signed) |
@@ -40,6 +40,19 @@ pub fn trail_after(trail: &Trail, id: u64) -> Trail {
     out[1..].copy_from_slice(&trail[..TRAIL - 1]);
     out
 }
+/// Low bits of a version that count rewrites of a value that keep its bytes, flags and
+/// exptime (its home writing a split value whole again, `agent::rewhole`). A new value's
+/// version has them 0 ([`StripeIndex::next_version`](crate::agent::index::StripeIndex)), and a
+/// client's CAS value is the version with them cleared ([`cas_of`]), so such a rewrite does
+/// not change the CAS value a client holds, while members and a new agent order the
+/// rewrite's records after the ones it replaces.
+pub const REWRITE_BITS: u32 = 8;
+
+/// The CAS value of a version: its [`REWRITE_BITS`] cleared.
+pub fn cas_of(version: u64) -> u64 {
+    version & !((1u64 << REWRITE_BITS) - 1)
+}
+
 /// The bit of the kind byte that flags [`Header::written_around`].
 const WRITTEN_AROUND: u8 = 0x80;
 

@@ -23,7 +23,7 @@ pub fn decide(mode: StoreMode, current: Option<&Entry>, compare_cas: Option<u64>
     if let Some(cas) = compare_cas {
         return match current {
             None => Decision::NotFound,
-            Some(e) if e.version != cas => Decision::Exists,
+            Some(e) if e.cas() != cas => Decision::Exists,
             Some(_) => match mode {
                 StoreMode::Add => Decision::NotStored,
                 _ => Decision::Proceed,
@@ -64,7 +64,11 @@ mod tests {
 
     #[test]
     fn memcached_rules() {
-        let e = Entry::new(7, 1, 0, 0, Kind::Coded, 0, 1, 1);
+        // A version is its CAS value with the rewrite bits (`record::REWRITE_BITS`) below it:
+        // `e` is a value as written, `r` the same value after one rewrite.
+        let cas = 7 << crate::record::REWRITE_BITS;
+        let e = Entry::new(cas, 1, 0, 0, Kind::Coded, 0, 1, 1);
+        let r = Entry::new(cas + 1, 1, 0, 0, Kind::Coded, 0, 1, 1);
         use Decision::*;
         use StoreMode::*;
         let table = [
@@ -76,10 +80,13 @@ mod tests {
             (Replace, Some(&e), None, Proceed),
             (Append, None, None, NotStored),
             (Prepend, Some(&e), None, Proceed),
-            (Cas, None, Some(7), NotFound),
-            (Cas, Some(&e), Some(8), Exists),
-            (Cas, Some(&e), Some(7), Proceed),
-            (Set, Some(&e), Some(6), Exists),
+            (Cas, None, Some(cas), NotFound),
+            (Cas, Some(&e), Some(cas + 256), Exists),
+            (Cas, Some(&e), Some(cas), Proceed),
+            (Cas, Some(&e), Some(cas + 1), Exists),
+            (Cas, Some(&r), Some(cas), Proceed),
+            (Cas, Some(&r), Some(cas + 1), Exists),
+            (Set, Some(&e), Some(cas - 256), Exists),
         ];
         for (mode, cur, cas, want) in table {
             assert_eq!(decide(mode, cur, cas), want, "{mode:?} {cur:?} {cas:?}");

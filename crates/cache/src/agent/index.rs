@@ -1,4 +1,4 @@
-//! The agent's index of one Mem Stripe: every live value's version (the CAS value), size,
+//! The agent's index of one Mem Stripe: every live value's version (its CAS value, `Entry::cas`), size,
 //! flags and exptime, its LRU order, and the memory its records take on each member position.
 //!
 //! Each position of a stripe has a share of its node's memory (`-m` divided by the slots the
@@ -45,6 +45,11 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The value's CAS value, as clients see it ([`record::cas_of`]).
+    pub fn cas(&self) -> u64 {
+        record::cas_of(self.version)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         version: u64,
@@ -253,13 +258,34 @@ impl StripeIndex {
     }
 
     /// A new version, larger than every version this index has handed out or seen, and at
-    /// least the clock in µs (so a new agent's versions follow the old agent's). Registered as
-    /// in flight until [`StripeIndex::finish`].
+    /// least the clock in µs times 2^[`record::REWRITE_BITS`] (so a new agent's versions
+    /// follow the old agent's), with its rewrite bits 0 ([`record::cas_of`]). Registered as in
+    /// flight until [`StripeIndex::finish`].
     pub fn next_version(&mut self, now_us: u64) -> u64 {
-        let v = (self.last_version + 1).max(now_us);
+        let step = 1u64 << record::REWRITE_BITS;
+        let v = (self.last_version + 1)
+            .max(now_us.saturating_mul(step))
+            .next_multiple_of(step);
         self.last_version = v;
         self.inflight.insert(v);
         v
+    }
+
+    /// The version of a rewrite of `key`'s value that keeps its bytes, flags and exptime
+    /// (its CAS value too: only the rewrite bits grow), registered as in flight as
+    /// [`StripeIndex::next_version`]'s; `None` if the key is not at `version`, or its rewrite
+    /// bits are spent.
+    pub fn rewrite_version(&mut self, key: &[u8], version: u64) -> Option<u64> {
+        if self.get(key)?.version != version {
+            return None;
+        }
+        let v = version + 1;
+        if record::cas_of(v) != record::cas_of(version) || self.inflight.contains(&v) {
+            return None;
+        }
+        self.last_version = self.last_version.max(v);
+        self.inflight.insert(v);
+        Some(v)
     }
 
     /// Marks a write's version done (committed or abandoned).
@@ -451,6 +477,17 @@ impl StripeIndex {
     /// Inserts a committed entry whose bytes were reserved; replaces (and releases) an older
     /// entry of the key. Returns the replaced entry.
     pub fn commit(&mut self, key: &[u8], entry: Entry) -> Option<Entry> {
+        self.commit_filed(key, entry, None)
+    }
+
+    /// [`StripeIndex::commit`] of a rewrite of the value `replaced` (removed from the index
+    /// while it was written): the value keeps its place in the LRU order, as a rewrite is no
+    /// use of it.
+    pub fn commit_rewrite(&mut self, key: &[u8], entry: Entry, replaced: &Entry) {
+        self.commit_filed(key, entry, Some((replaced.lru_tick, replaced.lru_filed)));
+    }
+
+    fn commit_filed(&mut self, key: &[u8], entry: Entry, lru: Option<(u64, u64)>) -> Option<Entry> {
         let old = self.remove(key);
         // A later version of the key supersedes what its failed writes left at the members.
         if let Some(held) = self.held_open.get_mut(key) {
@@ -466,12 +503,21 @@ impl StripeIndex {
             }
         }
         self.observe_version(entry.version);
-        self.tick += 1;
         let mut entry = entry;
-        entry.lru_tick = self.tick;
-        entry.lru_filed = self.tick;
         let hash = self.hash(key);
-        self.lru.insert(self.tick, hash);
+        match lru {
+            // Filed again under its old tick, unless another entry was filed there meanwhile.
+            Some((tick, filed)) if !self.lru.contains_key(&filed) => {
+                entry.lru_tick = tick;
+                entry.lru_filed = filed;
+            }
+            _ => {
+                self.tick += 1;
+                entry.lru_tick = self.tick;
+                entry.lru_filed = self.tick;
+            }
+        }
+        self.lru.insert(entry.lru_filed, hash);
         let hasher = &self.hasher;
         self.entries
             .insert_unique(hash, (IndexKey::new(key), entry), |(k, _)| {
@@ -519,6 +565,17 @@ impl StripeIndex {
             .filter(|(_, e)| e.holes & wanted != 0)
             .take(max)
             .map(|(k, e)| (k.bytes().to_vec(), e.version, e.holes & wanted))
+            .collect()
+    }
+
+    /// Up to `max` values stored split (coded or replicated) whose size `whole` accepts: the
+    /// key and version of each.
+    pub fn split_values(&self, whole: impl Fn(u64) -> bool, max: usize) -> Vec<(Vec<u8>, u64)> {
+        self.entries
+            .iter()
+            .filter(|(_, e)| e.kind != Kind::Whole && whole(e.value_bytes))
+            .take(max)
+            .map(|(k, e)| (k.bytes().to_vec(), e.version))
             .collect()
     }
 
@@ -601,18 +658,43 @@ mod tests {
     #[test]
     fn versions_increase_and_watermark_follows_inflight() {
         let mut ix = StripeIndex::new(3, 1000);
+        // Versions are the clock in µs times 256 at least, their 8 rewrite bits 0.
         let a = ix.next_version(5);
         let b = ix.next_version(5);
         let c = ix.next_version(100);
-        assert_eq!((a, b, c), (5, 6, 100));
-        assert_eq!(ix.watermark(), 5);
+        assert_eq!((a, b, c), (5 * 256, 6 * 256, 100 * 256));
+        assert_eq!(ix.watermark(), 5 * 256);
         ix.finish(a);
-        assert_eq!(ix.watermark(), 6);
+        assert_eq!(ix.watermark(), 6 * 256);
         ix.finish(c);
         ix.finish(b);
-        assert_eq!(ix.watermark(), 101);
-        ix.observe_version(500);
-        assert_eq!(ix.next_version(0), 501);
+        assert_eq!(ix.watermark(), 100 * 256 + 1);
+        // A version seen in a record (a rewrite's among them) is passed by the next one.
+        ix.observe_version(500 * 256 + 3);
+        assert_eq!(ix.next_version(0), 501 * 256);
+    }
+
+    #[test]
+    fn a_rewrite_keeps_the_cas_value_and_orders_after_the_version_it_replaces() {
+        let mut ix = StripeIndex::new(3, 1 << 20);
+        let v = ix.next_version(10);
+        ix.adopt(b"k", entry(v, 1, 10));
+        ix.finish(v);
+        // Only the key's present version may be rewritten.
+        assert_eq!(ix.rewrite_version(b"k", v + 256), None);
+        assert_eq!(ix.rewrite_version(b"other", v), None);
+        let r = ix.rewrite_version(b"k", v).expect("rewritable");
+        assert_eq!((r, record::cas_of(r)), (v + 1, v));
+        // In flight until finished, as a write's version.
+        assert_eq!(ix.watermark(), v + 1);
+        ix.finish(r);
+        ix.adopt(b"k", entry(r, 1, 10));
+        assert_eq!(ix.get(b"k").unwrap().cas(), v);
+        // The next write's version is a new CAS value past the rewrite.
+        assert_eq!(ix.next_version(0), v + 256);
+        // Once the rewrite bits are spent, the value is not rewritten again.
+        ix.adopt(b"k", entry(v + 255, 1, 10));
+        assert_eq!(ix.rewrite_version(b"k", v + 255), None);
     }
 
     #[test]

@@ -115,7 +115,7 @@ impl Node {
     /// loop.
     pub fn loop_delete_start(&self, key: &[u8], compare_cas: Option<u64>) -> LoopNoticeStart {
         let begun = self.loop_notice_begin(key, |ix, e, now_us| {
-            if compare_cas.is_some_and(|c| c != e.version) {
+            if compare_cas.is_some_and(|c| c != e.cas()) {
                 return Err(LoopNoticeStart::Exists);
             }
             ix.remove(key);
@@ -187,7 +187,7 @@ impl Node {
         let value = LoopValue {
             key: key.to_vec(),
             flags: e.flags,
-            cas: e.version,
+            cas: e.cas(),
             exptime: abs,
             value,
         };

@@ -281,7 +281,7 @@ impl Node {
                 let read = self.with_own_record(stripe, key, &e, p, |data| match sink.as_mut() {
                     Some((out, with_cas)) => {
                         mark = Some(out.len());
-                        let cas = with_cas.then_some(e.version);
+                        let cas = with_cas.then_some(e.cas());
                         proto::compose::value(out, key, e.flags, data, cas);
                         proto::compose::reply(out, proto::Reply::End);
                         Vec::new()
@@ -304,7 +304,7 @@ impl Node {
                 return LoopRead::Value(LoopValue {
                     key: key.to_vec(),
                     flags: e.flags,
-                    cas: e.version,
+                    cas: e.cas(),
                     exptime: e.exptime,
                     value,
                 });
@@ -599,7 +599,7 @@ impl Node {
             bump(&self.counters.whole_rebuilds);
             return Some(LoopValue {
                 flags: e.flags,
-                cas: e.version,
+                cas: e.cas(),
                 exptime: e.exptime,
                 value,
                 key: pending.key,
@@ -634,7 +634,7 @@ impl Node {
         }
         Some(LoopValue {
             flags: e.flags,
-            cas: e.version,
+            cas: e.cas(),
             exptime: e.exptime,
             value,
             key: pending.key,

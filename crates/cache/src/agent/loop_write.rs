@@ -528,7 +528,7 @@ impl Node {
         ix.finish(version);
         drop(g);
         bump(&self.counters.total_items);
-        Some(version)
+        Some(record::cas_of(version))
     }
 
     /// A whole write that does not finish on the loop: the deltas it sent go to the queue of

@@ -25,6 +25,7 @@ mod loop_read;
 mod loop_write;
 pub(crate) mod once;
 pub mod read;
+mod rewhole;
 pub mod whole;
 pub mod write;
 pub use loop_notice::{LoopGatStart, LoopNotice, LoopNoticeStart};

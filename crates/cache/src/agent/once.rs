@@ -71,13 +71,13 @@ impl Node {
             (Some(Found::Current), Some(e)) => {
                 bump(&c.retries_answered);
                 if !arith {
-                    return Some(AgentResult::Stored { cas: e.version });
+                    return Some(AgentResult::Stored { cas: e.cas() });
                 }
                 Some(match self.read_value(stripe, key, e, None) {
                     Ok(v) => match std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()) {
                         Some(number) => AgentResult::Number {
                             number,
-                            cas: e.version,
+                            cas: e.cas(),
                         },
                         None => AgentResult::Error(
                             "the request was applied and its number is no longer known (the \

@@ -32,7 +32,7 @@ impl Node {
                 }
                 AgentResult::Value {
                     flags: e.flags,
-                    cas: e.version,
+                    cas: e.cas(),
                     exptime: e.exptime,
                     value,
                 }

@@ -453,7 +453,9 @@ impl Node {
             return AgentResult::Stored { cas: 0 };
         }
         match self.write(stripe, key, &value, flags, exptime_abs, once.id) {
-            Ok(cas) => AgentResult::Stored { cas },
+            Ok(version) => AgentResult::Stored {
+                cas: record::cas_of(version),
+            },
             Err(r) => AgentResult::Error(r),
         }
     }
@@ -467,7 +469,7 @@ impl Node {
         let Some(e) = self.lookup(stripe, key) else {
             return AgentResult::NotFound;
         };
-        if compare_cas.is_some_and(|c| c != e.version) {
+        if compare_cas.is_some_and(|c| c != e.cas()) {
             return AgentResult::Exists;
         }
         let version = self.with_index(stripe, |ix| {
@@ -515,9 +517,9 @@ impl Node {
             String::from_utf8_lossy(&cur)
         );
         match self.write(stripe, key, &r.value, e.flags, e.exptime, once.id) {
-            Ok(cas) => AgentResult::Number {
+            Ok(version) => AgentResult::Number {
                 number: r.number,
-                cas,
+                cas: record::cas_of(version),
             },
             Err(reason) => AgentResult::Error(reason),
         }

@@ -325,6 +325,7 @@ impl Node {
                 std::thread::sleep(Duration::from_secs(1));
                 me.sweep();
                 me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
+                me.rewhole(me.cfg.recovery_bytes_per_s.max(1));
                 me.redeliver_deltas();
                 me.heal_gapped_pages();
             })

@@ -867,3 +867,109 @@ fn writes_stay_whole_while_a_killed_member_is_down_and_go_split_while_one_is_cut
     }
     hub.clear();
 }
+
+/// The kinds of `keys`' entries in stripe 0's index (node 0 leads it).
+fn kinds_in_stripe_0(node: &Node, keys: &[Vec<u8>]) -> Vec<crate::record::Kind> {
+    let g = lock(&node.stripes[0]);
+    let ix = g.as_ref().expect("node 0 leads stripe 0");
+    keys.iter()
+        .map(|k| ix.get(k).expect("an entry").kind)
+        .collect()
+}
+
+/// Values their home stored split (a member cut off) are written whole again in the
+/// background once every member is back: the same bytes, flags and CAS value (a `cas` with
+/// the value read before succeeds), read through every node; the split records are gone from
+/// the other positions, and every parity page is its stripe's parity.
+#[test]
+fn split_values_are_written_whole_again_at_their_home_with_their_cas_value() {
+    use crate::record::{self, Kind};
+    let (hub, nodes) = cluster(Layout::Whole);
+    let keys = keys_of(&nodes, 0, "rw", 6);
+    hub.cut(0, 2);
+    for (i, key) in keys.iter().enumerate() {
+        stored(set(&nodes[0], key, &value_of(i + 1, 0)));
+    }
+    // Node 2 seen down, not refused: split (the first write may have gone whole, its delta
+    // to node 2 queued).
+    let kinds = kinds_in_stripe_0(&nodes[0], &keys);
+    let split: Vec<usize> = (0..keys.len())
+        .filter(|&i| kinds[i] != Kind::Whole)
+        .collect();
+    assert!(split.len() >= keys.len() - 1, "{kinds:?}");
+    let cas_of = |node: &Node, i: usize| match get(node, &keys[i]) {
+        AgentResult::Value { cas, .. } => cas,
+        other => panic!("{other:?}"),
+    };
+    let cas: Vec<u64> = (0..keys.len()).map(|i| cas_of(&nodes[1], i)).collect();
+    // Not while a member is down.
+    assert_eq!(nodes[0].rewhole(u64::MAX), 0);
+    hub.heal();
+    rounds(&nodes);
+    nodes[0].redeliver_deltas();
+    let bytes = nodes[0].rewhole(u64::MAX);
+    let want: u64 = split.iter().map(|&i| value_of(i + 1, 0).len() as u64).sum();
+    assert_eq!(bytes, want);
+    assert_eq!(
+        nodes[0].counters.whole_rewritten.load(Ordering::Relaxed),
+        split.len() as u64
+    );
+    assert!(kinds_in_stripe_0(&nodes[0], &keys)
+        .iter()
+        .all(|&k| k == Kind::Whole));
+    // Nothing is left to do.
+    assert_eq!(nodes[0].rewhole(u64::MAX), 0);
+    for (i, key) in keys.iter().enumerate() {
+        for reader in &nodes {
+            expect_value(get(reader, key), &value_of(i + 1, 0), "written whole again");
+        }
+        assert_eq!(cas_of(&nodes[3], i), cas[i], "the CAS value is kept");
+    }
+    // Past the home, a split value's records are gone: the other positions hold only the
+    // rewrite's location, one version later, at the two parity positions of its slot's page
+    // (nodes 2 and 3, or 1 and 2, as the page is data position 0 or 1 of its page stripe).
+    for &i in &split {
+        let mut locations = 0;
+        for p in 1..4u8 {
+            let store = lock(&nodes[p as usize].store);
+            if let Some(r) = store.get_latest(0, p, &keys[i]) {
+                let (h, _) = record::parse_header(r).expect("a record");
+                assert_eq!(
+                    (h.kind, h.version),
+                    (Kind::Whole, cas[i] + 1),
+                    "key {i} at {p}"
+                );
+                locations += 1;
+            }
+        }
+        assert_eq!(locations, 2, "key {i}");
+    }
+    check_parity(&nodes);
+    // The home dies: its stand-in rebuilds the index from the records (the rewrite's
+    // locations) and the values from the pages' stripes, with the same CAS values.
+    hub.kill(0);
+    rounds(&nodes);
+    for (i, key) in keys.iter().enumerate() {
+        expect_value(get(&nodes[4], key), &value_of(i + 1, 0), "home down");
+        assert_eq!(cas_of(&nodes[4], i), cas[i], "the CAS value, home down");
+    }
+    // A client that read a CAS value before the rewrite still may write with it.
+    let res = nodes[2].route_key(
+        AgentOp::Store {
+            mode: proto::StoreMode::Cas,
+            key: keys[split[0]].clone(),
+            flags: 3,
+            exptime: 0,
+            compare_cas: Some(cas[split[0]]),
+            value: b"swapped".to_vec(),
+            once: Once::first(nodes[2].next_request_id()),
+        },
+        &keys[split[0]],
+    );
+    match res {
+        AgentResult::Stored { cas: new } => assert!(new > cas[split[0]] + 1),
+        other => panic!("cas after the rewrite: {other:?}"),
+    }
+    expect_value(get(&nodes[4], &keys[split[0]]), b"swapped", "swapped");
+    hub.clear();
+}

@@ -1,0 +1,187 @@
+//! Split values written whole again by their home, in the background.
+//!
+//! A value the layout wants whole is stored split while another node stands in for its home,
+//! or while the home rebuilds its pages after a restart (`agent::whole`). The next write at the
+//! home makes it whole again, but a value not written again stays split: a read of it gathers
+//! k − 1 chunks from other nodes instead of one slot at the home. So once a second the home
+//! reads such values and writes each whole, as a *rewrite*: the same bytes, flags, exptime and
+//! request ids (`agent::once`), and the same CAS value, since a rewrite's version differs from
+//! the version it replaces only in its rewrite bits (`record::REWRITE_BITS`). Members and a new
+//! agent order the rewrite's records after the split ones, as any later version's; a client's
+//! `cas` with the value it read still succeeds, as no client changed the value.
+//!
+//! A rewrite runs under the key's lock (no write of the key comes between its read and its
+//! commit), only while every member of the stripe is up, and is left out at the first sign of
+//! trouble: a refused or unanswered delta leaves the value as it was (still split and right).
+//! It is rate-limited with hole filling's budget (`--recovery-mbps`) and keeps the value's
+//! place in the LRU order.
+
+use std::sync::atomic::Ordering;
+
+use crate::agent::index::{self, Entry};
+use crate::agent::whole::Layout;
+use crate::node::{bump, lock, Node};
+use crate::record::Kind;
+use crate::time;
+
+/// Values looked up per stripe and round.
+const PER_ROUND: usize = 256;
+
+/// How one rewrite ended.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Rewhole {
+    /// Written whole: the value's bytes.
+    Done(u64),
+    /// Not now: the key changed, the stripe has a member down, the value is not readable or
+    /// a delta was refused (the value stays as it was).
+    Skipped(&'static str),
+}
+
+impl Node {
+    /// Writes whole again, at most `budget_bytes` of them, the values of the stripes this node
+    /// is the home of that are stored split though the layout wants them whole. Returns the
+    /// bytes written.
+    pub fn rewhole(&self, budget_bytes: u64) -> u64 {
+        if self.cfg.layout == Layout::Split {
+            return 0;
+        }
+        let mut done = 0u64;
+        for s in 0..self.cfg.node_count {
+            if self.placement.node_of(s, 0) != self.cfg.id
+                || !self.leads(s)
+                || self.down_positions(s) != 0
+                || self.pages_lost.load(Ordering::Relaxed)
+            {
+                continue;
+            }
+            let todo = match lock(&self.stripes[s]).as_ref() {
+                Some(ix) => ix.split_values(|b| self.whole_wanted(b as usize), PER_ROUND),
+                None => continue,
+            };
+            for (key, version) in todo {
+                if done >= budget_bytes {
+                    return done;
+                }
+                match self.rewhole_value(s, &key, version) {
+                    Rewhole::Done(bytes) => done += bytes,
+                    Rewhole::Skipped(why) => log::debug!(
+                        "stripe {s}: {} v{version} not written whole again: {why}",
+                        String::from_utf8_lossy(&key)
+                    ),
+                }
+            }
+        }
+        done
+    }
+
+    /// Writes the split value of `key` at `version` whole, keeping its CAS value.
+    pub(crate) fn rewhole_value(&self, stripe: usize, key: &[u8], version: u64) -> Rewhole {
+        let _key_guard = self.key_lock(key);
+        if !self.leads(stripe) {
+            return Rewhole::Skipped("not the stripe's agent");
+        }
+        let oldest = self.oldest_live_us.load(Ordering::Relaxed);
+        let now = time::now_secs();
+        let Some(old) = lock(&self.stripes[stripe])
+            .as_ref()
+            .and_then(|ix| ix.get(key).cloned())
+        else {
+            return Rewhole::Skipped("no index or no value");
+        };
+        if old.version != version || old.kind == Kind::Whole {
+            return Rewhole::Skipped("written again meanwhile");
+        }
+        // Expired or flushed: the sweep deletes it.
+        if time::is_expired(old.exptime, now) || old.stored_at_us < oldest {
+            return Rewhole::Skipped("expired or flushed");
+        }
+        if self.down_positions(stripe) != 0 || !self.whole_ok(stripe, key, old.value_bytes as usize)
+        {
+            return Rewhole::Skipped("not writable whole now");
+        }
+        let value = match self.read_value(stripe, key, &old, None) {
+            Ok(v) => v,
+            Err(_) => return Rewhole::Skipped("the value was not read"),
+        };
+        let (positions, charge) = index::charge(
+            Kind::Whole,
+            key.len(),
+            old.value_bytes,
+            self.k(),
+            self.n(),
+            self.replicas(),
+        );
+        // The value leaves the index while it is written (as a write's: no eviction can take
+        // it meanwhile, and no reader misses it, as readers take the key's lock); its whole
+        // charge at the home is below its split one, so the reservation evicts nothing unless
+        // other writes filled the share meanwhile.
+        let reserved = {
+            let mut g = lock(&self.stripes[stripe]);
+            let Some(ix) = g.as_mut() else {
+                return Rewhole::Skipped("the index was dropped");
+            };
+            let Some(v) = ix.rewrite_version(key, version) else {
+                return Rewhole::Skipped("its rewrite bits are spent");
+            };
+            ix.remove(key);
+            match ix.reserve(positions, charge) {
+                Ok(victims) => {
+                    for (vkey, _) in &victims {
+                        ix.release_held(vkey);
+                    }
+                    Ok((v, victims, ix.watermark()))
+                }
+                Err(_) => {
+                    ix.finish(v);
+                    ix.adopt(key, old.clone());
+                    Err(())
+                }
+            }
+        };
+        let Ok((v, victims, watermark)) = reserved else {
+            return Rewhole::Skipped("no room in the stripe's share");
+        };
+        for (vkey, e) in &victims {
+            self.delete_records(stripe, vkey, e.version + 1);
+        }
+        let mut entry = Entry::new(
+            v,
+            old.value_bytes,
+            old.flags,
+            old.exptime,
+            Kind::Whole,
+            old.stored_at_us,
+            positions,
+            charge,
+        );
+        entry.trail = old.trail;
+        match self.write_whole(stripe, key, &entry, &value, watermark) {
+            Ok(at) => {
+                entry.whole_at = Some(at);
+                // An index dropped meanwhile (a lease lapse) is rebuilt from the records, the
+                // rewrite's among them.
+                if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
+                    ix.commit_rewrite(key, entry, &old);
+                    ix.finish(v);
+                }
+                // The split records at the other positions are older than the rewrite.
+                let nodes = (1..self.n()).map(|p| self.placement.node_of(stripe, p));
+                self.delete_records_at(stripe, key, v, nodes);
+                bump(&self.counters.whole_rewritten);
+                Rewhole::Done(old.value_bytes)
+            }
+            Err(_) => {
+                // Some parity positions may hold the rewrite's location: it stays in flight
+                // until the key is written again, as a failed write's; the split value is
+                // served meanwhile (its records are all still there).
+                let mut g = lock(&self.stripes[stripe]);
+                if let Some(ix) = g.as_mut() {
+                    ix.release(positions, charge);
+                    ix.hold_open(key, v);
+                    ix.adopt(key, old);
+                }
+                Rewhole::Skipped("a delta was refused or not answered")
+            }
+        }
+    }
+}
