@@ -13,10 +13,11 @@
 //! A rewrite runs under the key's lock (no write of the key comes between its read and its
 //! commit), only while every member of the stripe is up, and is left out at the first sign of
 //! trouble: a refused or unanswered delta leaves the value as it was (still split and right).
-//! It is rate-limited with hole filling's budget (`--recovery-mbps`) and keeps the value's
-//! place in the LRU order.
+//! It is rate-limited with hole filling's budget (`--recovery-mbps`) and to a quarter of a
+//! second per round, and keeps the value's place in the LRU order.
 
 use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::agent::index::{self, Entry};
 use crate::agent::whole::Layout;
@@ -25,7 +26,10 @@ use crate::record::Kind;
 use crate::time;
 
 /// Values looked up per stripe and round.
-const PER_ROUND: usize = 256;
+const PER_ROUND: usize = 1024;
+/// How long a round may go on (a round a second, on the thread that also sweeps, fills holes
+/// and sends queued deltas again).
+const ROUND_TIME: Duration = Duration::from_millis(250);
 
 /// How one rewrite ended.
 #[derive(Debug, PartialEq, Eq)]
@@ -46,6 +50,7 @@ impl Node {
             return 0;
         }
         let mut done = 0u64;
+        let started = Instant::now();
         for s in 0..self.cfg.node_count {
             if self.placement.node_of(s, 0) != self.cfg.id
                 || !self.leads(s)
@@ -59,7 +64,7 @@ impl Node {
                 None => continue,
             };
             for (key, version) in todo {
-                if done >= budget_bytes {
+                if done >= budget_bytes || started.elapsed() >= ROUND_TIME {
                     return done;
                 }
                 match self.rewhole_value(s, &key, version) {
