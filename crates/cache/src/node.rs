@@ -177,6 +177,10 @@ pub struct Counters {
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,
+    /// Requests an event loop handed to a worker: a client's (`worker_jobs`) and a peer's
+    /// (`peer_worker_jobs`), as they may wait (docs/cache.md, "Operating it").
+    pub worker_jobs: AtomicU64,
+    pub peer_worker_jobs: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.
     pub whole_deltas_superseded: AtomicU64,

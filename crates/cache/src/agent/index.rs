@@ -568,12 +568,16 @@ impl StripeIndex {
             .collect()
     }
 
-    /// Up to `max` values stored split (coded or replicated) whose size `whole` accepts: the
-    /// key and version of each.
-    pub fn split_values(&self, whole: impl Fn(u64) -> bool, max: usize) -> Vec<(Vec<u8>, u64)> {
+    /// Up to `max` values stored split (coded or replicated) that `whole` accepts (given the
+    /// key's and the value's length): the key and version of each.
+    pub fn split_values(
+        &self,
+        whole: impl Fn(usize, u64) -> bool,
+        max: usize,
+    ) -> Vec<(Vec<u8>, u64)> {
         self.entries
             .iter()
-            .filter(|(_, e)| e.kind != Kind::Whole && whole(e.value_bytes))
+            .filter(|(k, e)| e.kind != Kind::Whole && whole(k.bytes().len(), e.value_bytes))
             .take(max)
             .map(|(k, e)| (k.bytes().to_vec(), e.version))
             .collect()

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use crate::agent::index::{self, Entry};
 use crate::agent::whole::Layout;
 use crate::node::{bump, lock, Node};
-use crate::record::Kind;
+use crate::record::{self, Kind};
 use crate::time;
 
 /// Values looked up per stripe and round.
@@ -59,8 +59,13 @@ impl Node {
             {
                 continue;
             }
+            // Those the layout wants whole and a slab page holds.
+            let fits = |key_len: usize, bytes: u64| {
+                self.whole_wanted(bytes as usize)
+                    && record::OVERHEAD_BYTES + key_len + bytes as usize <= self.cfg.page_bytes
+            };
             let todo = match lock(&self.stripes[s]).as_ref() {
-                Some(ix) => ix.split_values(|b| self.whole_wanted(b as usize), PER_ROUND),
+                Some(ix) => ix.split_values(fits, PER_ROUND),
                 None => continue,
             };
             for (key, version) in todo {
@@ -169,7 +174,9 @@ impl Node {
                     ix.commit_rewrite(key, entry, &old);
                     ix.finish(v);
                 }
-                // The split records at the other positions are older than the rewrite.
+                // The split records at the other positions are older than the rewrite (the
+                // home's own chunk is the record its slot replaced, dropped once the
+                // stripe's watermark passes the rewrite, as a write's).
                 let nodes = (1..self.n()).map(|p| self.placement.node_of(stripe, p));
                 self.delete_records_at(stripe, key, v, nodes);
                 bump(&self.counters.whole_rewritten);

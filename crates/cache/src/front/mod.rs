@@ -224,17 +224,21 @@ struct Handoff {
     jobs: mpsc::Sender<Job>,
     peer_jobs: mpsc::Sender<(PeerJob, Arc<Mailbox>)>,
     home: Arc<Mailbox>,
+    /// Counts the requests handed over (`worker_jobs`, `peer_worker_jobs`).
+    node: Arc<Node>,
 }
 
 impl Handoff {
     /// A client's request (or an unlink) for a client worker.
     fn client(&self, token: Token, work: Work) {
+        bump(&self.node.counters.worker_jobs);
         let home = Arc::clone(&self.home);
         let _ = self.jobs.send(Job { token, work, home });
     }
 
     /// A peer's request that may wait, for a peer worker.
     fn peer(&self, token: Token, request: peer::Request, tried_here: bool) {
+        bump(&self.node.counters.peer_worker_jobs);
         let job = PeerJob {
             token,
             request,
@@ -1716,6 +1720,7 @@ pub fn serve(
                 jobs: job_tx.clone(),
                 peer_jobs: peer_job_tx.clone(),
                 home,
+                node: Arc::clone(&node),
             },
             acceptor: acceptor.take(),
             engine: engine.take(),
@@ -3391,6 +3396,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_write_fallbacks", g(&c.loop_write_fallbacks));
     compose::stat(out, "loop_forwards", g(&c.loop_forwards));
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
+    compose::stat(out, "worker_jobs", g(&c.worker_jobs));
+    compose::stat(out, "peer_worker_jobs", g(&c.peer_worker_jobs));
     compose::stat(out, "writes_in_doubt", g(&c.writes_in_doubt));
     compose::stat(out, "retries_answered", g(&c.retries_answered));
     compose::stat(out, "retries_in_doubt", g(&c.retries_in_doubt));

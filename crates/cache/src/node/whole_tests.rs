@@ -925,10 +925,16 @@ fn split_values_are_written_whole_again_at_their_home_with_their_cas_value() {
         }
         assert_eq!(cas_of(&nodes[3], i), cas[i], "the CAS value is kept");
     }
-    // Past the home, a split value's records are gone: the other positions hold only the
-    // rewrite's location, one version later, at the two parity positions of its slot's page
-    // (nodes 2 and 3, or 1 and 2, as the page is data position 0 or 1 of its page stripe).
+    // At the home, the latest record is the rewrite. Past it, a split value's records are
+    // gone: the other positions hold only the rewrite's location, one version later, at the
+    // two parity positions of its slot's page (nodes 2 and 3, or 1 and 2, as the page is data
+    // position 0 or 1 of its page stripe).
     for &i in &split {
+        let store = lock(&nodes[0].store);
+        let (h, _) = record::parse_header(store.get_latest(0, 0, &keys[i]).expect("the slot"))
+            .expect("a record");
+        assert_eq!((h.kind, h.version), (Kind::Whole, cas[i] + 1));
+        drop(store);
         let mut locations = 0;
         for p in 1..4u8 {
             let store = lock(&nodes[p as usize].store);
