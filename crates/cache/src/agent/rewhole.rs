@@ -12,7 +12,9 @@
 //!
 //! A rewrite runs under the key's lock (no write of the key comes between its read and its
 //! commit), only while every member of the stripe is up, and is left out at the first sign of
-//! trouble: a refused or unanswered delta leaves the value as it was (still split and right).
+//! trouble: a refused or unanswered delta, or a lapse of the stripe's lease while it ran
+//! (another agent may serve the split records meanwhile), leaves the value as it was, still
+//! split and right; the split records are deleted only once the rewrite is committed.
 //! It is rate-limited with hole filling's budget (`--recovery-mbps`) and to a quarter of a
 //! second per round, and keeps the value's place in the LRU order.
 
@@ -87,6 +89,7 @@ impl Node {
     /// Writes the split value of `key` at `version` whole, keeping its CAS value.
     pub(crate) fn rewhole_value(&self, stripe: usize, key: &[u8], version: u64) -> Rewhole {
         let _key_guard = self.key_lock(key);
+        let began = Instant::now();
         if !self.leads(stripe) {
             return Rewhole::Skipped("not the stripe's agent");
         }
@@ -167,6 +170,14 @@ impl Node {
         entry.trail = old.trail;
         match self.write_whole(stripe, key, &entry, &value, watermark) {
             Ok(at) => {
+                // Another node may have led the stripe meanwhile and adopted the split
+                // version, which it serves from the split records: they stay (the rewrite's
+                // records, of the same value and CAS value, are harmless), and so does the
+                // index's entry (an index that outlived a lapse is rebuilt before use).
+                if !self.led_throughout(stripe, began) {
+                    self.rewhole_undo(stripe, key, old, v, positions, charge);
+                    return Rewhole::Skipped("the lease lapsed during the rewrite");
+                }
                 entry.whole_at = Some(at);
                 // An index dropped meanwhile (a lease lapse) is rebuilt from the records, the
                 // rewrite's among them.
@@ -183,17 +194,28 @@ impl Node {
                 Rewhole::Done(old.value_bytes)
             }
             Err(_) => {
-                // Some parity positions may hold the rewrite's location: it stays in flight
-                // until the key is written again, as a failed write's; the split value is
-                // served meanwhile (its records are all still there).
-                let mut g = lock(&self.stripes[stripe]);
-                if let Some(ix) = g.as_mut() {
-                    ix.release(positions, charge);
-                    ix.hold_open(key, v);
-                    ix.adopt(key, old);
-                }
+                self.rewhole_undo(stripe, key, old, v, positions, charge);
                 Rewhole::Skipped("a delta was refused or not answered")
             }
+        }
+    }
+
+    /// Gives the index back the split value a rewrite did not replace. Some positions may hold
+    /// the rewrite's records: its version stays in flight until the key is written again, as
+    /// a failed write's; the split value is served meanwhile (its records are all there).
+    fn rewhole_undo(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        old: Entry,
+        version: u64,
+        positions: usize,
+        charge: u64,
+    ) {
+        if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
+            ix.release(positions, charge);
+            ix.hold_open(key, version);
+            ix.adopt(key, old);
         }
     }
 }
