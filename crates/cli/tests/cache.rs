@@ -787,6 +787,13 @@ fn degraded_read_on_the_loop(
 
 /// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,
 /// so a reader can tell exactly which write it got and that every byte is right.
+/// The placement's hash (docs/cache.md: a key's stripe is `fnv1a_64(key) mod N`).
+fn fnv1a(key: &[u8]) -> u64 {
+    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 fn versioned_value(key: usize, idx: u64) -> Vec<u8> {
     let mut rng = SmallRng::seed_from_u64(key as u64 * 1_000_003 + idx);
     let len = if rng.gen_bool(0.5) {
@@ -1017,6 +1024,24 @@ fn sigkill_under_load_then_recover(extra: &[&str]) {
     std::thread::sleep(Duration::from_millis(1000));
     let status = c.status();
     assert!(status.contains("degraded"), "{status}");
+    // Whole layout: keys written only now, while their homes (nodes 1, 2, 3) are down, are
+    // stored split by the stand-ins; their CAS values as a client reads them.
+    let whole = extra.contains(&"whole");
+    let only_down: Vec<(String, Vec<u8>, u64)> = if whole {
+        let mut cl = c.client(0);
+        (0..60)
+            .map(|i| format!("down{i}"))
+            .filter(|k| [1, 2, 3].contains(&(fnv1a(k.as_bytes()) % 9)))
+            .map(|k| {
+                let value = versioned_value(7, k.len() as u64 * 1000 + 3);
+                assert_eq!(cl.set(&k, &value), "STORED\r\n");
+                let cas = cl.cas_of(&k);
+                (k, value, cas)
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     for victim in [1usize, 2, 3] {
         c.restart(victim);
     }
@@ -1044,6 +1069,21 @@ fn sigkill_under_load_then_recover(extra: &[&str]) {
             std::thread::sleep(Duration::from_millis(100));
         }
         assert_eq!(c.sum_stat("whole_deltas_pending"), 0);
+        // Once every member is back, the homes write the split values whole again in the
+        // background, with the CAS values the clients read: no value stays split.
+        assert!(!only_down.is_empty());
+        let split = || c.sum_stat("value_bytes_coded") + c.sum_stat("value_bytes_replicated");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while split() > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        assert_eq!(split(), 0, "values still split");
+        assert!(c.sum_stat("whole_rewritten") >= only_down.len() as u64);
+        let mut cl = c.client(4);
+        for (k, value, cas) in &only_down {
+            assert_eq!(cl.cas_of(k), *cas, "{k}: the CAS value is kept");
+            assert!(matches!(cl.get(k), Got::Hit(v) if v == *value), "{k}");
+        }
     }
     if extra.contains(&"plan") {
         assert!(
