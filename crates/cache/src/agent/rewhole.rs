@@ -38,8 +38,8 @@ const ROUND_TIME: Duration = Duration::from_millis(250);
 pub(crate) enum Rewhole {
     /// Written whole: the value's bytes.
     Done(u64),
-    /// Not now: the key changed, the stripe has a member down, the value is not readable or
-    /// a delta was refused (the value stays as it was).
+    /// Not now: the key changed, the stripe has a member down, the value is not readable, a
+    /// delta was refused or the lease lapsed meanwhile (the value stays as it was).
     Skipped(&'static str),
 }
 
@@ -59,6 +59,12 @@ impl Node {
                 || self.down_positions(s) != 0
                 || self.pages_lost.load(Ordering::Relaxed)
             {
+                continue;
+            }
+            // An index made before a lapse of the lease may miss writes another agent made:
+            // it is made again from the records, as an operation would.
+            self.drop_stale_index(s);
+            if self.ensure_index(s).is_some() {
                 continue;
             }
             // Those the layout wants whole and a slab page holds.
@@ -93,6 +99,8 @@ impl Node {
         if !self.leads(stripe) {
             return Rewhole::Skipped("not the stripe's agent");
         }
+        // (As above: the lease may have lapsed since the round listed the key.)
+        self.drop_stale_index(stripe);
         let oldest = self.oldest_live_us.load(Ordering::Relaxed);
         let now = time::now_secs();
         let Some(old) = lock(&self.stripes[stripe])
