@@ -1,5 +1,6 @@
-//! The agent's index of one Mem Stripe: every live value's version (its CAS value, `Entry::cas`), size,
-//! flags and exptime, its LRU order, and the memory its records take on each member position.
+//! The agent's index of one Mem Stripe: every live value's version (its CAS value,
+//! `Entry::cas`), size, flags and exptime, its LRU order, and the memory its records take on
+//! each member position.
 //!
 //! Each position of a stripe has a share of its node's memory (`-m` divided by the slots the
 //! node holds). Before a write, [`StripeIndex::reserve`] evicts whole values in LRU order until
