@@ -35,7 +35,7 @@ const ROUND_TIME: Duration = Duration::from_millis(250);
 
 /// How one rewrite ended.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Rewhole {
+enum Rewhole {
     /// Written whole: the value's bytes.
     Done(u64),
     /// Not now: the key changed, the stripe has a member down, the value is not readable, a
@@ -93,7 +93,7 @@ impl Node {
     }
 
     /// Writes the split value of `key` at `version` whole, keeping its CAS value.
-    pub(crate) fn rewhole_value(&self, stripe: usize, key: &[u8], version: u64) -> Rewhole {
+    fn rewhole_value(&self, stripe: usize, key: &[u8], version: u64) -> Rewhole {
         let _key_guard = self.key_lock(key);
         let began = Instant::now();
         if !self.leads(stripe) {

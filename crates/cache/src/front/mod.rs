@@ -2677,8 +2677,6 @@ fn server_error(out: &mut Vec<u8>, reason: &str) {
     compose::server_error(out, &clean);
 }
 
-/// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
-/// `NOT_STORED`, as memcached's.
 /// A get that touches (`gat`, `gats`, a meta get with `T`) of one key at this loop: its touch
 /// and value (`Node::loop_gat_start`), its forward to the key's agent, or a worker; `miss`
 /// answers a key with no value.
@@ -2717,6 +2715,8 @@ fn concat_mode(mode: StoreMode) -> bool {
     matches!(mode, StoreMode::Append | StoreMode::Prepend)
 }
 
+/// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
+/// `NOT_STORED`, as memcached's.
 fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
     match start {
         LoopModifyStart::Worker | LoopModifyStart::NonNumeric => LoopWriteStart::Worker,
