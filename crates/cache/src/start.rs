@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use codes::Code;
-use engine::{BufferPool, Engine, LocalNode};
+use engine::{BufferPool, Engine, SteppedHost};
 use graph::Scheme;
 
 use crate::carrier::calls::LoopTransport;
@@ -88,10 +88,9 @@ pub struct Server {
     limits: proto::Limits,
     max_connections: usize,
     workers: usize,
-    /// Its event loops, made before the node (its calls to other nodes go through them).
+    /// Its event loops, made before the node (its calls to other nodes go through them); the
+    /// first drives the engine and steps its host.
     loops: front::Loops,
-    /// Kept for the life of the server: the engine host its plans run on.
-    _engine_host: Option<LocalNode>,
     /// Why the write and read plans of its stripes were not installed (they then go over peer
     /// messages), if they were not.
     pub plans_not_installed: Option<String>,
@@ -135,10 +134,11 @@ impl Server {
         // Writes, normal and degraded reads run as plans on the engine hosts when every node
         // has one. The host's application shares the node's store and plan state, built first.
         let mut plans_not_installed = None;
-        let (plans, engine_host) = match config.plans {
+        let plans = match config.plans {
             true if nodes > 1 => {
-                // The engine is driven by the first event loop: its frames travel on that
-                // loop's links to the other nodes, beside the cache's messages.
+                // The engine is driven by the first event loop, which steps its host too: its
+                // frames travel on that loop's links to the other nodes, beside the cache's
+                // messages, and a run is launched, started and ended on that loop.
                 let pool = BufferPool::new();
                 let t = LaneTransport::new(
                     id as engine::NodeId,
@@ -147,22 +147,25 @@ impl Server {
                     pool.clone(),
                 );
                 let (engine, driven) = Engine::driven(t, pool);
-                loops.drive(driven);
                 let exec = Arc::new(PlanExec::new(config.peers.clone(), incarnation));
                 let app = CacheApp::new(id, Arc::clone(&store), Arc::clone(&exec), debug_commands);
-                let host = LocalNode::with_engine(engine, app);
+                let mut host = SteppedHost::new(engine.clone(), app);
                 // Engines connect on the peers' first heartbeat answers.
-                exec.set_engine(host.engine.clone());
+                exec.set_engine(engine);
                 // This node's parts of the write and read templates of its stripes, installed
-                // locally before it serves (no message; the others do the same).
+                // before it serves (no message; the others do the same).
                 let placement = Placement::new(cfg.node_count, code.n());
-                if let Err(e) = exec.install_startup(host.launcher(), id, code, scheme, &placement)
+                let launcher = host.launcher();
+                let mut install = |template, parts| host.install(template, parts);
+                if let Err(e) =
+                    exec.install_startup(&mut install, launcher, id, code, scheme, &placement)
                 {
                     plans_not_installed = Some(e.to_string());
                 }
-                (Some(exec), Some(host))
+                loops.drive(driven, host);
+                Some(exec)
             }
-            _ => (None, None),
+            _ => None,
         };
         let node = Arc::new(Node::with_store(
             cfg,
@@ -185,7 +188,6 @@ impl Server {
             max_connections: config.max_connections,
             loops,
             workers: config.workers,
-            _engine_host: engine_host,
             plans_not_installed,
         })
     }
@@ -197,7 +199,6 @@ impl Server {
 
     /// Serves clients and peers on its event loops until one of them fails.
     pub fn run(self) -> std::io::Result<()> {
-        let _host = self._engine_host;
         front::serve(
             self.node,
             self.client,

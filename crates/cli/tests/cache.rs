@@ -73,7 +73,12 @@ impl Cluster {
                 "-t",
                 "2",
             ])
-            .args(["--heartbeat-ms", "50", "--down-after-ms", "600", "-m", "64"])
+            .args(["--heartbeat-ms", "50", "-m", "64"])
+            .args(if extra.contains(&"--down-after-ms") {
+                &[][..]
+            } else {
+                &["--down-after-ms", "600"][..]
+            })
             .args(extra)
             .output()
             .unwrap();
@@ -2091,14 +2096,15 @@ fn restarted_node_is_back_on_the_plans() {
 /// Two degraded reads at one agent run at once (runs are launched from the agent's host, not
 /// queued behind one runner): each repair helper waits 400 ms before reading its record
 /// (test-only delay), two clients ask the agent together, both get their bytes, and the agent
-/// had both runs in flight at the same time.
+/// had both runs in flight at the same time. The delay holds up the loop that steps each
+/// helper's host, heartbeats included: the down-after time is raised well above it.
 #[test]
 fn concurrent_degraded_reads_at_one_agent() {
     let c = Cluster::up_env(
         "rs:6,3",
         "rs",
         9,
-        &[],
+        &["--down-after-ms", "4000"],
         &[(cache::carrier::plans::INPUT_DELAY_ENV, "400")],
     );
     let placement = cache::cluster::placement::Placement::new(9, 9);

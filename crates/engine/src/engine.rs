@@ -138,51 +138,70 @@ pub enum Completion {
     Wake,
 }
 
-/// A queue of completions the application waits on.
+/// A queue of completions the application waits on (a host thread), or takes without waiting
+/// (a host stepped by the loop that drives the engine: [`crate::SteppedHost`]).
 #[derive(Debug, Default)]
 pub struct CompletionQueue {
-    q: Mutex<VecDeque<Completion>>,
+    q: Mutex<Queued>,
     cv: Condvar,
 }
 
+/// The completions, and how many threads wait for one: a push wakes a waiter only when there
+/// is one (a wake-up is a system call even with no one to wake).
+#[derive(Debug, Default)]
+struct Queued {
+    items: VecDeque<Completion>,
+    waiters: usize,
+}
+
 impl CompletionQueue {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queued> {
+        self.q.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
     /// Pushes one completion from outside the engine thread (a host's own requests).
     pub(crate) fn push(&self, c: Completion) {
-        self.q
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push_back(c);
-        self.cv.notify_one();
+        let mut q = self.lock();
+        q.items.push_back(c);
+        let wake = q.waiters > 0;
+        drop(q);
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     fn push_all(&self, cs: &mut Vec<Completion>) {
         if cs.is_empty() {
             return;
         }
-        self.q
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .extend(cs.drain(..));
-        self.cv.notify_one();
+        let mut q = self.lock();
+        q.items.extend(cs.drain(..));
+        let wake = q.waiters > 0;
+        drop(q);
+        if wake {
+            self.cv.notify_one();
+        }
     }
 
     /// The next completion, waiting up to `timeout`.
     pub fn wait(&self, timeout: Duration) -> Option<Completion> {
         let deadline = Instant::now() + timeout;
-        let mut q = self.q.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut q = self.lock();
         loop {
-            if let Some(c) = q.pop_front() {
+            if let Some(c) = q.items.pop_front() {
                 return Some(c);
             }
             let now = Instant::now();
             if now >= deadline {
                 return None;
             }
+            q.waiters += 1;
             q = self
                 .cv
                 .wait_timeout(q, deadline - now)
                 .unwrap_or_else(PoisonError::into_inner)
                 .0;
+            q.waiters -= 1;
         }
     }
 
@@ -190,13 +209,18 @@ impl CompletionQueue {
     pub fn wait_all(&self, out: &mut Vec<Completion>, timeout: Duration) {
         if let Some(c) = self.wait(timeout) {
             out.push(c);
-            out.extend(
-                self.q
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .drain(..),
-            );
+            self.take_all(out);
         }
+    }
+
+    /// Whether a completion is queued.
+    pub fn has_any(&self) -> bool {
+        !self.lock().items.is_empty()
+    }
+
+    /// Moves every completion queued now into `out`, without waiting.
+    pub fn take_all(&self, out: &mut Vec<Completion>) {
+        out.extend(self.lock().items.drain(..));
     }
 }
 
@@ -324,6 +348,22 @@ impl Engine {
 
     pub fn cq(&self) -> &CompletionQueue {
         &self.shared.cq
+    }
+
+    /// Whether work requests were posted since the engine last took them: a driven engine
+    /// must turn again ([`Driven::turn`]).
+    pub fn has_work(&self) -> bool {
+        !self
+            .shared
+            .wq
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+    }
+
+    /// Wakes whoever turns the engine (its thread, or the loop that drives it).
+    pub(crate) fn wake(&self) {
+        self.shared.waker.wake();
     }
 
     /// Frames this engine sent to and received from other nodes so far (every kind but

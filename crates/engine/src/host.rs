@@ -228,6 +228,40 @@ pub trait Application {
     fn message(&mut self, ctx: &HostCtx, from: NodeId, req: u64, body: &[u8]);
 }
 
+/// An application lent to a host ([`serve_with`]).
+impl<A: Application + ?Sized> Application for &mut A {
+    fn input(
+        &mut self,
+        ctx: &HostCtx,
+        run: &RunInfo,
+        chunk: ChunkRef,
+    ) -> Result<Arc<Vec<u8>>, AppError> {
+        (**self).input(ctx, run, chunk)
+    }
+
+    fn output(
+        &mut self,
+        ctx: &HostCtx,
+        run: &RunInfo,
+        chunk: ChunkRef,
+        bytes: Arc<Vec<u8>>,
+    ) -> Result<(), AppError> {
+        (**self).output(ctx, run, chunk, bytes)
+    }
+
+    fn started(&mut self, ctx: &HostCtx, run: &RunInfo) {
+        (**self).started(ctx, run)
+    }
+
+    fn finished(&mut self, ctx: &HostCtx, run: &RunInfo, error: Option<&RunError>) {
+        (**self).finished(ctx, run, error)
+    }
+
+    fn message(&mut self, ctx: &HostCtx, from: NodeId, req: u64, body: &[u8]) {
+        (**self).message(ctx, from, req, body)
+    }
+}
+
 /// A run this node launches ([`Launcher::launch`]).
 #[derive(Clone, Debug)]
 pub struct Launch {
@@ -247,7 +281,7 @@ pub struct Launch {
 }
 
 /// Who hears how a launch ended: a waiting thread, or a call the host makes (which must not
-/// block: it runs on the host's thread).
+/// block: it runs on the host's thread, or on the loop that steps it).
 enum Finish {
     Channel(mpsc::Sender<Result<(), RunError>>),
     Call(Box<dyn FnOnce(Result<(), RunError>) + Send>),
@@ -286,6 +320,9 @@ enum LocalRequest {
 pub struct Launcher {
     engine: Engine,
     queue: Arc<Mutex<VecDeque<LocalRequest>>>,
+    /// The host is stepped by the loop that drives the engine ([`SteppedHost`]): a request
+    /// wakes that loop, not a host thread.
+    stepped: bool,
 }
 
 impl std::fmt::Debug for Launcher {
@@ -295,10 +332,11 @@ impl std::fmt::Debug for Launcher {
 }
 
 impl Launcher {
-    fn new(engine: Engine) -> Launcher {
+    fn new(engine: Engine, stepped: bool) -> Launcher {
         Launcher {
             engine,
             queue: Arc::new(Mutex::new(VecDeque::new())),
+            stepped,
         }
     }
 
@@ -307,11 +345,25 @@ impl Launcher {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push_back(r);
-        self.engine.cq().push(Completion::Wake);
+        if self.stepped {
+            self.engine.wake();
+        } else {
+            self.engine.cq().push(Completion::Wake);
+        }
+    }
+
+    /// Whether requests wait for the host.
+    fn pending(&self) -> bool {
+        !self
+            .queue
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
     }
 
     /// Installs this node's `parts` of a template without a message (every node builds its
-    /// own parts of the plans it knows it takes part in); waits for the host.
+    /// own parts of the plans it knows it takes part in); waits for the host. Never from the
+    /// loop that steps a [`SteppedHost`] (use [`SteppedHost::install`]).
     pub fn install(&self, template: u64, parts: Vec<VertexPart>) -> Result<(), RunError> {
         let (tx, rx) = mpsc::channel();
         self.submit(LocalRequest::Install {
@@ -393,7 +445,7 @@ struct LaunchState {
 }
 
 /// The host's state: installed templates and runs in progress.
-struct Host<'a, A: Application> {
+struct Host<A: Application> {
     ctx: HostCtx,
     kernel: gf::Kernel,
     driver: OpDriver,
@@ -402,38 +454,19 @@ struct Host<'a, A: Application> {
     launches: HashMap<u64, LaunchState>,
     local: Arc<Mutex<VecDeque<LocalRequest>>>,
     next_op: u64,
-    app: &'a mut A,
+    app: A,
 }
 
 /// Runs the host loop of `engine`'s node with `app` until a `Shutdown` request or until the
 /// engine stops. Returns why it stopped.
 pub fn serve_with<A: Application>(engine: Engine, app: &mut A) -> String {
-    let launcher = Launcher::new(engine.clone());
-    serve_launched(engine, app, &launcher)
+    let launcher = Launcher::new(engine.clone(), false);
+    Host::new(engine, app, &launcher).run()
 }
 
 /// [`serve_with`], taking local requests from `launcher` (made by [`LocalNode`]).
 fn serve_launched<A: Application>(engine: Engine, app: &mut A, launcher: &Launcher) -> String {
-    // Operation ids of launches: this node's range, from a point that differs per start, so
-    // that a restarted node does not reuse ids its peers remember as finished.
-    let offset = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64)
-        & 0x3_FFFF_FFFF;
-    let mut host = Host {
-        ctx: HostCtx {
-            engine: engine.clone(),
-        },
-        kernel: gf::kernel(),
-        driver: OpDriver::new(engine.clone()),
-        templates: HashMap::new(),
-        running: HashMap::new(),
-        launches: HashMap::new(),
-        local: launcher.queue.clone(),
-        next_op: channel::seed(engine.node()) + offset,
-        app,
-    };
-    host.run()
+    Host::new(engine, app, launcher).run()
 }
 
 /// The plain node: [`serve_with`] a [`ChunkStore`].
@@ -441,7 +474,31 @@ pub fn serve(engine: Engine) -> String {
     serve_with(engine, &mut ChunkStore::default())
 }
 
-impl<A: Application> Host<'_, A> {
+impl<A: Application> Host<A> {
+    /// The host of `engine`'s node, taking local requests from `launcher`.
+    fn new(engine: Engine, app: A, launcher: &Launcher) -> Host<A> {
+        // Operation ids of launches: this node's range, from a point that differs per start,
+        // so that a restarted node does not reuse ids its peers remember as finished.
+        let offset = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64)
+            & 0x3_FFFF_FFFF;
+        Host {
+            ctx: HostCtx {
+                engine: engine.clone(),
+            },
+            kernel: gf::kernel(),
+            driver: OpDriver::new(engine.clone()),
+            templates: HashMap::new(),
+            running: HashMap::new(),
+            launches: HashMap::new(),
+            local: launcher.queue.clone(),
+            next_op: channel::seed(engine.node()) + offset,
+            app,
+        }
+    }
+
+    /// The host loop on a thread of its own: waits on the completion queue.
     fn run(&mut self) -> String {
         let engine = self.ctx.engine.clone();
         let mut batch = Vec::new();
@@ -450,61 +507,80 @@ impl<A: Application> Host<'_, A> {
             self.expire_launches();
             // Every send produced while handling this batch is posted with one wake-up.
             self.driver.flush();
-            let wait = self
-                .launches
-                .values()
-                .map(|l| l.deadline.saturating_duration_since(Instant::now()))
-                .min()
-                .unwrap_or(Duration::from_secs(3600));
+            let wait = self.next_deadline().map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             engine.cq().wait_all(&mut batch, wait);
             for c in batch.drain(..) {
-                let c = match self.driver.handle(c) {
-                    Handled::Consumed => continue,
-                    Handled::Finished(op, result) => {
-                        self.finish(op, result);
-                        continue;
-                    }
-                    Handled::Other(c) => c,
-                };
-                match c {
-                    Completion::Control { from, op, payload } => {
-                        let stop = self.control(from, op, &payload);
-                        engine.pool().put(payload);
-                        if stop {
-                            engine.shutdown();
-                            return "shutdown requested".into();
-                        }
-                    }
-                    Completion::Stopped { reason } => {
-                        let ops: Vec<u64> = self.launches.keys().copied().collect();
-                        for op in ops {
-                            self.launch_failed(
-                                op,
-                                RunError::Engine(EngineError::Stopped {
-                                    reason: reason.clone(),
-                                }),
-                            );
-                        }
-                        return reason;
-                    }
-                    Completion::PeerLost { peer, reason } => {
-                        let ops: Vec<u64> = self
-                            .launches
-                            .iter()
-                            .filter(|(_, l)| l.acks.contains(&peer))
-                            .map(|(&op, _)| op)
-                            .collect();
-                        for op in ops {
-                            self.launch_failed(
-                                op,
-                                RunError::Failed(format!("node {peer} lost: {reason}")),
-                            );
-                        }
-                    }
-                    _ => {}
+                if let Some(reason) = self.completion(c) {
+                    return reason;
                 }
             }
         }
+    }
+
+    /// The nearest deadline of its launches.
+    fn next_deadline(&self) -> Option<Instant> {
+        self.launches.values().map(|l| l.deadline).min()
+    }
+
+    /// Handles one completion; `Some(why)` when the host must stop.
+    fn completion(&mut self, c: Completion) -> Option<String> {
+        let engine = self.ctx.engine.clone();
+        let c = match self.driver.handle(c) {
+            Handled::Consumed => return None,
+            Handled::Finished(op, result) => {
+                self.finish(op, result);
+                return None;
+            }
+            Handled::Other(c) => c,
+        };
+        match c {
+            Completion::Control { from, op, payload } => {
+                let stop = self.control(from, op, &payload);
+                engine.pool().put(payload);
+                if stop {
+                    engine.shutdown();
+                    return Some("shutdown requested".into());
+                }
+            }
+            Completion::Stopped { reason } => {
+                let ops: Vec<u64> = self.launches.keys().copied().collect();
+                for op in ops {
+                    self.launch_failed(
+                        op,
+                        RunError::Engine(EngineError::Stopped {
+                            reason: reason.clone(),
+                        }),
+                    );
+                }
+                return Some(reason);
+            }
+            Completion::PeerLost { peer, reason } => {
+                let ops: Vec<u64> = self
+                    .launches
+                    .iter()
+                    .filter(|(_, l)| l.acks.contains(&peer))
+                    .map(|(&op, _)| op)
+                    .collect();
+                for op in ops {
+                    self.launch_failed(op, RunError::Failed(format!("node {peer} lost: {reason}")));
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// Installs this node's `parts` of a template (a [`LocalRequest::Install`]).
+    fn install_local(&mut self, template: u64, parts: Vec<VertexPart>) -> Result<(), RunError> {
+        parts
+            .iter()
+            .try_for_each(VertexPart::validate)
+            .map_err(RunError::BadPart)?;
+        self.templates
+            .insert(template, parts.into_iter().map(Arc::new).collect());
+        Ok(())
     }
 
     /// Handles one control payload; true when the host must stop.
@@ -709,15 +785,7 @@ impl<A: Application> Host<'_, A> {
                     parts,
                     done,
                 } => {
-                    let r = parts
-                        .iter()
-                        .try_for_each(VertexPart::validate)
-                        .map_err(RunError::BadPart);
-                    if r.is_ok() {
-                        self.templates
-                            .insert(template, parts.into_iter().map(Arc::new).collect());
-                    }
-                    let _ = done.send(r);
+                    let _ = done.send(self.install_local(template, parts));
                 }
                 LocalRequest::Launch(l, tx) => self.launch(l, tx),
                 LocalRequest::InstallEverywhere {
@@ -1022,7 +1090,7 @@ impl LocalNode {
         mut app: A,
     ) -> LocalNode {
         let e = engine.clone();
-        let launcher = Launcher::new(engine.clone());
+        let launcher = Launcher::new(engine.clone(), false);
         let l = launcher.clone();
         let thread = std::thread::Builder::new()
             .name(format!("node-{}", engine.node()))
@@ -1047,5 +1115,103 @@ impl LocalNode {
             .take()
             .map(|h| h.join().unwrap_or_else(|_| "panicked".into()))
             .unwrap_or_default()
+    }
+}
+
+/// A node's host without a thread of its own: the loop that drives the node's engine
+/// ([`Engine::driven`]) steps it after each turn of the engine, so that a launch, a run's
+/// start and its end are handled by the thread that moves the run's frames, with no hand-off
+/// between threads. [`Launcher`]s made here wake that loop (the engine's waker) instead of a
+/// host thread.
+///
+/// The loop's round: [`SteppedHost::step`] (requests of the launchers), [`Driven::turn`],
+/// `step` again (the completions the turn pushed), and again while [`SteppedHost::pending`].
+/// The application's calls run on that loop and must not block; nor may the loop wait on
+/// one of the launchers (its [`Launcher::run`], [`Launcher::install`]): it is the host. Once
+/// a step says the host stopped, the loop turns the engine once more: the host's last replies
+/// and the engine's own stop are work requests.
+///
+/// [`Driven::turn`]: crate::Driven::turn
+pub struct SteppedHost<A: Application> {
+    host: Host<A>,
+    launcher: Launcher,
+    batch: Vec<Completion>,
+    stopped: Option<String>,
+}
+
+impl<A: Application> std::fmt::Debug for SteppedHost<A> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SteppedHost(node {})", self.host.ctx.node())
+    }
+}
+
+impl<A: Application> SteppedHost<A> {
+    /// The host of `engine`'s node running `app`; `engine` is driven by the caller's loop.
+    pub fn new(engine: Engine, app: A) -> SteppedHost<A> {
+        let launcher = Launcher::new(engine.clone(), true);
+        SteppedHost {
+            host: Host::new(engine, app, &launcher),
+            launcher,
+            batch: Vec::new(),
+            stopped: None,
+        }
+    }
+
+    /// Installs templates and launches runs on this host, from any thread.
+    pub fn launcher(&self) -> Launcher {
+        self.launcher.clone()
+    }
+
+    /// The engine whose completions this host takes.
+    pub fn engine(&self) -> &Engine {
+        &self.host.ctx.engine
+    }
+
+    /// Installs this node's `parts` of a template at once (before the loop runs, or on it).
+    pub fn install(&mut self, template: u64, parts: Vec<VertexPart>) -> Result<(), RunError> {
+        self.host.install_local(template, parts)
+    }
+
+    /// One step: the launchers' requests, then every completion queued, then the launches
+    /// that timed out; the work requests all that produced are posted together. Never waits.
+    /// `Err` once the host stopped (a `Shutdown` request, or the engine stopped), with why.
+    pub fn step(&mut self) -> Result<(), String> {
+        if let Some(reason) = &self.stopped {
+            return Err(reason.clone());
+        }
+        let host = &mut self.host;
+        host.local_requests();
+        host.ctx.engine.cq().take_all(&mut self.batch);
+        let mut stop = None;
+        for c in self.batch.drain(..) {
+            // After a stop, the rest is dropped: the host takes nothing more.
+            if stop.is_none() {
+                stop = host.completion(c);
+            }
+        }
+        if let Some(reason) = stop {
+            self.stopped = Some(reason.clone());
+            return Err(reason);
+        }
+        host.expire_launches();
+        host.driver.flush();
+        Ok(())
+    }
+
+    /// Whether the engine must turn (work posted) or the host step again (requests of the
+    /// launchers, completions) before the loop may wait.
+    pub fn pending(&self) -> bool {
+        self.stopped.is_none()
+            && (self.host.ctx.engine.has_work()
+                || self.launcher.pending()
+                || self.host.ctx.engine.cq().has_any())
+    }
+
+    /// When the host must step next without an event: the nearest launch deadline.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        match self.stopped {
+            Some(_) => None,
+            None => self.host.next_deadline(),
+        }
     }
 }

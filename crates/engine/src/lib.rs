@@ -71,7 +71,7 @@ pub use graph::part::{ChunkRef, InEdge, OutEdge, OutputSpec, VertexPart};
 pub use graph::Primitive;
 pub use host::{
     serve, serve_with, AppError, Application, HostCtx, Launch, Launcher, LocalNode, Replier,
-    RunError, RunInfo,
+    RunError, RunInfo, SteppedHost,
 };
 pub use part::{Outgoing, PartRun};
 pub use pool::BufferPool;

@@ -635,3 +635,131 @@ fn a_driven_engine_shares_its_loop_and_port() {
         assert_eq!(n.join(), "shutdown");
     }
 }
+
+/// A host with no thread of its own: node 0's engine is driven by a loop of the test's, which
+/// steps the host after each turn. Its own parts are installed before the loop runs; runs
+/// launched from another thread (waiting, or with a call) write and read the same bytes with
+/// the same frames as a threaded host's, in both modes; the application and the calls run on
+/// the loop's thread; a failure is reported; a `Shutdown` ends the host and its loop.
+#[test]
+fn a_stepped_host_runs_on_the_loop_that_drives_its_engine() {
+    let hub = MemHub::new();
+    let pool = BufferPool::new();
+    let apps = [Keyed::default(), Keyed::default(), Keyed::default()];
+    let (write, read) = fan_plans();
+    let mine = |parts: &[VertexPart], i: usize| -> Vec<VertexPart> {
+        parts.iter().filter(|p| p.node == i).cloned().collect()
+    };
+    let (engine0, mut driven) = engine::Engine::driven(hub.attach(0, pool.clone()), pool.clone());
+    let mut host = engine::SteppedHost::new(engine0.clone(), apps[0].clone());
+    host.install(1, mine(&write, 0)).unwrap();
+    host.install(2, mine(&read, 0)).unwrap();
+    let launcher = host.launcher();
+    let others: Vec<LocalNode> = (1..3)
+        .map(|i| LocalNode::mem_with(&hub, i as NodeId, pool.clone(), apps[i].clone()))
+        .collect();
+    for (i, n) in others.iter().enumerate() {
+        n.launcher().install(1, mine(&write, i + 1)).unwrap();
+        n.launcher().install(2, mine(&read, i + 1)).unwrap();
+    }
+    let looper = std::thread::Builder::new()
+        .name("test-loop".into())
+        .spawn(move || {
+            let mut frames = Vec::new();
+            loop {
+                let stopped = host.step().and_then(|()| {
+                    let _ = driven.turn(&mut frames);
+                    host.step()
+                });
+                if let Err(why) = stopped {
+                    // Its last replies and the engine's stop are work requests: one more turn.
+                    let _ = driven.turn(&mut frames);
+                    return why;
+                }
+                if !host.pending() {
+                    // The hub's frames wait in its queue: look again shortly.
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            }
+        })
+        .unwrap();
+    let counts = || {
+        let mut c = vec![engine0.frame_counts()];
+        c.extend(others.iter().map(|n| n.engine.frame_counts()));
+        c
+    };
+    let settled = || {
+        let mut last = counts();
+        loop {
+            std::thread::sleep(Duration::from_millis(50));
+            let now = counts();
+            if now == last {
+                return now;
+            }
+            last = now;
+        }
+    };
+    let key = b"k".to_vec();
+    apps[0].give(&key, 0, (1..=12).collect());
+    for (n, app) in apps.iter().enumerate().skip(1) {
+        app.give(&key, 1, vec![n as u8; 12]);
+    }
+    for mode in [Mode::Coherent, Mode::Incoherent] {
+        let before = settled();
+        launcher.run(fan_launch(1, vec![1, 2], mode, &key)).unwrap();
+        for app in &apps[1..] {
+            let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
+            assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "{mode:?}");
+        }
+        let after = settled();
+        assert_eq!(after[0].0 - before[0].0, 2, "{mode:?}");
+        assert_eq!(after[0].1 - before[0].1, 2, "{mode:?}");
+        let before = after;
+        launcher.run(fan_launch(2, vec![], mode, &key)).unwrap();
+        for n in 1..3u32 {
+            let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
+            assert_eq!(*got, vec![n as u8; 12], "{mode:?}");
+        }
+        let after = settled();
+        assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+    }
+    // Without a waiting thread: the call comes on the loop's thread, a failure's too.
+    let (tx, rx) = std::sync::mpsc::channel();
+    for payload in [key.clone(), b"other".to_vec()] {
+        let tx = tx.clone();
+        let l = engine::Launch {
+            payload: payload.clone(),
+            ..fan_launch(2, vec![], Mode::Coherent, &key)
+        };
+        launcher.launch_then(l, move |r| {
+            let thread = std::thread::current().name().map(str::to_string);
+            tx.send((payload, r.map_err(|e| e.to_string()), thread))
+                .unwrap();
+        });
+    }
+    let mut results: Vec<_> = (0..2)
+        .map(|_| rx.recv_timeout(Duration::from_secs(10)).unwrap())
+        .collect();
+    results.sort_by(|a, b| a.0.cmp(&b.0));
+    assert!(results[0].1.is_ok(), "{:?}", results[0]);
+    let err = results[1].1.as_ref().unwrap_err();
+    assert!(err.contains("no chunk 1 for this key"), "{err}");
+    for r in &results {
+        assert_eq!(r.2.as_deref(), Some("test-loop"));
+    }
+    // Its application hears every run of node 0 end (the failed one's parts are stopped
+    // after the call).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while apps[0].finished.lock().unwrap().len() < 6 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let finished = apps[0].finished.lock().unwrap().clone();
+    assert_eq!(finished.len(), 6, "{finished:?}");
+    assert_eq!(finished.iter().filter(|f| f.1.is_some()).count(), 1);
+    let mut runner = PlanRunner::mem(&hub, RUNNER_BASE);
+    runner.shutdown_nodes(&[0, 1, 2]).unwrap();
+    assert_eq!(looper.join().unwrap(), "shutdown requested");
+    for n in others {
+        assert_eq!(n.join(), "shutdown requested");
+    }
+}

@@ -278,7 +278,9 @@ pub struct PlanCounters {
 }
 
 /// Test-only (honoured with `--debug-commands`): each helper of a repair plan waits this
-/// long before it reads its record, so that a test can hold runs in flight.
+/// long before it reads its record, so that a test can hold runs in flight. The wait holds
+/// up the loop that steps the node's engine host (its heartbeats too): a test that sets it
+/// raises `--down-after-ms` well above it.
 pub const INPUT_DELAY_ENV: &str = "INEC_TEST_REPAIR_INPUT_DELAY_MS";
 
 /// Chunks delivered to this node's host for one run: (position, bytes).
@@ -528,11 +530,13 @@ impl PlanExec {
         f.get(&stripe).copied().unwrap_or(0)
     }
 
-    /// Installs, on this node's host and without a message, this node's parts of the write
-    /// and normal-read templates of every stripe it is a member of: 2 templates per stripe
-    /// (n stripes when N ≥ n), whatever the value sizes. Returns how many were installed.
+    /// Installs, on this node's host and without a message (`install`), this node's parts of
+    /// the write and normal-read templates of every stripe it is a member of: 2 templates per
+    /// stripe (n stripes when N ≥ n), whatever the value sizes; then launches its runs with
+    /// `launcher`. Returns how many were installed.
     pub fn install_startup(
         &self,
+        install: &mut dyn FnMut(u64, Vec<VertexPart>) -> Result<(), RunError>,
         launcher: Launcher,
         me: usize,
         code: Code,
@@ -581,7 +585,7 @@ impl PlanExec {
                 if mine.is_empty() {
                     continue;
                 }
-                launcher.install(id, mine)?;
+                install(id, mine)?;
                 installed += 1;
             }
         }

@@ -129,18 +129,36 @@ struct PlanMail {
 /// on that loop's links to the other nodes (`carrier::lane`).
 pub type EngineLoop = engine::Driven<LaneTransport>;
 
-/// Wakes the first loop when a work request is posted to the engine it drives.
+/// The node's engine host, stepped by the first loop after each turn of the engine: a run is
+/// launched, started and ended on that loop, with no thread of its own.
+pub type EngineHost = engine::SteppedHost<crate::carrier::plans::CacheApp>;
+
+/// Wakes the first loop when a work request is posted to the engine it drives, or a launch to
+/// its host. From the first loop itself, nothing: it steps the host and turns the engine until
+/// neither has work before it waits.
 struct LoopWaker(Arc<Mailbox>);
 
 impl engine::transport::Waker for LoopWaker {
     fn wake(&self) {
-        let _ = self.0.waker.wake();
+        if THIS_LOOP.with(|l| l.get()) != Some(self.0.id) {
+            let _ = self.0.waker.wake();
+        }
     }
+}
+
+thread_local! {
+    /// The loop the calling thread runs, if it is one.
+    static THIS_LOOP: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    /// Mail the loop posted to itself since it last took its mail (a run it launched ended
+    /// while it stepped the engine's host): its next poll does not wait.
+    static MAIL_TO_SELF: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// A loop's mailbox: a channel and the waker of its poll.
 #[derive(Debug)]
 pub struct Mailbox {
+    /// The loop's index.
+    id: usize,
     tx: mpsc::Sender<Mail>,
     waker: Waker,
 }
@@ -151,8 +169,18 @@ impl Mailbox {
         if self.tx.send(mail).is_err() {
             return false;
         }
-        let _ = self.waker.wake();
+        self.ring();
         true
+    }
+
+    /// Wakes the loop after a post; a loop posting to itself is not woken (no system call)
+    /// but polls without waiting next.
+    fn ring(&self) {
+        if THIS_LOOP.with(|l| l.get()) == Some(self.id) {
+            MAIL_TO_SELF.with(|m| m.set(true));
+        } else {
+            let _ = self.waker.wake();
+        }
     }
 }
 
@@ -160,7 +188,7 @@ impl CallPost for Mailbox {
     fn post(&self, call: Call) -> Result<(), Call> {
         match self.tx.send(Mail::Call(call)) {
             Ok(()) => {
-                let _ = self.waker.wake();
+                self.ring();
                 Ok(())
             }
             Err(mpsc::SendError(Mail::Call(call))) => Err(call),
@@ -175,8 +203,8 @@ impl CallPost for Mailbox {
 pub struct Loops {
     polls: Vec<(Poll, mpsc::Receiver<Mail>)>,
     homes: Vec<Arc<Mailbox>>,
-    /// The node's engine, for the first loop to drive ([`Loops::drive`]).
-    engine: Option<EngineLoop>,
+    /// The node's engine and its host, for the first loop to drive ([`Loops::drive`]).
+    engine: Option<(EngineLoop, EngineHost)>,
 }
 
 impl Loops {
@@ -184,11 +212,11 @@ impl Loops {
     pub fn new(count: usize) -> io::Result<Loops> {
         let mut polls = Vec::new();
         let mut homes = Vec::new();
-        for _ in 0..count.max(1) {
+        for id in 0..count.max(1) {
             let poll = Poll::new()?;
             let waker = Waker::new(poll.registry(), WAKER)?;
             let (tx, rx) = mpsc::channel::<Mail>();
-            homes.push(Arc::new(Mailbox { tx, waker }));
+            homes.push(Arc::new(Mailbox { id, tx, waker }));
             polls.push((poll, rx));
         }
         Ok(Loops {
@@ -203,10 +231,11 @@ impl Loops {
         Arc::new(LoopWaker(Arc::clone(&self.homes[0])))
     }
 
-    /// Gives the node's engine (made over a [`LaneTransport`] with [`Loops::engine_waker`]) to
-    /// the first loop, which turns it in every pass and carries its frames on its links.
-    pub fn drive(&mut self, engine: EngineLoop) {
-        self.engine = Some(engine);
+    /// Gives the node's engine (made over a [`LaneTransport`] with [`Loops::engine_waker`]) and
+    /// its host to the first loop, which turns the one and steps the other in every pass and
+    /// carries the engine's frames on its links.
+    pub fn drive(&mut self, engine: EngineLoop, host: EngineHost) {
+        self.engine = Some((engine, host));
     }
 
     /// Where other threads post their calls, one per loop.
@@ -1610,8 +1639,8 @@ struct EventLoop {
     mail: mpsc::Receiver<Mail>,
     hand: Handoff,
     acceptor: Option<Acceptor>,
-    /// The node's engine, driven by the first loop.
-    engine: Option<EngineLoop>,
+    /// The node's engine and its host, driven and stepped by the first loop.
+    engine: Option<(EngineLoop, EngineHost)>,
     /// The first loop's mailbox: where engine frames read by another loop go.
     engine_home: Arc<Mailbox>,
     /// With the engine: the last connection that brought frames from each node. Only its close
@@ -1742,6 +1771,7 @@ pub fn serve(
             .name(format!("loop-{id}"))
             .spawn(move || {
                 calls::mark_loop_thread();
+                THIS_LOOP.with(|l| l.set(Some(id)));
                 // A loop that panics ends the node as a failed loop does (its connections
                 // would otherwise hang, unserved, while the others run).
                 let mut report = PanicReport {
@@ -1841,10 +1871,22 @@ impl EventLoop {
         loop {
             // Wait for events, or for the first loop request to run out of patience.
             // The engine has events to take (frames read, a link of its frames lost).
-            let engine_due =
-                self.engine.is_some() && (!frames.is_empty() || ops.links.plan_links_pending());
-            let timeout = if carried.is_empty() && ops.early_failures.is_empty() && !engine_due {
-                let engine = self.engine.as_ref().and_then(|e| e.next_deadline());
+            // Or for work of its own: the engine's or its host's, mail it posted itself.
+            let engine_due = self.engine.as_ref().is_some_and(|(_, host)| {
+                !frames.is_empty() || ops.links.plan_links_pending() || host.pending()
+            });
+            let own_mail = MAIL_TO_SELF.with(|m| m.get());
+            let timeout = if carried.is_empty()
+                && ops.early_failures.is_empty()
+                && !engine_due
+                && !own_mail
+            {
+                let engine = self.engine.as_ref().and_then(|(e, host)| {
+                    [e.next_deadline(), host.next_deadline()]
+                        .into_iter()
+                        .flatten()
+                        .min()
+                });
                 [ops.next_deadline(), engine]
                     .into_iter()
                     .flatten()
@@ -1935,6 +1977,7 @@ impl EventLoop {
                     _ => mail.push(m),
                 }
             }
+            MAIL_TO_SELF.with(|m| m.set(false));
             mail.extend(self.mail.try_iter());
             for m in mail {
                 let token = Token(next_token);
@@ -2068,16 +2111,19 @@ impl EventLoop {
         }
     }
 
-    /// One turn of the engine (first loop), then its frames queued on `links`, leaving with the
-    /// pass's other requests. A frame that cannot be queued (no connection could be started)
-    /// costs the engine the node, which the next turn hears.
+    /// The engine's turns and its host's steps (first loop), until neither has work left: the
+    /// host takes the launches posted since the last pass, the engine the work the host posted
+    /// and the frames this pass read, the host the completions of the turn, and so on. The
+    /// engine's frames are queued on `links` after each turn, leaving with the pass's other
+    /// requests. A frame that cannot be queued (no connection could be started) costs the
+    /// engine the node, which the next turn hears.
     fn turn_engine(
         &mut self,
         node: &Node,
         links: &mut Links,
         frames: &mut Vec<engine::transport::Event>,
     ) {
-        let Some(e) = &mut self.engine else {
+        let Some((e, host)) = &mut self.engine else {
             return;
         };
         for l in links.take_plan_links() {
@@ -2091,25 +2137,33 @@ impl EventLoop {
                 },
             });
         }
-        if let Err(reason) = e.turn(frames) {
-            log::warn!(
-                "node {}: its engine stopped ({reason}); plans no longer run",
-                node.cfg.id
-            );
-            self.engine = None;
-            return;
-        }
-        let t = e.transport();
-        let from = node.cfg.id as u32;
-        let registry = self.poll.registry();
-        for (peer, header, payload) in std::mem::take(&mut t.out) {
-            let queued = links.queue_plan(registry, peer, from, &header, payload.as_slice());
-            payload.recycle(t.pool());
-            if let Err(err) = queued {
-                frames.push(engine::transport::Event::PeerLost {
-                    peer,
-                    reason: format!("no connection to it: {err}"),
-                });
+        loop {
+            let stepped = host.step();
+            // After the host stopped, one more turn: its last replies are work requests.
+            let turned = e.turn(frames);
+            let t = e.transport();
+            let from = node.cfg.id as u32;
+            let registry = self.poll.registry();
+            for (peer, header, payload) in std::mem::take(&mut t.out) {
+                let queued = links.queue_plan(registry, peer, from, &header, payload.as_slice());
+                payload.recycle(t.pool());
+                if let Err(err) = queued {
+                    frames.push(engine::transport::Event::PeerLost {
+                        peer,
+                        reason: format!("no connection to it: {err}"),
+                    });
+                }
+            }
+            if let Err(reason) = stepped.and(turned) {
+                log::warn!(
+                    "node {}: its engine stopped ({reason}); plans no longer run",
+                    node.cfg.id
+                );
+                self.engine = None;
+                return;
+            }
+            if !host.pending() && frames.is_empty() {
+                return;
             }
         }
     }
