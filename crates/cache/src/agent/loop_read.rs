@@ -431,7 +431,8 @@ impl Node {
     }
 
     /// Launches the repair run of a degraded read (its [`PLAN_STEP`]): `done` is called, on the
-    /// engine host's thread, when it ends. False if it could not be launched.
+    /// loop that steps the engine host (the first), when it ends. False if it could not be
+    /// launched.
     pub fn loop_read_launch(
         &self,
         pending: &mut LoopPending,
