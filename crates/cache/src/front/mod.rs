@@ -2155,6 +2155,9 @@ impl EventLoop {
                 }
             }
             if let Err(reason) = stepped.and(turned) {
+                // The launches still in flight hear that the engine stopped (their calls
+                // resume the requests that wait on them), unless the host itself had stopped.
+                let _ = host.step();
                 log::warn!(
                     "node {}: its engine stopped ({reason}); plans no longer run",
                     node.cfg.id
