@@ -532,8 +532,8 @@ impl PlanExec {
 
     /// Installs, on this node's host and without a message (`install`), this node's parts of
     /// the write and normal-read templates of every stripe it is a member of: 2 templates per
-    /// stripe (n stripes when N ≥ n), whatever the value sizes; then launches its runs with
-    /// `launcher`. Returns how many were installed.
+    /// stripe (n stripes when N ≥ n), whatever the value sizes; keeps `launcher` for the
+    /// node's runs. Returns how many were installed.
     pub fn install_startup(
         &self,
         install: &mut dyn FnMut(u64, Vec<VertexPart>) -> Result<(), RunError>,
