@@ -174,6 +174,9 @@ pub struct Counters {
     pub whole_plan_rejected: AtomicU64,
     /// Parity pages rebuilt while the node ran, after missing a delta.
     pub whole_pages_healed: AtomicU64,
+    /// Pages a restarted node rebuilt from k pieces that showed no consistent cut
+    /// (a delta torn by a kill; `agent::whole`, `salvage_page`).
+    pub whole_pages_salvaged: AtomicU64,
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,

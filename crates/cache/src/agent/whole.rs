@@ -770,6 +770,111 @@ impl Node {
         healed
     }
 
+    /// Page `q` of position `target` of page stripe `t` when no read of the other positions
+    /// showed a consistent cut for [`PAGE_TRIES`] tries: decoded from k of the pieces as they
+    /// are (data pieces first, then parity pieces without a gap), with, per data position, the
+    /// highest seq a piece shows for it. Only pieces that hold still are salvaged: read twice,
+    /// 20 ms apart, with the same seqs (a delta in flight would leave a range that agrees with
+    /// neither side once it lands).
+    ///
+    /// This is for a delta torn by a kill (docs/cache.md, "Known gap"): some parity positions
+    /// applied a dead home's last delta and the others did not, and with m homes of the page
+    /// stripe lost at once only k − 1 pieces agree. Outside the torn delta's byte range every
+    /// piece agrees, so the decoded page is right there; inside it the bytes were lost with the
+    /// m homes and what is decoded fails its records' checks (the slots are not taken, reads
+    /// never serve them). The pages every lost position decodes from the same pieces form a
+    /// codeword with them, so the page stripe is consistent again; the parity positions behind
+    /// the seq installed see a gap at the home's next delta and are healed from a cut
+    /// (`heal_gapped_pages`).
+    fn salvage_page(&self, t: usize, target: usize, q: u32) -> Result<(Vec<u8>, Vec<u64>), String> {
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let len = self.cfg.page_bytes as u32;
+        let read = || {
+            let calls: Vec<(usize, Request)> = (0..n)
+                .filter(|&p| p != target && self.is_up((t + p) % nodes))
+                .map(|p| {
+                    let req = Request::Range {
+                        stripe: t as u32,
+                        page_stripe: t as u32,
+                        position: p as u8,
+                        page: q,
+                        offset: 0,
+                        len,
+                    };
+                    ((t + p) % nodes, req)
+                })
+                .collect();
+            let positions: Vec<usize> = calls
+                .iter()
+                .map(|(node, _)| (node + nodes - t) % nodes)
+                .collect();
+            let mut pieces: Vec<(usize, Vec<u64>, Vec<u8>)> = Vec::new();
+            for (p, r) in positions.into_iter().zip(self.call(calls)) {
+                if let Ok(Response::Range { seqs, bytes }) = r {
+                    if bytes.len() == len as usize {
+                        pieces.push((p, seqs, bytes));
+                    }
+                }
+            }
+            pieces
+        };
+        let first = read();
+        std::thread::sleep(Duration::from_millis(20));
+        let mut pieces = read();
+        let seqs_of = |pieces: &[(usize, Vec<u64>, Vec<u8>)]| {
+            pieces
+                .iter()
+                .map(|(p, s, _)| (*p, s.clone()))
+                .collect::<Vec<_>>()
+        };
+        if seqs_of(&first) != seqs_of(&pieces) {
+            return Err("no salvage yet: its pieces are still changing".into());
+        }
+        if pieces.len() < k {
+            return Err(format!(
+                "no salvage either: {} of the other positions answered, {k} needed",
+                pieces.len()
+            ));
+        }
+        let gapped = |seqs: &[u64]| seqs.contains(&whole::GAPPED);
+        pieces.sort_by_key(|(p, seqs, _)| (*p >= k, gapped(seqs), *p));
+        let used = &pieces[..k];
+        let mut chunks: Vec<Option<&[u8]>> = vec![None; n];
+        for (p, _, bytes) in used {
+            chunks[*p] = Some(bytes);
+        }
+        let mut out = vec![0u8; len as usize];
+        self.codec
+            .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
+            .map_err(|e| format!("no salvage either: {e}"))?;
+        // Per data position, the highest seq any piece shows for it (gaps aside).
+        let seq_of = |d: usize| {
+            pieces
+                .iter()
+                .filter_map(|(p, seqs, _)| match (*p < k, seqs.as_slice()) {
+                    (true, [s]) if *p == d => Some(*s),
+                    (false, s) if s.len() == k && s[d] != whole::GAPPED => Some(s[d]),
+                    _ => None,
+                })
+                .max()
+                .unwrap_or(0)
+        };
+        let seqs = if target < k {
+            vec![seq_of(target)]
+        } else {
+            (0..k).map(seq_of).collect()
+        };
+        bump(&self.counters.whole_pages_salvaged);
+        log::warn!(
+            "node {}: page {q} of page stripe {t} showed no consistent cut (a delta torn by a \
+             kill?): position {target} decoded from positions {:?} as they are; records in the \
+             torn range fail their checks and are not taken",
+            self.cfg.id,
+            used.iter().map(|(p, _, _)| *p).collect::<Vec<_>>()
+        );
+        Ok((out, seqs))
+    }
+
     /// After a restart (`--recover`): rebuilds every page this node held — its slab pages as a
     /// home and its parity pages — from the other positions of their page stripes, then takes
     /// the slots of its whole values in the rebuilt slab as their records (found from the
@@ -825,7 +930,17 @@ impl Node {
                 let (bytes, seqs) = loop {
                     match self.rebuild_piece(t, i, q, 0, page_bytes as u32) {
                         Ok(piece) => break piece,
-                        Err(e) if tries >= PAGE_TRIES => return Err(e),
+                        // Then salvaged, once its pieces hold still (as many tries again).
+                        Err(e) if tries >= PAGE_TRIES => match self.salvage_page(t, i, q) {
+                            Ok(piece) => break piece,
+                            Err(salvage) if tries >= 2 * PAGE_TRIES => {
+                                return Err(format!("{e}; {salvage}"))
+                            }
+                            Err(_) => {
+                                tries += 1;
+                                std::thread::sleep(Duration::from_millis(100));
+                            }
+                        },
                         Err(_) => {
                             tries += 1;
                             std::thread::sleep(Duration::from_millis(100));
