@@ -773,7 +773,7 @@ impl Node {
     /// Page `q` of position `target` of page stripe `t` when no read of the other positions
     /// showed a consistent cut for [`PAGE_TRIES`] tries: decoded from k of the pieces as they
     /// are (data pieces first, then parity pieces without a gap), with, per data position, the
-    /// highest seq a piece shows for it. Only pieces that hold still are salvaged: read twice,
+    /// highest seq one of those k shows for it. Only pieces that hold still are salvaged: read twice,
     /// 20 ms apart, with the same seqs (a delta in flight would leave a range that agrees with
     /// neither side once it lands).
     ///
@@ -847,10 +847,10 @@ impl Node {
         self.codec
             .reconstruct(&chunks, &[target], &mut [out.as_mut_slice()])
             .map_err(|e| format!("no salvage either: {e}"))?;
-        // Per data position, the highest seq any piece shows for it (gaps aside).
+        // Per data position, the highest seq a piece decoded from shows for it (gaps aside):
+        // the page is one codeword with those pieces, whatever their seqs say.
         let seq_of = |d: usize| {
-            pieces
-                .iter()
+            used.iter()
                 .filter_map(|(p, seqs, _)| match (*p < k, seqs.as_slice()) {
                     (true, [s]) if *p == d => Some(*s),
                     (false, s) if s.len() == k && s[d] != whole::GAPPED => Some(s[d]),
