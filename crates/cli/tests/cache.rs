@@ -792,13 +792,6 @@ fn degraded_read_on_the_loop(
 
 /// The value of write `idx` of key `key`: a header naming both, then bytes derived from them,
 /// so a reader can tell exactly which write it got and that every byte is right.
-/// The placement's hash (docs/cache.md: a key's stripe is `fnv1a_64(key) mod N`).
-fn fnv1a(key: &[u8]) -> u64 {
-    key.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 fn versioned_value(key: usize, idx: u64) -> Vec<u8> {
     let mut rng = SmallRng::seed_from_u64(key as u64 * 1_000_003 + idx);
     let len = if rng.gen_bool(0.5) {
@@ -1036,7 +1029,10 @@ fn sigkill_under_load_then_recover(extra: &[&str]) {
         let mut cl = c.client(0);
         (0..60)
             .map(|i| format!("down{i}"))
-            .filter(|k| [1, 2, 3].contains(&(fnv1a(k.as_bytes()) % 9)))
+            .filter(|k| {
+                let stripe = cache::cluster::placement::fnv1a_64(k.as_bytes()) % 9;
+                [1, 2, 3].contains(&stripe)
+            })
             .map(|k| {
                 let value = versioned_value(7, k.len() as u64 * 1000 + 3);
                 assert_eq!(cl.set(&k, &value), "STORED\r\n");

@@ -318,6 +318,37 @@ fn frame_counts(nodes: &[LocalNode]) -> Vec<(u64, u64)> {
     nodes.iter().map(|n| n.engine.frame_counts()).collect()
 }
 
+/// Node 0 launches the fan write (template 1: its chunk 0 to nodes 1 and 2, kept there as
+/// chunk 5) and the fan read (template 2: chunk 1 of nodes 1 and 2 to node 0, kept as 11 and
+/// 12) in `mode`: the bytes land, and each costs node 0 two frames out and two in (`settled`:
+/// frame counts per node once they stop changing).
+fn fan_out_and_in(
+    launcher: &engine::Launcher,
+    apps: &[Keyed],
+    key: &[u8],
+    mode: Mode,
+    settled: &dyn Fn() -> Vec<(u64, u64)>,
+) {
+    let key = key.to_vec();
+    let before = settled();
+    launcher.run(fan_launch(1, vec![1, 2], mode, &key)).unwrap();
+    for app in &apps[1..] {
+        let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
+        assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "{mode:?}");
+    }
+    let after = settled();
+    assert_eq!(after[0].0 - before[0].0, 2, "{mode:?}");
+    assert_eq!(after[0].1 - before[0].1, 2, "{mode:?}");
+    let before = after;
+    launcher.run(fan_launch(2, vec![], mode, &key)).unwrap();
+    for n in 1..3u32 {
+        let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
+        assert_eq!(*got, vec![n as u8; 12], "{mode:?}");
+    }
+    let after = settled();
+    assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+}
+
 /// [`frame_counts`] once they have stopped moving (at most 2 s): a sender counts a frame once
 /// its send returned, which can be after the receiver acted on it (and the launch finished).
 fn settled_counts(nodes: &[LocalNode]) -> Vec<(u64, u64)> {
@@ -602,29 +633,7 @@ fn a_driven_engine_shares_its_loop_and_port() {
         .to_string();
     assert!(err.contains("timed out waiting for nodes [7]"), "{err}");
     for mode in [Mode::Coherent, Mode::Incoherent] {
-        let before = settled();
-        nodes[0]
-            .launcher()
-            .run(fan_launch(1, vec![1, 2], mode, &key))
-            .unwrap();
-        for app in &apps[1..] {
-            let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
-            assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "{mode:?}");
-        }
-        let after = settled();
-        assert_eq!(after[0].0 - before[0].0, 2, "{mode:?}");
-        assert_eq!(after[0].1 - before[0].1, 2, "{mode:?}");
-        let before = after;
-        nodes[0]
-            .launcher()
-            .run(fan_launch(2, vec![], mode, &key))
-            .unwrap();
-        for n in 1..3u32 {
-            let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
-            assert_eq!(*got, vec![n as u8; 12], "{mode:?}");
-        }
-        let after = settled();
-        assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+        fan_out_and_in(&nodes[0].launcher(), &apps, &key, mode, &settled);
         echo();
     }
     for n in &nodes {
@@ -705,23 +714,7 @@ fn a_stepped_host_runs_on_the_loop_that_drives_its_engine() {
         app.give(&key, 1, vec![n as u8; 12]);
     }
     for mode in [Mode::Coherent, Mode::Incoherent] {
-        let before = settled();
-        launcher.run(fan_launch(1, vec![1, 2], mode, &key)).unwrap();
-        for app in &apps[1..] {
-            let got = app.chunks.lock().unwrap()[&(key.clone(), 5)].clone();
-            assert_eq!(*got, (1..=12).collect::<Vec<u8>>(), "{mode:?}");
-        }
-        let after = settled();
-        assert_eq!(after[0].0 - before[0].0, 2, "{mode:?}");
-        assert_eq!(after[0].1 - before[0].1, 2, "{mode:?}");
-        let before = after;
-        launcher.run(fan_launch(2, vec![], mode, &key)).unwrap();
-        for n in 1..3u32 {
-            let got = apps[0].chunks.lock().unwrap()[&(key.clone(), 10 + n)].clone();
-            assert_eq!(*got, vec![n as u8; 12], "{mode:?}");
-        }
-        let after = settled();
-        assert_eq!((after[0].0 - before[0].0, after[0].1 - before[0].1), (2, 2));
+        fan_out_and_in(&launcher, &apps, &key, mode, &settled);
     }
     // Without a waiting thread: the call comes on the loop's thread, a failure's too.
     let (tx, rx) = std::sync::mpsc::channel();

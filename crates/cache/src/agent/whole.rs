@@ -626,38 +626,14 @@ impl Node {
         offset: u32,
         len: u32,
     ) -> Result<(Vec<u8>, Vec<u64>), String> {
-        let (n, nodes) = (self.n(), self.cfg.node_count);
+        let n = self.n();
         let mut last = String::new();
         for _ in 0..CUT_TRIES {
-            let calls: Vec<(usize, Request)> = (0..n)
-                .filter(|&p| p != target && self.is_up((t + p) % nodes))
-                .map(|p| {
-                    (
-                        (t + p) % nodes,
-                        Request::Range {
-                            stripe: t as u32,
-                            page_stripe: t as u32,
-                            position: p as u8,
-                            page: q,
-                            offset,
-                            len,
-                        },
-                    )
-                })
-                .collect();
-            let positions: Vec<usize> = calls
-                .iter()
-                .map(|(node, _)| (node + nodes - t) % nodes)
-                .collect();
             let mut pieces = Vec::new();
             let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
-            for (p, r) in positions.into_iter().zip(self.call(calls)) {
-                if let Ok(Response::Range { seqs, bytes: b }) = r {
-                    if b.len() == len as usize {
-                        pieces.push(Piece { position: p, seqs });
-                        bytes[p] = Some(b);
-                    }
-                }
+            for (p, seqs, b) in self.read_ranges(t, target, q, offset, len) {
+                pieces.push(Piece { position: p, seqs });
+                bytes[p] = Some(b);
             }
             match self.combine_range(target, len, &pieces, &bytes) {
                 Ok(done) => return Ok(done),
@@ -670,6 +646,46 @@ impl Node {
             "page {q} of page stripe {t} has no consistent cut to rebuild position {target} \
              from: {last}"
         ))
+    }
+
+    /// The same range of page `q` at every position of page stripe `t` but `target` whose node
+    /// is up, as those that answered it whole give it: (position, seqs, bytes).
+    fn read_ranges(
+        &self,
+        t: usize,
+        target: usize,
+        q: u32,
+        offset: u32,
+        len: u32,
+    ) -> Vec<(usize, Vec<u64>, Vec<u8>)> {
+        let (n, nodes) = (self.n(), self.cfg.node_count);
+        let calls: Vec<(usize, Request)> = (0..n)
+            .filter(|&p| p != target && self.is_up((t + p) % nodes))
+            .map(|p| {
+                let req = Request::Range {
+                    stripe: t as u32,
+                    page_stripe: t as u32,
+                    position: p as u8,
+                    page: q,
+                    offset,
+                    len,
+                };
+                ((t + p) % nodes, req)
+            })
+            .collect();
+        let positions: Vec<usize> = calls
+            .iter()
+            .map(|(node, _)| (node + nodes - t) % nodes)
+            .collect();
+        let mut pieces = Vec::new();
+        for (p, r) in positions.into_iter().zip(self.call(calls)) {
+            if let Ok(Response::Range { seqs, bytes }) = r {
+                if bytes.len() == len as usize {
+                    pieces.push((p, seqs, bytes));
+                }
+            }
+        }
+        pieces
     }
 
     /// Position `target`'s bytes of one range of a page stripe, from the same range read at
@@ -787,40 +803,11 @@ impl Node {
     /// the seq installed see a gap at the home's next delta and are healed from a cut
     /// (`heal_gapped_pages`).
     fn salvage_page(&self, t: usize, target: usize, q: u32) -> Result<(Vec<u8>, Vec<u64>), String> {
-        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (k, n) = (self.k(), self.n());
         let len = self.cfg.page_bytes as u32;
-        let read = || {
-            let calls: Vec<(usize, Request)> = (0..n)
-                .filter(|&p| p != target && self.is_up((t + p) % nodes))
-                .map(|p| {
-                    let req = Request::Range {
-                        stripe: t as u32,
-                        page_stripe: t as u32,
-                        position: p as u8,
-                        page: q,
-                        offset: 0,
-                        len,
-                    };
-                    ((t + p) % nodes, req)
-                })
-                .collect();
-            let positions: Vec<usize> = calls
-                .iter()
-                .map(|(node, _)| (node + nodes - t) % nodes)
-                .collect();
-            let mut pieces: Vec<(usize, Vec<u64>, Vec<u8>)> = Vec::new();
-            for (p, r) in positions.into_iter().zip(self.call(calls)) {
-                if let Ok(Response::Range { seqs, bytes }) = r {
-                    if bytes.len() == len as usize {
-                        pieces.push((p, seqs, bytes));
-                    }
-                }
-            }
-            pieces
-        };
-        let first = read();
+        let first = self.read_ranges(t, target, q, 0, len);
         std::thread::sleep(Duration::from_millis(20));
-        let mut pieces = read();
+        let mut pieces = self.read_ranges(t, target, q, 0, len);
         let seqs_of = |pieces: &[(usize, Vec<u64>, Vec<u8>)]| {
             pieces
                 .iter()
