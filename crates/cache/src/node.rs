@@ -177,6 +177,8 @@ pub struct Counters {
     /// Pages a restarted node rebuilt from k pieces that showed no consistent cut
     /// (a delta torn by a kill; `agent::whole`, `salvage_page`).
     pub whole_pages_salvaged: AtomicU64,
+    /// Parity pages a restarted home brought to agree with its rebuilt page (torn deltas).
+    pub whole_pages_realigned: AtomicU64,
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,

@@ -94,7 +94,12 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// A piece rebuilt from a cut: its bytes, the seqs it agrees with, and the pieces of the read
+/// it came from.
+type RebuiltPiece = (Vec<u8>, Vec<u64>, Vec<Piece>);
+
 /// How a whole write failed.
+#[derive(Debug)]
 pub(crate) enum WholeFail {
     /// The slot could not be written, or a member refused its delta (a malformed one, or
     /// fenced out): the value is written in the split layout instead.
@@ -626,6 +631,21 @@ impl Node {
         offset: u32,
         len: u32,
     ) -> Result<(Vec<u8>, Vec<u64>), String> {
+        let choose = |pieces: &[Piece]| whole::consistent(pieces, self.k());
+        self.rebuild_piece_by(t, target, q, (offset, len), choose)
+            .map(|(bytes, seqs, _)| (bytes, seqs))
+    }
+
+    /// [`Node::rebuild_piece`] over the cut `choose` picks from the pieces read; with the
+    /// pieces of the read it used.
+    fn rebuild_piece_by(
+        &self,
+        t: usize,
+        target: usize,
+        q: u32,
+        (offset, len): (u32, u32),
+        choose: impl Fn(&[Piece]) -> Vec<usize>,
+    ) -> Result<RebuiltPiece, String> {
         let n = self.n();
         let mut last = String::new();
         for _ in 0..CUT_TRIES {
@@ -635,8 +655,9 @@ impl Node {
                 pieces.push(Piece { position: p, seqs });
                 bytes[p] = Some(b);
             }
-            match self.combine_range(target, len, &pieces, &bytes) {
-                Ok(done) => return Ok(done),
+            let keep = choose(&pieces);
+            match self.combine_cut(target, len, &pieces, &bytes, &keep) {
+                Ok((out, seqs)) => return Ok((out, seqs, pieces)),
                 Err(err) => last = err,
             }
             bump(&self.counters.whole_cut_retries);
@@ -646,6 +667,108 @@ impl Node {
             "page {q} of page stripe {t} has no consistent cut to rebuild position {target} \
              from: {last}"
         ))
+    }
+
+    /// After this node, a home restarted, rebuilt its page `q` of page stripe `t` (data
+    /// position `i`) as `page` at `seq`: brings each parity page of that page stripe whose
+    /// count for position `i` is another seq to agree with it. Such a page is **torn**: the
+    /// deltas this node sent before it died reached some parity positions and not the others,
+    /// and no later delta from it shows that (docs/cache.md, "A delta torn by a kill"). Left
+    /// so, a page ahead of the rebuilt one would drop this node's next delta as one it
+    /// applied already and hold other bytes than the code's parity under the same seqs; a
+    /// page behind it would be left out of every repair until healed.
+    ///
+    /// The correction is the difference between the parity page read and the parity the cut
+    /// that keeps the rebuilt page gives for that position, taken from a read in which the
+    /// page agrees with that cut for every other data position (the other homes' deltas cancel
+    /// out); the page adds it and moves its count only if the count is still the one read
+    /// (`Request::Realign`). Returns the pages realigned.
+    fn realign_torn(&self, t: usize, i: usize, q: u32, seq: u64, page: &[u8]) -> usize {
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let len = page.len() as u32;
+        let mut realigned = 0;
+        for _ in 0..CUT_TRIES {
+            let mut read = self.read_ranges(t, i, q, 0, len);
+            let torn = |seqs: &[u64]| seqs.len() == k && seqs[i] != seq && seqs[i] != whole::GAPPED;
+            if !read.iter().any(|(p, seqs, _)| *p >= k && torn(seqs)) {
+                return realigned;
+            }
+            read.push((i, vec![seq], page.to_vec()));
+            let pieces: Vec<Piece> = read
+                .iter()
+                .map(|(p, seqs, _)| Piece {
+                    position: *p,
+                    seqs: seqs.clone(),
+                })
+                .collect();
+            let keep = whole::consistent_with(&pieces, k, i);
+            if keep.len() >= k {
+                // The seqs of the cut, per data position.
+                let agreed: Vec<u64> = (0..k)
+                    .map(|d| {
+                        let kept = |p: &usize| keep.contains(p);
+                        read.iter()
+                            .filter(|(p, _, _)| kept(p))
+                            .find_map(|(p, seqs, _)| match *p < k {
+                                true => (*p == d).then(|| seqs[0]),
+                                false => Some(seqs[d]),
+                            })
+                            .unwrap_or(0)
+                    })
+                    .collect();
+                let chunks: Vec<Option<&[u8]>> = (0..n)
+                    .map(|p| {
+                        read.iter()
+                            .find(|(x, _, _)| *x == p && keep.contains(x))
+                            .map(|(_, _, b)| b.as_slice())
+                    })
+                    .collect();
+                let mut calls = Vec::new();
+                for (p, seqs, bytes) in &read {
+                    if *p < k || !torn(seqs) || (0..k).any(|d| d != i && seqs[d] != agreed[d]) {
+                        continue;
+                    }
+                    let mut fix = vec![0u8; len as usize];
+                    if self
+                        .codec
+                        .reconstruct(&chunks, &[*p], &mut [fix.as_mut_slice()])
+                        .is_err()
+                    {
+                        continue;
+                    }
+                    for (f, b) in fix.iter_mut().zip(bytes) {
+                        *f ^= b;
+                    }
+                    let lo = fix.iter().position(|&b| b != 0).unwrap_or(0);
+                    let hi = fix.iter().rposition(|&b| b != 0).map_or(lo, |h| h + 1);
+                    let req = Request::Realign {
+                        stripe: self.cfg.id as u32,
+                        page_stripe: t as u32,
+                        position: *p as u8,
+                        page: q,
+                        data: i as u8,
+                        from: seqs[i],
+                        to: seq,
+                        offset: lo as u32,
+                        bytes: fix[lo..hi].to_vec(),
+                    };
+                    calls.push(((t + p) % nodes, req));
+                }
+                for r in self.call(calls) {
+                    if matches!(r, Ok(Response::Ack)) {
+                        realigned += 1;
+                        bump(&self.counters.whole_pages_realigned);
+                    }
+                }
+            }
+            std::thread::sleep(CUT_WAIT);
+        }
+        log::warn!(
+            "node {}: page {q} of page stripe {t} is torn (parity pages disagree on this \
+             node's seq {seq}) and could not be realigned yet",
+            self.cfg.id
+        );
+        realigned
     }
 
     /// The same range of page `q` at every position of page stripe `t` but `target` whose node
@@ -700,8 +823,20 @@ impl Node {
         pieces: &[Piece],
         bytes: &[Option<Vec<u8>>],
     ) -> Result<(Vec<u8>, Vec<u64>), String> {
+        let keep = whole::consistent(pieces, self.k());
+        self.combine_cut(target, len, pieces, bytes, &keep)
+    }
+
+    /// [`Node::combine_range`] over the cut `keep`.
+    fn combine_cut(
+        &self,
+        target: usize,
+        len: u32,
+        pieces: &[Piece],
+        bytes: &[Option<Vec<u8>>],
+        keep: &[usize],
+    ) -> Result<(Vec<u8>, Vec<u64>), String> {
         let (k, n) = (self.k(), self.n());
-        let keep = whole::consistent(pieces, k);
         let chunks: Vec<Option<&[u8]>> = (0..n)
             .map(|p| {
                 if keep.contains(&p) {
@@ -914,12 +1049,17 @@ impl Node {
             for q in 0..pages {
                 // A page under steady writes may show no consistent cut for a while: patience.
                 let mut tries = 0;
-                let (bytes, seqs) = loop {
-                    match self.rebuild_piece(t, i, q, 0, page_bytes as u32) {
+                // A home takes its own page back at the newest seq a cut of k shows.
+                let choose = |pieces: &[Piece]| match i < k {
+                    true => whole::consistent_newest(pieces, k, i),
+                    false => whole::consistent(pieces, k),
+                };
+                let (bytes, seqs, read) = loop {
+                    match self.rebuild_piece_by(t, i, q, (0, page_bytes as u32), choose) {
                         Ok(piece) => break piece,
                         // Then salvaged, once its pieces hold still (as many tries again).
                         Err(e) if tries >= PAGE_TRIES => match self.salvage_page(t, i, q) {
-                            Ok(piece) => break piece,
+                            Ok((bytes, seqs)) => break (bytes, seqs, Vec::new()),
                             Err(salvage) if tries >= 2 * PAGE_TRIES => {
                                 return Err(format!("{e}; {salvage}"))
                             }
@@ -941,6 +1081,12 @@ impl Node {
                     store.install_parity((t as u32, i as u8, q), &bytes, &seqs);
                 }
                 drop(store);
+                // Parity pages that disagree on this home's seq: its last deltas were torn (a
+                // salvaged page is checked too: its parity pieces may disagree).
+                let torn = |p: &Piece| p.position >= k && p.seqs.get(i) != Some(&seqs[0]);
+                if i < k && (read.is_empty() || read.iter().any(torn)) {
+                    self.realign_torn(t, i, q, seqs[0], &bytes);
+                }
                 bump(&self.counters.whole_pages_rebuilt);
                 done += page_bytes as u64;
                 self.counters
@@ -962,7 +1108,11 @@ impl Node {
             .filter(|&node| node != me)
             .map(|node| (node, Request::List { stripe: me as u32 }))
             .collect();
-        let mut newest: HashMap<Vec<u8>, (u64, Option<WholeAt>)> = HashMap::new();
+        // Per key: the newest version's location (with its record), and the version each
+        // parity position holds.
+        type Newest = (u64, Option<(WholeAt, record::Header)>);
+        let mut newest: HashMap<Vec<u8>, Newest> = HashMap::new();
+        let mut held: HashMap<(Vec<u8>, u8), u64> = HashMap::new();
         for r in self.call(calls) {
             let Ok(Response::Headers(records, _)) = r else {
                 continue;
@@ -974,24 +1124,58 @@ impl Node {
                 let at = (h.kind == Kind::Whole && h.chunk_index != 0)
                     .then(|| WholeAt::from_bytes(data))
                     .flatten();
-                let e = newest.entry(h.key).or_insert((0, None));
+                let v = held.entry((h.key.clone(), h.chunk_index)).or_insert(0);
+                *v = (*v).max(h.version);
+                let e = newest.entry(h.key.clone()).or_insert((0, None));
                 if h.version > e.0 || (h.version == e.0 && e.1.is_none()) {
-                    *e = (h.version, at);
+                    *e = (h.version, at.map(|at| (at, h)));
                 }
             }
         }
         let mut store = lock(&self.store);
         let mut linked = 0;
-        for (key, (version, at)) in newest {
-            if let Some(at) = at {
-                linked += u64::from(store.link_whole(me as u32, &key, version, at));
+        // A parity position of a linked value's page that holds an older location record of
+        // it (its home died before its delta reached that position, and the page was
+        // realigned forward) gets the newest: were the position that holds it lost too, a
+        // stand-in would otherwise serve the older version.
+        let mut behind = Vec::new();
+        for (key, (version, found)) in newest {
+            let Some((at, mut header)) = found else {
+                continue;
+            };
+            if !store.link_whole(me as u32, &key, version, at) {
+                continue;
+            }
+            linked += 1;
+            let (_, d, _) = whole::page_of(me, at.page, k, nodes);
+            for p in k - d..n - d {
+                if held
+                    .get(&(key.clone(), p as u8))
+                    .is_some_and(|&v| v >= version)
+                {
+                    continue;
+                }
+                header.chunk_index = p as u8;
+                let req = Request::Put {
+                    stripe: me as u32,
+                    watermark: 0,
+                    record: record::encode(&header, &at.to_bytes()),
+                };
+                behind.push((self.placement.node_of(me, p), req));
             }
         }
         store.finish_rebuild();
         drop(store);
+        let sent = behind.len();
+        let restored = self
+            .call(behind)
+            .into_iter()
+            .filter(|r| matches!(r, Ok(Response::Ack)))
+            .count();
         self.pages_lost.store(false, Ordering::Relaxed);
         log::info!(
-            "node {me}: pages rebuilt ({} MiB), {linked} whole values found in them",
+            "node {me}: pages rebuilt ({} MiB), {linked} whole values found in them; \
+             {restored} of {sent} older location records brought up to date",
             done >> 20
         );
         Ok(done)

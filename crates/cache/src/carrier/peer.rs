@@ -271,6 +271,24 @@ pub enum Request {
         page_stripe: u32,
         position: u8,
     },
+    /// The whole layout: home `stripe`, rebuilt after a restart, found page `page` of page
+    /// stripe `page_stripe` torn by the deltas it sent before it died (some parity positions
+    /// applied them, others not). The receiver, parity position `position`, adds `bytes` (parity
+    /// bytes, scaled) at `offset` of its page and moves its count for data position `data`
+    /// from `from` to `to`, so the page agrees with the home's rebuilt page; only if its count
+    /// is still `from` (a [`Response::Nack`] otherwise). A page moved back gives up the location
+    /// records of the deltas it undoes.
+    Realign {
+        stripe: u32,
+        page_stripe: u32,
+        position: u8,
+        page: u32,
+        data: u8,
+        from: u64,
+        to: u64,
+        offset: u32,
+        bytes: Vec<u8>,
+    },
 }
 
 /// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
@@ -337,7 +355,8 @@ impl Request {
             | Request::Flush { .. }
             | Request::Agent(_)
             | Request::Range { .. }
-            | Request::Pages { .. } => None,
+            | Request::Pages { .. }
+            | Request::Realign { .. } => None,
         }
     }
 
@@ -804,6 +823,24 @@ fn encode_request_to(w: &mut W, req: &Request) {
         } => {
             w.u8(13).u32(*stripe).u32(*page_stripe).u8(*position);
         }
+        Request::Realign {
+            stripe,
+            page_stripe,
+            position,
+            page,
+            data,
+            from,
+            to,
+            offset,
+            bytes,
+        } => {
+            w.u8(14)
+                .u32(*stripe)
+                .u32(*page_stripe)
+                .u8(*position)
+                .u32(*page);
+            w.u8(*data).u64(*from).u64(*to).u32(*offset).bytes(bytes);
+        }
     }
 }
 
@@ -929,6 +966,17 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 stripe: r.u32()?,
                 page_stripe: r.u32()?,
                 position: r.u8()?,
+            },
+            14 => Request::Realign {
+                stripe: r.u32()?,
+                page_stripe: r.u32()?,
+                position: r.u8()?,
+                page: r.u32()?,
+                data: r.u8()?,
+                from: r.u64()?,
+                to: r.u64()?,
+                offset: r.u32()?,
+                bytes: r.bytes()?,
             },
             _ => return Err(Short),
         })
@@ -1335,6 +1383,17 @@ mod tests {
                 stripe: 2,
                 page_stripe: 2,
                 position: 8,
+            },
+            Request::Realign {
+                stripe: 3,
+                page_stripe: 1,
+                position: 4,
+                page: 9,
+                data: 2,
+                from: 17,
+                to: 15,
+                offset: 4096,
+                bytes: vec![0x3c; 77],
             },
         ];
         let mut frames = vec![0xee];

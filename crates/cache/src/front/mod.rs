@@ -3509,6 +3509,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_plan_rejected", g(&c.whole_plan_rejected));
     compose::stat(out, "whole_pages_healed", g(&c.whole_pages_healed));
     compose::stat(out, "whole_pages_salvaged", g(&c.whole_pages_salvaged));
+    compose::stat(out, "whole_pages_realigned", g(&c.whole_pages_realigned));
     compose::stat(out, "whole_rewritten", g(&c.whole_rewritten));
     compose::stat(out, "whole_pages_rebuilt", g(&c.whole_pages_rebuilt));
     compose::stat(

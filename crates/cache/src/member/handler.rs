@@ -151,6 +151,31 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             seqs: vec![store.pages_of(page_stripe, position) as u64],
             bytes: Vec::new(),
         },
+        Request::Realign {
+            stripe,
+            page_stripe,
+            position,
+            page,
+            data,
+            from,
+            to,
+            offset,
+            bytes,
+        } => match store.realign_parity(
+            stripe,
+            (page_stripe, position, page),
+            data,
+            from,
+            to,
+            offset,
+            &bytes,
+        ) {
+            Ok(true) => Response::Ack,
+            Ok(false) => Response::Nack(format!(
+                "the page's count for data position {data} is no longer {from}"
+            )),
+            Err(e) => Response::Nack(e),
+        },
         other => Response::Nack(format!("not a chunk request: {other:?}")),
     }
 }

@@ -513,6 +513,105 @@ impl ChunkStore {
         Ok(())
     }
 
+    /// A home rebuilt after a restart realigns parity page `key`, which its last deltas tore
+    /// (`Request::Realign`): the page's count for data position `data` moves from `from` to
+    /// `to` and `correction` is added at `offset` (`ParityPages::realign`). Rolled back
+    /// (`to < from`), the location records of the home's keys (`stripe`) that point at bytes
+    /// the correction changes came with the deltas undone: each goes back to the record it
+    /// replaced (or goes, if none). False when the page's count for `data` is not `from`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn realign_parity(
+        &mut self,
+        stripe: u32,
+        key: (u32, u8, u32),
+        data: u8,
+        from: u64,
+        to: u64,
+        offset: u32,
+        correction: &[u8],
+    ) -> Result<bool, String> {
+        let Some((_, generator, k)) = &self.whole_code else {
+            return Err("this member keeps no parity pages (no code set)".into());
+        };
+        let (k, n) = (*k, generator.len() / *k);
+        let (p, d) = (key.1 as usize, data as usize);
+        if p < k || p >= n || d >= k {
+            return Err(format!(
+                "a realignment for data position {d} at position {p}: parity positions are \
+                 {k}..{n}"
+            ));
+        }
+        if self.whole_lost && !self.rebuilt.contains(&key) {
+            return Err("this parity page is being rebuilt after a restart".into());
+        }
+        if self.healing.contains_key(&key) {
+            return Err("this parity page is being rebuilt (a delta missing)".into());
+        }
+        let page_bytes = self.slab.page_bytes();
+        let done = self
+            .parity
+            .realign(key, k, page_bytes, d, (from, to), offset, correction)?;
+        if done && to < from {
+            let j = crate::member::whole::home_page(d, key.2, k);
+            self.roll_back_locations(stripe, j, offset, correction);
+        }
+        Ok(done)
+    }
+
+    /// Puts back, for the location records of `stripe` that point into slab page `j` of its
+    /// home at bytes `correction` changes (nonzero), the record each replaced (or drops it).
+    fn roll_back_locations(&mut self, stripe: u32, j: u32, offset: u32, correction: &[u8]) {
+        let touched = |at: WholeAt| {
+            let lo = at.offset.max(offset) as usize;
+            let hi = (at.offset as usize + at.len as usize).min(offset as usize + correction.len());
+            at.page == j
+                && lo < hi
+                && correction[lo - offset as usize..hi - offset as usize]
+                    .iter()
+                    .any(|&b| b != 0)
+        };
+        let (mut dropped, mut freed, mut bytes_out, mut bytes_in) = (0, Vec::new(), 0u64, 0u64);
+        let held = self
+            .slots
+            .iter_mut()
+            .filter(|((s, p), _)| *s == stripe && *p != 0);
+        for (_, held) in held {
+            held.table.retain(|slot| {
+                let Held::Heap(bytes) = &slot.cur else {
+                    return true;
+                };
+                let at = match record::parse(bytes) {
+                    Ok((h, data)) if h.kind == record::Kind::Whole => WholeAt::from_bytes(data),
+                    _ => None,
+                };
+                if !at.is_some_and(touched) {
+                    return true;
+                }
+                bytes_out += slot.cur.len() as u64;
+                match slot.prev.as_mut().and_then(|p| p.0.pop()) {
+                    Some(prev) => {
+                        bytes_in += prev.held.len() as u64;
+                        slot.cur_version = prev.version;
+                        freed.push(std::mem::replace(&mut slot.cur, prev.held));
+                        if slot.prev.as_ref().is_some_and(|p| p.0.is_empty()) {
+                            slot.prev = None;
+                        }
+                        true
+                    }
+                    None => {
+                        dropped += 1;
+                        false
+                    }
+                }
+            });
+        }
+        for h in freed {
+            release(&mut self.slab, h);
+        }
+        self.count -= dropped;
+        self.bytes = self.bytes + bytes_in - bytes_out;
+    }
+
     /// A byte range of page `page` of page stripe `page_stripe` at `position`: this node's
     /// slab page for a data position, its parity page otherwise; with its seqs
     /// (`member::whole`).
@@ -1075,5 +1174,93 @@ mod tests {
         st.delete(2, b"k\x07", 9);
         assert!(st.is_empty());
         assert_eq!(st.bytes(), 0);
+    }
+
+    /// A location record of the whole layout: `key` v`version` at `at` of its home.
+    fn location(key: &[u8], pos: u8, version: u64, at: WholeAt) -> Vec<u8> {
+        record::encode(
+            &Header {
+                kind: Kind::Whole,
+                chunk_index: pos,
+                written_around: false,
+                key: key.to_vec(),
+                version,
+                value_bytes: 10,
+                flags: 0,
+                exptime: 0,
+                trail: [0; record::TRAIL],
+            },
+            &at.to_bytes(),
+        )
+    }
+
+    #[test]
+    fn a_page_realigned_back_gives_up_the_location_records_of_the_deltas_it_undoes() {
+        let mut st = ChunkStore::with_page_bytes(64);
+        st.set_code(codes::Kernel::best(), "rs:2,2".parse().expect("code"));
+        let at = |offset: u32| WholeAt {
+            page: 0,
+            offset,
+            len: 8,
+            slot: 8,
+        };
+        // Parity position 2 of page stripe 0, data position 0 (the home is stripe 0's node):
+        // "a" written at 0 then moved to 16 (the torn write), "b" at 32, "c" first written at
+        // 48 by the torn write too.
+        let key = (0, 2, 0);
+        let delta = |st: &mut ChunkStore, k: &[u8], v: u64, seq: u64, off: u32| {
+            st.apply_delta(
+                0,
+                0,
+                location(k, 2, v, at(off)),
+                key,
+                0,
+                seq,
+                off,
+                &[seq as u8; 8],
+            )
+            .expect("applied");
+        };
+        delta(&mut st, b"a", 10, 1, 0);
+        delta(&mut st, b"b", 11, 2, 32);
+        delta(&mut st, b"a", 12, 3, 16);
+        delta(&mut st, b"c", 13, 4, 48);
+        let version = |st: &ChunkStore, k: &[u8]| {
+            st.get_latest(0, 2, k)
+                .map(|r| record::parse_header(r).expect("a record").0.version)
+        };
+        assert_eq!(version(&st, b"a"), Some(12));
+        let (bytes_before, (_, page_before)) = (st.bytes(), st.range(key, 0, 64).expect("a range"));
+        // Moved back from 4 to 2: the correction covers bytes 16..24 and 48..56.
+        let mut fix = vec![0u8; 40];
+        fix[..8].fill(3);
+        fix[32..].fill(4);
+        assert!(!st
+            .realign_parity(0, key, 0, 3, 2, 16, &fix)
+            .expect("checked"));
+        assert!(st
+            .realign_parity(0, key, 0, 4, 2, 16, &fix)
+            .expect("realigned"));
+        assert_eq!(
+            version(&st, b"a"),
+            Some(10),
+            "back to the record it replaced"
+        );
+        assert_eq!(version(&st, b"b"), Some(11), "untouched");
+        assert_eq!(version(&st, b"c"), None, "no record before it");
+        assert!(st.bytes() < bytes_before);
+        let (seqs, page) = st.range(key, 0, 64).expect("a range");
+        assert_eq!(seqs[0], 2);
+        for (i, (b, a)) in page.iter().zip(&page_before).enumerate() {
+            let fixed = (16..56).contains(&i) && fix[i - 16] != 0;
+            assert_eq!(*b, if fixed { a ^ fix[i - 16] } else { *a }, "byte {i}");
+        }
+        // Moved forward, no record changes; a data position out of range is an error.
+        assert!(st
+            .realign_parity(0, key, 0, 2, 4, 16, &fix)
+            .expect("realigned"));
+        assert_eq!(version(&st, b"a"), Some(10));
+        assert!(st.realign_parity(0, key, 2, 0, 1, 0, &[]).is_err());
+        assert!(st.realign_parity(0, (0, 1, 0), 0, 0, 1, 0, &[]).is_err());
     }
 }

@@ -473,6 +473,52 @@ impl ParityPages {
         Ok(true)
     }
 
+    /// Moves a page's count for data position `d` from `from` to `to` and adds `correction`
+    /// (parity bytes, already scaled) at `offset`: a home rebuilt after a restart makes a page
+    /// that its last deltas tore agree with its rebuilt page (`Node::realign_torn`). False,
+    /// and nothing changed, unless the page's count for `d` is exactly `from` with nothing
+    /// applied above it (a page never written counts 0 everywhere).
+    #[allow(clippy::too_many_arguments)]
+    pub fn realign(
+        &mut self,
+        key: (u32, u8, u32),
+        k: usize,
+        page_bytes: usize,
+        d: usize,
+        (from, to): (u64, u64),
+        offset: u32,
+        correction: &[u8],
+    ) -> Result<bool, String> {
+        let start = offset as usize;
+        if d >= k || start + correction.len() > page_bytes {
+            return Err(format!(
+                "a realignment out of bounds: data position {d} of {k}, bytes {start}..{} of a \
+                 {page_bytes}-byte page",
+                start + correction.len()
+            ));
+        }
+        if !self.pages.contains_key(&key) && from != 0 {
+            return Ok(false);
+        }
+        let p = self.pages.entry(key).or_insert_with(|| ParityPage {
+            bytes: vec![0; page_bytes].into_boxed_slice(),
+            applied: vec![Applied::default(); k],
+            gapped_since: None,
+        });
+        let a = &mut p.applied[d];
+        if a.floor != from || !a.above.is_empty() {
+            return Ok(false);
+        }
+        a.floor = to;
+        for (b, c) in p.bytes[start..start + correction.len()]
+            .iter_mut()
+            .zip(correction)
+        {
+            *b ^= c;
+        }
+        Ok(true)
+    }
+
     /// Pages with a delta missing for at least `for_at_least` (its home may have died before
     /// it could send it again): they agree with no data page until rebuilt.
     pub fn gapped(&self, for_at_least: std::time::Duration) -> Vec<(u32, u8, u32)> {
@@ -579,6 +625,80 @@ pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
     if RULE_OFF.load(std::sync::atomic::Ordering::Relaxed) {
         return pieces.iter().map(|p| p.position).collect();
     }
+    let mut best = Cut::default();
+    for cut in cuts(pieces, k) {
+        let (size, best_size) = (cut.size(), best.size());
+        if size > best_size || (size == best_size && cut.data.len() > best.data.len()) {
+            best = cut;
+        }
+    }
+    best.positions()
+}
+
+/// Prefers the newest page of data position `target` (a page that is lost: a home rebuilding
+/// its own page): of the cuts of at least k pieces, the one whose parity group holds the
+/// highest seq for `target` (the larger on a tie). So a home whose last deltas reached only
+/// some parity positions before it died comes back with those writes, not without them
+/// (`Node::realign_torn` then brings the other parity positions to it). With no such cut, as
+/// [`consistent`].
+pub fn consistent_newest(pieces: &[Piece], k: usize, target: usize) -> Vec<usize> {
+    #[cfg(test)]
+    if OLDEST_FIRST.with(std::cell::Cell::get) {
+        let oldest = cuts(pieces, k)
+            .into_iter()
+            .filter(|c| c.size() >= k && c.seqs.len() == k)
+            .min_by_key(|c| (c.seqs[target], std::cmp::Reverse(c.size())));
+        return oldest.map_or_else(|| consistent(pieces, k), |c| c.positions());
+    }
+    let newest = cuts(pieces, k)
+        .into_iter()
+        .filter(|c| c.size() >= k && c.seqs.len() == k && target < k)
+        .max_by_key(|c| (c.seqs[target], c.size()));
+    newest.map_or_else(|| consistent(pieces, k), |c| c.positions())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Test-only: [`consistent_newest`] on this thread prefers the oldest page instead (so a
+    /// test reaches the realignment that moves parity pages back).
+    pub static OLDEST_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// The largest cut that keeps data piece `d` (a home's own page, checking the parity pages
+/// against it): its positions, empty if none does.
+pub fn consistent_with(pieces: &[Piece], k: usize, d: usize) -> Vec<usize> {
+    cuts(pieces, k)
+        .into_iter()
+        .filter(|c| c.data.contains(&d))
+        .max_by_key(Cut::size)
+        .map_or_else(Vec::new, Cut::positions)
+}
+
+/// One candidate cut: data positions, the parity group, and the seqs that group agrees with
+/// (empty for the data pieces alone).
+#[derive(Default)]
+struct Cut {
+    data: Vec<usize>,
+    group: Vec<usize>,
+    seqs: Vec<u64>,
+}
+
+impl Cut {
+    fn size(&self) -> usize {
+        self.data.len() + self.group.len()
+    }
+
+    fn positions(self) -> Vec<usize> {
+        let mut out = self.data;
+        out.extend(self.group);
+        out.sort_unstable();
+        out
+    }
+}
+
+/// Every candidate cut: the data pieces alone, and per group of parity pieces with the same
+/// seqs (no gap), that group with the data pieces at exactly those seqs.
+fn cuts(pieces: &[Piece], k: usize) -> Vec<Cut> {
     let data: Vec<(usize, u64)> = pieces
         .iter()
         .filter(|p| p.position < k)
@@ -588,8 +708,14 @@ pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
         .iter()
         .filter(|p| p.position >= k && p.seqs.len() == k && !p.seqs.contains(&GAPPED))
         .collect();
-    let mut best: (Vec<usize>, Vec<usize>) = (data.iter().map(|&(d, _)| d).collect(), Vec::new());
+    let mut out = vec![Cut {
+        data: data.iter().map(|&(d, _)| d).collect(),
+        ..Cut::default()
+    }];
     for a in &parity {
+        if out.iter().any(|c| c.seqs == a.seqs) {
+            continue;
+        }
         let group: Vec<usize> = parity
             .iter()
             .filter(|b| b.seqs == a.seqs)
@@ -600,14 +726,12 @@ pub fn consistent(pieces: &[Piece], k: usize) -> Vec<usize> {
             .filter(|&&(d, s)| s != GAPPED && a.seqs[d] == s)
             .map(|&(d, _)| d)
             .collect();
-        let (size, best_size) = (group.len() + agree.len(), best.0.len() + best.1.len());
-        if size > best_size || (size == best_size && agree.len() > best.0.len()) {
-            best = (agree, group);
-        }
+        out.push(Cut {
+            data: agree,
+            group,
+            seqs: a.seqs.clone(),
+        });
     }
-    let mut out = best.0;
-    out.extend(best.1);
-    out.sort_unstable();
     out
 }
 
@@ -880,5 +1004,94 @@ mod tests {
         // its group (one piece) it is smaller than the data pieces alone.
         let pieces = [piece(0, &[5]), piece(1, &[9]), piece(3, &[4, 8, 2])];
         assert_eq!(consistent(&pieces, 3), vec![0, 1]);
+    }
+
+    #[test]
+    fn a_home_takes_its_page_back_at_the_newest_seq_a_cut_of_k_shows() {
+        // k = 2, m = 3: data 0 lost (the home); data 1 at seq 4; parities 2 and 3 applied the
+        // home's delta 7, parity 4 did not (torn). Both groups make a cut of k with data 1.
+        let pieces = [
+            piece(1, &[4]),
+            piece(2, &[7, 4]),
+            piece(3, &[7, 4]),
+            piece(4, &[6, 4]),
+        ];
+        assert_eq!(consistent_newest(&pieces, 2, 0), vec![1, 2, 3]);
+        // The newest group the smaller: still taken.
+        let pieces = [
+            piece(1, &[4]),
+            piece(2, &[6, 4]),
+            piece(3, &[6, 4]),
+            piece(4, &[7, 4]),
+        ];
+        assert_eq!(consistent_newest(&pieces, 2, 0), vec![1, 4]);
+        assert_eq!(consistent(&pieces, 2), vec![1, 2, 3]);
+        // The newest group short of k (its data piece ahead of it): the largest cut.
+        let pieces = [
+            piece(1, &[5]),
+            piece(2, &[6, 5]),
+            piece(3, &[6, 5]),
+            piece(4, &[7, 4]),
+        ];
+        assert_eq!(consistent_newest(&pieces, 2, 0), vec![1, 2, 3]);
+        // Checking the parity pages against the home's rebuilt page: the largest cut that
+        // keeps it, whatever is larger without it.
+        let pieces = [
+            piece(0, &[7]),
+            piece(1, &[4]),
+            piece(2, &[6, 4]),
+            piece(3, &[6, 4]),
+            piece(4, &[7, 4]),
+            piece(5, &[6, 4]),
+        ];
+        assert_eq!(consistent(&pieces, 2), vec![1, 2, 3, 5]);
+        assert_eq!(consistent_with(&pieces, 2, 0), vec![0, 1, 4]);
+        assert_eq!(
+            consistent_with(&[piece(0, &[7]), piece(2, &[6, 4])], 2, 3),
+            Vec::<usize>::new()
+        );
+    }
+
+    #[test]
+    fn a_realignment_moves_a_count_only_from_the_seq_it_was_computed_for() {
+        let mut parity = ParityPages::default();
+        let kernel = codes::Kernel::best();
+        let key = (0, 2, 0);
+        for seq in 1..=3 {
+            assert!(parity
+                .apply(kernel, key, 2, 64, 0, seq, 8, 1, &[seq as u8; 4])
+                .unwrap());
+        }
+        let before = parity.range(key, 2, 64, 0, 64).unwrap();
+        assert_eq!(before.0, vec![3, 0]);
+        // Computed for seq 2 (the page has moved on since): refused, nothing changed.
+        let fix = [0x5a; 3];
+        assert!(!parity.realign(key, 2, 64, 0, (2, 1), 9, &fix).unwrap());
+        assert_eq!(parity.range(key, 2, 64, 0, 64).unwrap(), before);
+        // From 3 to 2: the bytes corrected, the count moved; a delta 3 again is applied.
+        assert!(parity.realign(key, 2, 64, 0, (3, 2), 9, &fix).unwrap());
+        let (seqs, bytes) = parity.range(key, 2, 64, 0, 64).unwrap();
+        assert_eq!(seqs, vec![2, 0]);
+        for (i, (b, a)) in bytes.iter().zip(&before.1).enumerate() {
+            let want = if (9..12).contains(&i) { a ^ 0x5a } else { *a };
+            assert_eq!(*b, want, "byte {i}");
+        }
+        assert!(parity
+            .apply(kernel, key, 2, 64, 0, 3, 8, 1, &[0; 4])
+            .unwrap());
+        // A count with a gap above it is not moved; a page never written only from 0.
+        assert!(parity
+            .apply(kernel, key, 2, 64, 1, 2, 0, 1, &[1; 4])
+            .unwrap());
+        assert!(!parity.realign(key, 2, 64, 1, (0, 2), 0, &[]).unwrap());
+        assert!(!parity.realign((0, 3, 0), 2, 64, 0, (1, 2), 0, &[]).unwrap());
+        assert!(parity
+            .realign((0, 3, 0), 2, 64, 0, (0, 2), 0, &[7])
+            .unwrap());
+        assert_eq!(
+            parity.range((0, 3, 0), 2, 64, 0, 2).unwrap(),
+            (vec![2, 0], vec![7, 0])
+        );
+        assert!(parity.realign(key, 2, 64, 0, (3, 1), 60, &[1; 5]).is_err());
     }
 }
