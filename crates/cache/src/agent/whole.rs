@@ -456,7 +456,7 @@ impl Node {
         };
         let rec = match self.plan_rebuild_whole(home, at, key, e.version) {
             Some(rec) => rec,
-            None => self.rebuild_whole(home, at)?,
+            None => self.rebuild_whole(home, at, key, e.version)?,
         };
         match record::parse(&rec) {
             Ok((h, data)) if h.version == e.version && h.key == key => {
@@ -609,13 +609,52 @@ impl Node {
         Some(rec)
     }
 
-    /// The bytes of slot `at` of node `home`, rebuilt from the same range of the other pages
-    /// of its page's stripe.
-    pub(crate) fn rebuild_whole(&self, home: usize, at: WholeAt) -> Result<Vec<u8>, String> {
-        let (t, lost, q) = whole::page_of(home, at.page, self.k(), self.cfg.node_count);
-        let (bytes, _) = self.rebuild_piece(t, lost, q, at.offset, at.len)?;
-        bump(&self.counters.whole_rebuilds);
-        Ok(bytes)
+    /// The record of `key` v`version` in slot `at` of node `home`, rebuilt from the same range
+    /// of the other pages of its page's stripe: over the consistent cut the read shows, or,
+    /// when what that gives fails the record's check, over the next cut of k
+    /// (`member::whole::cuts_of_k`; a delta torn by its home's death leaves the write in one
+    /// group of parity pages and not in the other). Read again while the pieces show no cut of
+    /// k; what the last cut gave when none passes (the caller reports the failed check).
+    pub(crate) fn rebuild_whole(
+        &self,
+        home: usize,
+        at: WholeAt,
+        key: &[u8],
+        version: u64,
+    ) -> Result<Vec<u8>, String> {
+        let (k, n) = (self.k(), self.n());
+        let (t, lost, q) = whole::page_of(home, at.page, k, self.cfg.node_count);
+        let is_it = |rec: &[u8]| matches!(record::parse(rec), Ok((h, _)) if h.version == version && h.key == key);
+        let mut last = None;
+        for _ in 0..CUT_TRIES {
+            let mut pieces = Vec::new();
+            let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
+            for (p, seqs, b) in self.read_ranges(t, lost, q, at.offset, at.len) {
+                pieces.push(Piece { position: p, seqs });
+                bytes[p] = Some(b);
+            }
+            let cuts = whole::cuts_of_k(&pieces, k);
+            for keep in &cuts {
+                if let Ok((rec, _)) = self.combine_cut(lost, at.len, &pieces, &bytes, keep) {
+                    if is_it(&rec) {
+                        bump(&self.counters.whole_rebuilds);
+                        return Ok(rec);
+                    }
+                    last = Some(rec);
+                }
+            }
+            if !cuts.is_empty() {
+                break;
+            }
+            bump(&self.counters.whole_cut_retries);
+            std::thread::sleep(CUT_WAIT);
+        }
+        last.ok_or_else(|| {
+            format!(
+                "page {q} of page stripe {t} has no consistent cut to rebuild position {lost} \
+                 from"
+            )
+        })
     }
 
     /// A byte range of position `target` of page `q` of page stripe `t`, rebuilt from the

@@ -664,6 +664,23 @@ thread_local! {
     pub static OLDEST_FIRST: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
+/// Every cut of at least k pieces, the one [`consistent`] picks first, then the others by size:
+/// a repair whose result fails its record's check tries the next (a delta torn by its home's
+/// death leaves two groups of parity pages, each a consistent cut with the data pages, and the
+/// record may be in either).
+pub fn cuts_of_k(pieces: &[Piece], k: usize) -> Vec<Vec<usize>> {
+    #[cfg(test)]
+    if RULE_OFF.load(std::sync::atomic::Ordering::Relaxed) {
+        return vec![pieces.iter().map(|p| p.position).collect()];
+    }
+    let mut all: Vec<Cut> = cuts(pieces, k)
+        .into_iter()
+        .filter(|c| c.size() >= k)
+        .collect();
+    all.sort_by_key(|c| (std::cmp::Reverse(c.size()), std::cmp::Reverse(c.data.len())));
+    all.into_iter().map(Cut::positions).collect()
+}
+
 /// The largest cut that keeps data piece `d` (a home's own page, checking the parity pages
 /// against it): its positions, empty if none does.
 pub fn consistent_with(pieces: &[Piece], k: usize, d: usize) -> Vec<usize> {

@@ -1200,3 +1200,28 @@ fn a_torn_page_is_realigned_forward_when_its_home_comes_back() {
 fn a_torn_page_is_realigned_back_when_its_home_comes_back() {
     a_torn_page_is_realigned_when_its_home_comes_back(true);
 }
+
+/// While the home of a torn page is down, its stand-in serves the torn write's value: of the
+/// cuts of k its read shows, the one whose bytes pass the record's check. Before, the largest
+/// cut (the parity page without the write, on a tie the first) rebuilt bytes that failed the
+/// check, and the key could not be read until its home came back.
+#[test]
+fn a_stand_in_reads_a_torn_write_from_the_cut_that_holds_it() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let keys = keys_of(&nodes, 0, "standin", 4);
+    let first = |i: usize| vec![i as u8 + 1; 300];
+    for (i, key) in keys.iter().enumerate() {
+        stored(set(&nodes[0], key, &first(i)));
+    }
+    hub.cut(0, 2);
+    stored(set(&nodes[0], &keys[0], &[0xEE; 300]));
+    hub.kill(0);
+    hub.heal();
+    rounds(&nodes[1..]);
+    assert_eq!(nodes[1].agent_of(0), Some(1), "node 1 took stripe 0 over");
+    expect_value(get(&nodes[1], &keys[0]), &[0xEE; 300], "the torn write");
+    for (i, key) in keys.iter().enumerate().skip(1) {
+        expect_value(get(&nodes[1], key), &first(i), "outside the torn range");
+    }
+    hub.clear();
+}
