@@ -967,7 +967,7 @@ impl Node {
     /// 20 ms apart, with the same seqs (a delta in flight would leave a range that agrees with
     /// neither side once it lands).
     ///
-    /// This is for a delta torn by a kill (docs/cache.md, "Known gap"): some parity positions
+    /// This is for a delta torn by a kill (docs/cache.md, "A delta torn by a kill"): some parity positions
     /// applied a dead home's last delta and the others did not, and with m homes of the page
     /// stripe lost at once only k − 1 pieces agree. Outside the torn delta's byte range every
     /// piece agrees, so the decoded page is right there; inside it the bytes were lost with the

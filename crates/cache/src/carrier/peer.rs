@@ -967,7 +967,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 page_stripe: r.u32()?,
                 position: r.u8()?,
             },
-            14 => Request::Realign {
+            15 => Request::Realign {
                 stripe: r.u32()?,
                 page_stripe: r.u32()?,
                 position: r.u8()?,
@@ -1399,6 +1399,8 @@ mod tests {
         let mut frames = vec![0xee];
         for r in reqs {
             assert_eq!(decode_request(&encode_request(&r)), Some(r.clone()));
+            // No request's tag is the plan frames' (the links tell them apart by it).
+            assert!(!is_plan_frame(&encode_request(&r)), "{r:?}");
             // Framed in place after what the output held: the length, then the same body.
             let at = frames.len();
             push_request_frame(&mut frames, &r);
