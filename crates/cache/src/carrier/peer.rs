@@ -834,7 +834,7 @@ fn encode_request_to(w: &mut W, req: &Request) {
             offset,
             bytes,
         } => {
-            w.u8(14)
+            w.u8(15)
                 .u32(*stripe)
                 .u32(*page_stripe)
                 .u8(*position)
