@@ -107,6 +107,8 @@ pub(crate) struct PeerState {
     pub(crate) last_ok: Instant,
     /// Since when this node has seen it up without a break.
     pub(crate) up_since: Instant,
+    /// Since when this node has seen it up as the process it is now (its incarnation).
+    pub(crate) incarnation_since: Instant,
 }
 
 /// What a node knows of the others: how it sees each, and each one's lease (`lease.rs`), under
@@ -179,6 +181,9 @@ pub struct Counters {
     pub whole_pages_salvaged: AtomicU64,
     /// Parity pages a restarted home brought to agree with its rebuilt page (torn deltas).
     pub whole_pages_realigned: AtomicU64,
+    /// Deltas of a dead home that a rebuild sent, from a parity position that kept them, to
+    /// the parity positions that missed them (`agent::whole`, `complete_torn`).
+    pub whole_deltas_completed: AtomicU64,
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,
@@ -403,6 +408,7 @@ impl Node {
                 incarnation: 0,
                 last_ok: now,
                 up_since: now,
+                incarnation_since: now,
             })
             .collect();
         let peers = Peers {

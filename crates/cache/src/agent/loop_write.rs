@@ -527,6 +527,14 @@ impl Node {
         ix.commit(&w.key, w.entry);
         ix.finish(version);
         drop(g);
+        if let Some(written) = &w.written {
+            // Every parity position applied its delta (none was queued for a node down).
+            if w.remote.len() == self.parity() {
+                lock(&self.store)
+                    .slab
+                    .mark_done(written.at.page, written.seq);
+            }
+        }
         bump(&self.counters.total_items);
         Some(record::cas_of(version))
     }

@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::agent::index::Entry;
 use crate::carrier::peer::{Request, Response};
@@ -122,6 +122,9 @@ const CUT_WAIT: Duration = Duration::from_millis(2);
 /// How often a page rebuild after a restart tries a page again (100 ms apart) when one read of
 /// it found no consistent cut.
 const PAGE_TRIES: usize = 50;
+/// How long after a kept delta arrived its home must still answer heartbeats (as the same
+/// process) before the delta is dropped by time (`Node::release_kept_deltas`).
+const KEPT_FOR: Duration = Duration::from_secs(5);
 /// Bytes of deltas a home keeps queued for parity positions that are down: past them, it
 /// writes split while a member of the stripe is down (a node down for long must not make the
 /// queue grow without bound; a split write leaves holes, filled from the stripe).
@@ -247,6 +250,12 @@ impl Node {
             }
         }
         bump(&self.counters.whole_writes);
+        if missed.is_empty() && refused.is_none() {
+            // Every parity position applied it: they need not keep it.
+            lock(&self.store)
+                .slab
+                .mark_done(written.at.page, written.seq);
+        }
         if !missed.is_empty() {
             // Sent again once their nodes are up; the value is stored as a split write with
             // holes is, while at most m positions of the stripe are down.
@@ -410,6 +419,7 @@ impl Node {
                         page: q,
                         data: d as u8,
                         seq: written.seq,
+                        committed: written.committed,
                         offset: written.at.offset,
                         delta: written.delta.clone(),
                     },
@@ -626,7 +636,7 @@ impl Node {
         let (t, lost, q) = whole::page_of(home, at.page, k, self.cfg.node_count);
         let is_it = |rec: &[u8]| matches!(record::parse(rec), Ok((h, _)) if h.version == version && h.key == key);
         let mut last = None;
-        for _ in 0..CUT_TRIES {
+        for tries in 0..CUT_TRIES {
             let mut pieces = Vec::new();
             let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
             for (p, seqs, b) in self.read_ranges(t, lost, q, at.offset, at.len) {
@@ -645,6 +655,10 @@ impl Node {
             }
             if !cuts.is_empty() {
                 break;
+            }
+            if tries == CUT_TRIES / 2 {
+                // Half the tries without a cut of k: a torn delta, perhaps (`complete_torn`).
+                self.complete_torn(t, q);
             }
             bump(&self.counters.whole_cut_retries);
             std::thread::sleep(CUT_WAIT);
@@ -901,6 +915,137 @@ impl Node {
         Ok((out, seqs))
     }
 
+    /// Drops the deltas this node keeps as a parity position ([`crate::member::store`]'s kept
+    /// deltas) that no rebuild will need: those of a home now up as the process that sent
+    /// them, heard from [`KEPT_FOR`] after they arrived (its sends of that write were done
+    /// long before: what a position missed is in its queue), and those of an earlier process
+    /// of a home whose new process is ready (it rebuilt its pages and realigned what they
+    /// tore). Those of a home down stay.
+    pub fn release_kept_deltas(&self) {
+        let (k, nodes) = (self.k(), self.cfg.node_count);
+        let peers: Vec<(bool, bool, Instant, Instant)> = lock(&self.peers)
+            .list
+            .iter()
+            .map(|p| (p.up, p.ready, p.incarnation_since, p.last_ok))
+            .collect();
+        lock(&self.store).release_kept(|t, d, at| {
+            let home = (t as usize + d as usize) % nodes;
+            let Some(&(up, ready, since, last_ok)) = peers.get(home) else {
+                return false;
+            };
+            if d as usize >= k || !up {
+                return false;
+            }
+            if at < since {
+                ready
+            } else {
+                last_ok >= at + KEPT_FOR
+            }
+        });
+    }
+
+    /// Brings the parity pieces of page `q` of page stripe `t` that miss deltas of a dead home
+    /// (or of this node, rebuilding its own page after a restart) up to the others: a home
+    /// killed between its sends of a delta left some parity positions without it (a torn
+    /// delta), and with m homes of the page stripe lost no cut of k pieces exists. The parity
+    /// positions that applied it keep it until the home says every position did (`committed`
+    /// in later deltas), so the deltas one parity position keeps above another's seq for that
+    /// home are sent to it, as the home would have, with their location records (the receiver
+    /// applies each once). Only when the kept deltas cover every seq missing. Returns the
+    /// deltas sent.
+    pub(crate) fn complete_torn(&self, t: usize, q: u32) -> usize {
+        let (k, nodes, me) = (self.k(), self.cfg.node_count, self.cfg.id);
+        let parity: Vec<(usize, Vec<u64>)> = self
+            .read_ranges(t, usize::MAX, q, 0, 1)
+            .into_iter()
+            .filter(|(p, seqs, _)| *p >= k && seqs.len() == k)
+            .map(|(p, seqs, _)| (p, seqs))
+            .collect();
+        let mut sent = 0;
+        for d in 0..k {
+            let home = (t + d) % nodes;
+            if home != me && self.is_up(home) {
+                continue;
+            }
+            let seq_at = |s: &[u64]| Some(s[d]).filter(|&x| x != whole::GAPPED);
+            let Some(hi) = parity.iter().filter_map(|(_, s)| seq_at(s)).max() else {
+                continue;
+            };
+            let behind: Vec<(usize, u64)> = parity
+                .iter()
+                .filter_map(|(p, s)| seq_at(s).filter(|&x| x < hi).map(|x| (*p, x)))
+                .collect();
+            let Some(lo) = behind.iter().map(|&(_, x)| x).min() else {
+                continue;
+            };
+            let Some(&(ahead, _)) = parity.iter().find(|(_, s)| seq_at(s) == Some(hi)) else {
+                continue;
+            };
+            let ask = Request::Kept {
+                page_stripe: t as u32,
+                position: ahead as u8,
+                page: q,
+                data: d as u8,
+                above: lo,
+            };
+            let kept = match self.call(vec![((t + ahead) % nodes, ask)]).pop() {
+                Some(Ok(Response::Kept(kept))) => kept,
+                _ => continue,
+            };
+            let mut calls = Vec::new();
+            for &(p, from) in &behind {
+                let missing: Vec<&crate::carrier::peer::KeptDelta> = kept
+                    .iter()
+                    .filter(|x| x.seq > from && x.seq <= hi)
+                    .collect();
+                if missing.len() as u64 != hi - from {
+                    log::warn!(
+                        "node {me}: parity page {q} of page stripe {t} at position {p} misses \
+                         deltas {}..={hi} of data position {d}, and position {ahead} keeps \
+                         {} of them",
+                        from + 1,
+                        missing.len()
+                    );
+                    continue;
+                }
+                for x in missing {
+                    let Ok((mut header, data)) = record::parse(&x.record) else {
+                        continue;
+                    };
+                    // The record at the receiver's position of the key's stripe.
+                    header.chunk_index = (p - d) as u8;
+                    let req = Request::Delta {
+                        stripe: x.stripe,
+                        watermark: 0,
+                        record: record::encode(&header, data),
+                        page_stripe: t as u32,
+                        position: p as u8,
+                        page: q,
+                        data: d as u8,
+                        seq: x.seq,
+                        committed: 0,
+                        offset: x.offset,
+                        delta: std::sync::Arc::clone(&x.delta),
+                    };
+                    calls.push(((t + p) % nodes, req));
+                }
+            }
+            for r in self.call(calls) {
+                if matches!(r, Ok(Response::Ack)) {
+                    sent += 1;
+                    bump(&self.counters.whole_deltas_completed);
+                }
+            }
+        }
+        if sent > 0 {
+            log::warn!(
+                "node {me}: page {q} of page stripe {t} was torn by a dead home's deltas: \
+                 {sent} sent to the parity positions that missed them"
+            );
+        }
+        sent
+    }
+
     /// Rebuilds, while the node runs, the parity pages that have missed a delta for
     /// [`HEAL_AFTER`] (a later delta of the same data page applied, so the home sent it and
     /// did not send it again: it died, or its queue was dropped). Such a page agrees with no
@@ -1094,7 +1239,14 @@ impl Node {
                     false => whole::consistent(pieces, k),
                 };
                 let (bytes, seqs, read) = loop {
-                    match self.rebuild_piece_by(t, i, q, (0, page_bytes as u32), choose) {
+                    let rebuilt = self.rebuild_piece_by(t, i, q, (0, page_bytes as u32), choose);
+                    if rebuilt.is_err() && tries % 10 == 0 {
+                        // No cut of k: a dead home's last deltas may have reached only some
+                        // parity positions, which keep them; sent to the others, the cut is
+                        // whole again.
+                        self.complete_torn(t, q);
+                    }
+                    match rebuilt {
                         Ok(piece) => break piece,
                         // Then salvaged, once its pieces hold still (as many tries again).
                         Err(e) if tries >= PAGE_TRIES => match self.salvage_page(t, i, q) {

@@ -248,6 +248,9 @@ pub enum Request {
         page: u32,
         data: u8,
         seq: u64,
+        /// The home's deltas of the page up to this seq were applied at every parity
+        /// position: the receiver drops those it keeps (`member::store`, retained deltas).
+        committed: u64,
         offset: u32,
         /// Shared by the deltas of one write to its parity positions.
         delta: std::sync::Arc<[u8]>,
@@ -289,6 +292,31 @@ pub enum Request {
         offset: u32,
         bytes: Vec<u8>,
     },
+    /// The whole layout: the deltas of data position `data` the receiver keeps for its parity
+    /// page `page` of page stripe `page_stripe` (at `position`) with a seq above `above`
+    /// (`member::store`, kept deltas): answered with [`Response::Kept`]. A node rebuilding a
+    /// page whose parity pieces disagree on a dead home's seq sends them to the positions that
+    /// miss them (`Node::complete_torn`).
+    Kept {
+        page_stripe: u32,
+        position: u8,
+        page: u32,
+        data: u8,
+        above: u64,
+    },
+}
+
+/// A home's delta a parity position keeps while another parity position of its page may miss
+/// it (its seq above the `committed` the home last sent for the page).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KeptDelta {
+    pub seq: u64,
+    pub offset: u32,
+    pub delta: std::sync::Arc<[u8]>,
+    /// The Mem Stripe of the key written (its home's) and the location record that came with
+    /// the delta, as the keeping position stored it.
+    pub stripe: u32,
+    pub record: Vec<u8>,
 }
 
 /// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
@@ -335,6 +363,8 @@ pub enum Response {
         seqs: Vec<u64>,
         bytes: Vec<u8>,
     },
+    /// The deltas a parity position keeps ([`Request::Kept`]), by seq.
+    Kept(Vec<KeptDelta>),
 }
 
 impl Request {
@@ -356,7 +386,8 @@ impl Request {
             | Request::Agent(_)
             | Request::Range { .. }
             | Request::Pages { .. }
-            | Request::Realign { .. } => None,
+            | Request::Realign { .. }
+            | Request::Kept { .. } => None,
         }
     }
 
@@ -798,12 +829,13 @@ fn encode_request_to(w: &mut W, req: &Request) {
             page,
             data,
             seq,
+            committed,
             offset,
             delta,
         } => {
             w.u8(11).u32(*stripe).u64(*watermark).bytes(record);
             w.u32(*page_stripe).u8(*position).u32(*page).u8(*data);
-            w.u64(*seq).u32(*offset).bytes(delta);
+            w.u64(*seq).u64(*committed).u32(*offset).bytes(delta);
         }
         Request::Range {
             stripe,
@@ -840,6 +872,16 @@ fn encode_request_to(w: &mut W, req: &Request) {
                 .u8(*position)
                 .u32(*page);
             w.u8(*data).u64(*from).u64(*to).u32(*offset).bytes(bytes);
+        }
+        Request::Kept {
+            page_stripe,
+            position,
+            page,
+            data,
+            above,
+        } => {
+            w.u8(16).u32(*page_stripe).u8(*position).u32(*page);
+            w.u8(*data).u64(*above);
         }
     }
 }
@@ -951,6 +993,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 page: r.u32()?,
                 data: r.u8()?,
                 seq: r.u64()?,
+                committed: r.u64()?,
                 offset: r.u32()?,
                 delta: r.slice()?.into(),
             },
@@ -977,6 +1020,13 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 to: r.u64()?,
                 offset: r.u32()?,
                 bytes: r.bytes()?,
+            },
+            16 => Request::Kept {
+                page_stripe: r.u32()?,
+                position: r.u8()?,
+                page: r.u32()?,
+                data: r.u8()?,
+                above: r.u64()?,
             },
             _ => return Err(Short),
         })
@@ -1068,6 +1118,13 @@ fn encode_response_to(w: &mut W, res: &Response) {
             }
             w.bytes(bytes);
         }
+        Response::Kept(deltas) => {
+            w.u8(8).u32(deltas.len() as u32);
+            for d in deltas {
+                w.u64(d.seq).u32(d.offset).bytes(&d.delta);
+                w.u32(d.stripe).bytes(&d.record);
+            }
+        }
     }
 }
 
@@ -1120,6 +1177,20 @@ pub fn decode_response(body: &[u8]) -> Option<Response> {
                     seqs,
                     bytes: r.bytes()?,
                 }
+            }
+            8 => {
+                let n = r.u32()? as usize;
+                let mut deltas = Vec::with_capacity(n.min(256));
+                for _ in 0..n {
+                    deltas.push(KeptDelta {
+                        seq: r.u64()?,
+                        offset: r.u32()?,
+                        delta: r.slice()?.into(),
+                        stripe: r.u32()?,
+                        record: r.bytes()?,
+                    });
+                }
+                Response::Kept(deltas)
             }
             _ => return Err(Short),
         })
@@ -1367,6 +1438,7 @@ mod tests {
                     page: 1 << 20,
                     data: 2,
                     seq: u64::MAX - 1,
+                    committed: 7,
                     offset: 96,
                     delta: vec![0xa5; 33].into(),
                 },
@@ -1394,6 +1466,13 @@ mod tests {
                 to: 15,
                 offset: 4096,
                 bytes: vec![0x3c; 77],
+            },
+            Request::Kept {
+                page_stripe: 2,
+                position: 3,
+                page: 11,
+                data: 1,
+                above: 40,
             },
         ];
         let mut frames = vec![0xee];
@@ -1456,6 +1535,23 @@ mod tests {
             },
             Response::Headers(vec![vec![1], vec![]], vec![]),
             Response::Headers(vec![], vec![(b"k".to_vec(), 7), (vec![], u64::MAX)]),
+            Response::Kept(vec![]),
+            Response::Kept(vec![
+                KeptDelta {
+                    seq: 9,
+                    offset: 300,
+                    delta: vec![5; 17].into(),
+                    stripe: 4,
+                    record: vec![1, 2, 3],
+                },
+                KeptDelta {
+                    seq: u64::MAX,
+                    offset: 0,
+                    delta: vec![].into(),
+                    stripe: 0,
+                    record: vec![],
+                },
+            ]),
         ]);
         for r in responses {
             assert_eq!(decode_response(&encode_response(&r)), Some(r));

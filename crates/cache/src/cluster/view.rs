@@ -261,6 +261,7 @@ impl Node {
                             if let Some(x) = self.plans.as_ref() {
                                 x.connect(i);
                             }
+                            p.incarnation_since = now;
                         }
                         if !p.up {
                             p.up_since = now;
@@ -328,6 +329,7 @@ impl Node {
                 me.rewhole(me.cfg.recovery_bytes_per_s.max(1));
                 me.redeliver_deltas();
                 me.heal_gapped_pages();
+                me.release_kept_deltas();
             })
             .expect("spawn expiry thread");
         if self.coord.is_some() {

@@ -3510,6 +3510,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_pages_healed", g(&c.whole_pages_healed));
     compose::stat(out, "whole_pages_salvaged", g(&c.whole_pages_salvaged));
     compose::stat(out, "whole_pages_realigned", g(&c.whole_pages_realigned));
+    compose::stat(out, "whole_deltas_completed", g(&c.whole_deltas_completed));
     compose::stat(out, "whole_rewritten", g(&c.whole_rewritten));
     compose::stat(out, "whole_pages_rebuilt", g(&c.whole_pages_rebuilt));
     compose::stat(
@@ -3530,6 +3531,9 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
         "whole_deltas_pending_bytes",
         node.whole_pending_bytes.load(Ordering::Relaxed),
     );
+    let (kept, kept_bytes) = crate::node::lock(&node.store).kept();
+    compose::stat(out, "whole_deltas_kept", kept);
+    compose::stat(out, "whole_deltas_kept_bytes", kept_bytes);
     compose::reply(out, Reply::End);
 }
 

@@ -117,6 +117,7 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             page,
             data,
             seq,
+            committed,
             offset,
             delta,
         } => match store.apply_delta(
@@ -125,7 +126,7 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             record,
             (page_stripe, position, page),
             data,
-            seq,
+            (seq, committed),
             offset,
             &delta,
         ) {
@@ -176,6 +177,13 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             )),
             Err(e) => Response::Nack(e),
         },
+        Request::Kept {
+            page_stripe,
+            position,
+            page,
+            data,
+            above,
+        } => Response::Kept(store.kept_deltas((page_stripe, position, page), data, above)),
         other => Response::Nack(format!("not a chunk request: {other:?}")),
     }
 }
@@ -342,6 +350,7 @@ mod tests {
             page: 0,
             data: 1,
             seq,
+            committed: 0,
             offset: 8,
             delta: vec![0xff; 4].into(),
         };

@@ -11,6 +11,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::BuildHasher;
+use std::time::Instant;
 
 use hashbrown::{DefaultHashBuilder, HashTable};
 
@@ -19,6 +20,12 @@ use crate::record::{self, Header, RecordError, WholeAt};
 
 /// A delta kept while rebuilding: (data position, seq, offset, bytes).
 type HeldDelta = (usize, u64, u32, Vec<u8>);
+
+use crate::carrier::peer::KeptDelta;
+
+/// Kept deltas, by (page stripe, parity position, page, data position), then seq: each with
+/// when it arrived.
+type Kept = HashMap<(u32, u8, u32, u8), std::collections::BTreeMap<u64, (KeptDelta, Instant)>>;
 
 /// The key of this node's slab page `j` in `ChunkStore::rebuilt`.
 fn slab_key(j: u32) -> (u32, u8, u32) {
@@ -221,6 +228,10 @@ pub struct ChunkStore {
     rebuilt: std::collections::HashSet<(u32, u8, u32)>,
     /// The code parity pages are kept under: its kernel, generator (n × k, row-major) and k.
     whole_code: Option<(codes::Kernel, Vec<u8>, usize)>,
+    /// Deltas kept while another parity position may miss them ([`KeptDelta`]), and their
+    /// bytes.
+    kept: Kept,
+    kept_bytes: u64,
 }
 
 impl Default for ChunkStore {
@@ -252,6 +263,8 @@ impl ChunkStore {
             held_deltas: HashMap::new(),
             rebuilt: std::collections::HashSet::new(),
             whole_code: None,
+            kept: HashMap::new(),
+            kept_bytes: 0,
         }
     }
 
@@ -446,15 +459,38 @@ impl ChunkStore {
         record: Vec<u8>,
         key: (u32, u8, u32),
         data: u8,
-        seq: u64,
+        (seq, committed): (u64, u64),
         offset: u32,
-        delta: &[u8],
+        delta: &std::sync::Arc<[u8]>,
     ) -> Result<(), String> {
         let (header, _) = record::parse(&record).map_err(|e| e.to_string())?;
         if header.kind != record::Kind::Whole {
             return Err(format!("a delta's record is {:?}, not whole", header.kind));
         }
         self.apply_page_delta(key, data, seq, offset, delta)?;
+        let kept = self.kept.entry((key.0, key.1, key.2, data)).or_default();
+        if seq > committed && !kept.contains_key(&seq) {
+            self.kept_bytes += (delta.len() + record.len()) as u64;
+            let delta = KeptDelta {
+                seq,
+                offset,
+                delta: std::sync::Arc::clone(delta),
+                stripe,
+                record: record.clone(),
+            };
+            kept.insert(seq, (delta, Instant::now()));
+        }
+        // Those the home now knows every position applied go.
+        while let Some(entry) = kept.first_entry() {
+            if *entry.key() > committed {
+                break;
+            }
+            let (d, _) = entry.remove();
+            self.kept_bytes -= (d.delta.len() + d.record.len()) as u64;
+        }
+        if kept.is_empty() {
+            self.kept.remove(&(key.0, key.1, key.2, data));
+        }
         self.put_held(
             stripe,
             header,
@@ -462,6 +498,36 @@ impl ChunkStore {
             watermark,
         );
         Ok(())
+    }
+
+    /// The deltas of data position `data` kept for parity page `key` with a seq above `above`.
+    pub fn kept_deltas(&self, key: (u32, u8, u32), data: u8, above: u64) -> Vec<KeptDelta> {
+        self.kept
+            .get(&(key.0, key.1, key.2, data))
+            .map(|m| m.range(above + 1..).map(|(_, (d, _))| d.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Drops the kept deltas for which `release` (given the page stripe, the data position and
+    /// when the delta arrived) says so.
+    pub fn release_kept(&mut self, release: impl Fn(u32, u8, Instant) -> bool) {
+        let mut freed = 0;
+        self.kept.retain(|&(t, _, _, d), m| {
+            m.retain(|_, (k, at)| {
+                let go = release(t, d, *at);
+                if go {
+                    freed += (k.delta.len() + k.record.len()) as u64;
+                }
+                !go
+            });
+            !m.is_empty()
+        });
+        self.kept_bytes -= freed;
+    }
+
+    /// Deltas kept, and their bytes.
+    pub fn kept(&self) -> (usize, u64) {
+        (self.kept.values().map(|m| m.len()).sum(), self.kept_bytes)
     }
 
     /// The page part of a delta: `g[position][data] · delta` added at `offset` of the parity
@@ -554,6 +620,15 @@ impl ChunkStore {
         if done && to < from {
             let j = crate::member::whole::home_page(d, key.2, k);
             self.roll_back_locations(stripe, j, offset, correction);
+        }
+        if done {
+            // The page agrees with its home's rebuilt page: no delta kept of it is to be sent.
+            if let Some(m) = self.kept.remove(&(key.0, key.1, key.2, data)) {
+                self.kept_bytes -= m
+                    .values()
+                    .map(|(k, _)| (k.delta.len() + k.record.len()) as u64)
+                    .sum::<u64>();
+            }
         }
         Ok(done)
     }
@@ -1209,15 +1284,16 @@ mod tests {
         // 48 by the torn write too.
         let key = (0, 2, 0);
         let delta = |st: &mut ChunkStore, k: &[u8], v: u64, seq: u64, off: u32| {
+            let delta: std::sync::Arc<[u8]> = vec![seq as u8; 8].into();
             st.apply_delta(
                 0,
                 0,
                 location(k, 2, v, at(off)),
                 key,
                 0,
-                seq,
+                (seq, 0),
                 off,
-                &[seq as u8; 8],
+                &delta,
             )
             .expect("applied");
         };
@@ -1262,5 +1338,52 @@ mod tests {
         assert_eq!(version(&st, b"a"), Some(10));
         assert!(st.realign_parity(0, key, 2, 0, 1, 0, &[]).is_err());
         assert!(st.realign_parity(0, (0, 1, 0), 0, 0, 1, 0, &[]).is_err());
+    }
+
+    #[test]
+    fn a_parity_position_keeps_deltas_until_the_home_says_every_position_applied_them() {
+        let mut st = ChunkStore::with_page_bytes(64);
+        st.set_code(codes::Kernel::best(), "rs:2,2".parse().expect("code"));
+        let at = WholeAt {
+            page: 0,
+            offset: 0,
+            len: 8,
+            slot: 8,
+        };
+        let key = (0, 2, 0);
+        let delta = |st: &mut ChunkStore, seq: u64, committed: u64| {
+            let bytes: std::sync::Arc<[u8]> = vec![seq as u8; 8].into();
+            let rec = location(b"a", 2, 10 + seq, at);
+            st.apply_delta(0, 0, rec, key, 0, (seq, committed), 0, &bytes)
+                .expect("applied");
+        };
+        delta(&mut st, 1, 0);
+        delta(&mut st, 2, 0);
+        delta(&mut st, 3, 1);
+        let seqs = |st: &ChunkStore, above| {
+            st.kept_deltas(key, 0, above)
+                .iter()
+                .map(|d| d.seq)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(seqs(&st, 0), vec![2, 3], "1 is committed");
+        assert_eq!(seqs(&st, 2), vec![3]);
+        let kept = &st.kept_deltas(key, 0, 2)[0];
+        assert_eq!(
+            (kept.offset, &kept.delta[..], kept.stripe),
+            (0, &[3u8; 8][..], 0)
+        );
+        let (h, _) = record::parse(&kept.record).expect("its location record");
+        assert_eq!(h.version, 13);
+        assert_eq!(st.kept().0, 2);
+        // A delta sent again is kept once; a later committed drops those up to it.
+        delta(&mut st, 3, 1);
+        assert_eq!(st.kept().0, 2);
+        delta(&mut st, 4, 3);
+        assert_eq!(seqs(&st, 0), vec![4]);
+        // Released by the node's rule; then nothing is kept, and no bytes counted.
+        st.release_kept(|t, d, _| t == 0 && d == 0);
+        assert_eq!(st.kept(), (0, 0));
+        assert!(st.kept_deltas(key, 0, 0).is_empty());
     }
 }

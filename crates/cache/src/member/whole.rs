@@ -96,6 +96,10 @@ struct Page {
     bytes: Box<[u8]>,
     /// Deltas made on this page.
     seq: u64,
+    /// The deltas every parity position applied (each write's, once all its deltas were
+    /// acknowledged): a delta carries the count below which all are, so that parity positions
+    /// keep a delta only while it may be missing elsewhere.
+    done: Applied,
 }
 
 impl Page {
@@ -104,6 +108,7 @@ impl Page {
             class: None,
             bytes: Box::default(),
             seq: 0,
+            done: Applied::default(),
         }
     }
 }
@@ -114,6 +119,9 @@ impl Page {
 pub struct SlotWrite {
     pub at: WholeAt,
     pub seq: u64,
+    /// Every delta of the page up to this seq was applied by every parity position (as far as
+    /// the home knows when it wrote): parity positions drop the deltas they keep up to it.
+    pub committed: u64,
     pub delta: std::sync::Arc<[u8]>,
 }
 
@@ -262,6 +270,10 @@ impl Slab {
         let page = &mut self.pages[j as usize];
         assert!(page.class.is_none(), "a page installed over a page in use");
         page.seq = seq;
+        page.done = Applied {
+            floor: seq,
+            above: BTreeSet::new(),
+        };
         if page.bytes.is_empty() {
             // A page never written (skipped over before the restart) stays without memory.
             if seq == 0 && bytes.iter().all(|&b| b == 0) {
@@ -340,7 +352,15 @@ impl Slab {
         SlotWrite {
             at,
             seq: page.seq,
+            committed: page.done.floor,
             delta,
+        }
+    }
+
+    /// Every parity position of page `page` applied the delta `seq` made.
+    pub fn mark_done(&mut self, page: u32, seq: u64) {
+        if let Some(p) = self.pages.get_mut(page as usize) {
+            p.done.note(seq);
         }
     }
 

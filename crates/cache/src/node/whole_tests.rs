@@ -1015,6 +1015,9 @@ fn a_page_torn_by_a_kill_is_salvaged_when_m_homes_are_lost() {
     );
     hub.kill(0);
     hub.kill(1);
+    // Node 3 no longer keeps the delta node 2 missed (as if released: node 0 lived on long
+    // enough), so no rebuild can send it on.
+    lock(&nodes[3].store).release_kept(|_, _, _| true);
     rounds(&nodes);
     restart_empty(&hub, &mut nodes, 0, 0);
     hub.heal();
@@ -1223,5 +1226,71 @@ fn a_stand_in_reads_a_torn_write_from_the_cut_that_holds_it() {
     for (i, key) in keys.iter().enumerate().skip(1) {
         expect_value(get(&nodes[1], key), &first(i), "outside the torn range");
     }
+    hub.clear();
+}
+
+/// m = 2 homes of a page stripe lost at once, one of them killed between its deltas to the
+/// page's two parity positions (node 3 applied an overwrite's delta, node 2 missed it): no cut
+/// of k pieces exists. Node 3 keeps the delta until the home says every position applied it,
+/// so the restarted node 0's rebuild sends it to node 2 with its location record, and the page
+/// stripe is whole again: every value on the page is whole in node 0's slab, the torn write's
+/// too (no page salvaged), and both parity pages are the code's parity of the data pages once
+/// node 1 is rebuilt.
+#[test]
+fn a_torn_delta_kept_by_a_parity_position_completes_the_cut_when_m_homes_are_lost() {
+    let (hub, mut nodes) = cluster(Layout::Whole);
+    let keys = keys_of(&nodes, 0, "kept", 8);
+    let first = |i: usize| vec![i as u8 + 1; 300];
+    for (i, key) in keys.iter().enumerate() {
+        stored(set(&nodes[0], key, &first(i)));
+    }
+    hub.cut(0, 2);
+    stored(set(&nodes[0], &keys[0], &[0xEE; 300]));
+    // Each parity position keeps the deltas not known applied everywhere: node 3 the torn
+    // one (it came saying the write before it was), node 2 the one before it.
+    let kept = |node: usize| -> Vec<u64> {
+        let store = lock(&nodes[node].store);
+        let seqs = store.kept_deltas((0, node as u8, 0), 0, 0);
+        seqs.iter().map(|d| d.seq).collect()
+    };
+    let torn = kept(3);
+    assert_eq!(torn.len(), 1, "node 3 keeps the delta node 2 missed");
+    assert_eq!(kept(2), vec![torn[0] - 1]);
+    hub.kill(0);
+    hub.kill(1);
+    rounds(&nodes);
+    restart_empty(&hub, &mut nodes, 0, 0);
+    hub.heal();
+    rounds(&nodes);
+    let rebuilt = with_heartbeats(&nodes, || nodes[0].rebuild_pages());
+    assert!(rebuilt.is_ok(), "{rebuilt:?}");
+    let c = &nodes[0].counters;
+    assert_eq!(c.whole_deltas_completed.load(Ordering::Relaxed), 1);
+    assert_eq!(c.whole_pages_salvaged.load(Ordering::Relaxed), 0);
+    let want = |i: usize| if i == 0 { vec![0xEE; 300] } else { first(i) };
+    for (i, key) in keys.iter().enumerate() {
+        let store = lock(&nodes[0].store);
+        let rec = store
+            .get_latest(0, 0, key)
+            .unwrap_or_else(|| panic!("key {i} linked in the slab"));
+        let (h, value) = crate::record::parse(rec).expect("a record");
+        assert_eq!(
+            (h.key.as_slice(), value),
+            (key.as_slice(), want(i).as_slice())
+        );
+    }
+    // Node 2 took the torn write's location record with its delta.
+    let version = |node: usize| {
+        let store = lock(&nodes[node].store);
+        (1..4u8)
+            .find_map(|p| store.get_latest(0, p, &keys[0]))
+            .and_then(|rec| crate::record::parse_header(rec).ok())
+            .map(|(h, _)| h.version)
+    };
+    assert_eq!(version(2), version(3));
+    restart_empty(&hub, &mut nodes, 1, 0);
+    let rebuilt = with_heartbeats(&nodes, || nodes[1].rebuild_pages());
+    assert!(rebuilt.is_ok(), "{rebuilt:?}");
+    check_parity(&nodes);
     hub.clear();
 }
