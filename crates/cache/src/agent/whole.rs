@@ -94,6 +94,16 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// The write a queued delta belongs to: (page, data position, seq).
+fn write_of(req: &Request) -> Option<(u32, u8, u64)> {
+    match req {
+        Request::Delta {
+            page, data, seq, ..
+        } => Some((*page, *data, *seq)),
+        _ => None,
+    }
+}
+
 /// A piece rebuilt from a cut: its bytes, the seqs it agrees with, and the pieces of the read
 /// it came from.
 type RebuiltPiece = (Vec<u8>, Vec<u64>, Vec<Piece>);
@@ -347,10 +357,12 @@ impl Node {
     /// [`REDELIVER_BATCH`], each sent once the one before is answered.
     pub fn redeliver_deltas(&self) {
         let refused = self.refused_down();
-        let todo = {
+        let (todo, queued) = {
             let mut pending = lock(&self.whole_pending);
+            let queued: std::collections::HashSet<(u32, u8, u64)> =
+                pending.iter().filter_map(|(_, _, r)| write_of(r)).collect();
             self.drop_superseded_while_refused(&mut pending, &refused);
-            std::mem::take(&mut *pending)
+            (std::mem::take(&mut *pending), queued)
         };
         let incarnations: Vec<u64> = lock(&self.peers)
             .list
@@ -387,6 +399,19 @@ impl Node {
         pending.extend(again);
         let bytes = pending.iter().map(|(_, _, req)| queued_bytes(req)).sum();
         self.whole_pending_bytes.store(bytes, Ordering::Relaxed);
+        // A write none of whose deltas is queued any more (applied when sent again, or held by
+        // the page rebuild of the node that missed it) is applied everywhere: the parity
+        // positions may drop their copies once they hear so (`committed`).
+        let left: std::collections::HashSet<(u32, u8, u64)> =
+            pending.iter().filter_map(|(_, _, r)| write_of(r)).collect();
+        drop(pending);
+        let k = self.k();
+        let mut store = lock(&self.store);
+        for &(q, d, seq) in queued.difference(&left) {
+            store
+                .slab
+                .mark_done(whole::home_page(d as usize, q, k), seq);
+        }
     }
 
     /// The deltas of a slot written at this node (the home), one per parity position of its

@@ -709,6 +709,14 @@ fn a_delta_a_parity_position_missed_is_sent_again() {
     );
     check_parity(&nodes);
     expect_value(get(&nodes[1], &key), &[2; 500], "read back");
+    // Sent again, the write is applied everywhere: the next delta says so, and the parity
+    // positions keep only that one.
+    stored(set(&nodes[0], &key, &[3; 500]));
+    for node in [2, 3] {
+        let store = lock(&nodes[node].store);
+        let kept = store.kept_deltas((0, node as u8, 0), 0, 0);
+        assert_eq!(kept.len(), 1, "node {node} keeps only the last delta");
+    }
     hub.clear();
 }
 
