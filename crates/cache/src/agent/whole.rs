@@ -940,6 +940,34 @@ impl Node {
         Ok((out, seqs))
     }
 
+    /// Tells the parity positions of the pages this node (a home) wrote how many of their
+    /// deltas every position applied, for the pages whose count moved since the last call:
+    /// one `Commit` per parity node. A delta carries that count too, but only for its own
+    /// page, so without this the last deltas of a page not written again would be kept until
+    /// dropped by time (`release_kept_deltas`).
+    pub fn announce_commits(&self) {
+        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let pages = lock(&self.store).slab.take_announced();
+        if pages.is_empty() || self.placement.slots_of(self.cfg.id) != n {
+            return;
+        }
+        let mut per_node: HashMap<usize, Vec<(u32, u8, u32, u8, u64)>> = HashMap::new();
+        for (j, committed) in pages {
+            let (t, d, q) = whole::page_of(self.cfg.id, j, k, nodes);
+            for i in k..n {
+                let entry = (t as u32, i as u8, q, d as u8, committed);
+                per_node.entry((t + i) % nodes).or_default().push(entry);
+            }
+        }
+        let calls = per_node
+            .into_iter()
+            .filter(|(node, _)| self.is_up(*node))
+            .map(|(node, pages)| (node, Request::Commit(pages)))
+            .collect();
+        // Best effort: a position not told drops them by time.
+        let _ = self.call(calls);
+    }
+
     /// Drops the deltas this node keeps as a parity position ([`crate::member::store`]'s kept
     /// deltas) that no rebuild will need: those of a home now up as the process that sent
     /// them, heard from [`KEPT_FOR`] after they arrived (its sends of that write were done

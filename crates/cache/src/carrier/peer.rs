@@ -304,6 +304,12 @@ pub enum Request {
         data: u8,
         above: u64,
     },
+    /// The whole layout: a home tells a parity position, for pages it wrote, how many of its
+    /// deltas every parity position applied ((page stripe, parity position, page, data
+    /// position, committed) each): the receiver drops the deltas it keeps up to those counts.
+    /// Sent once a second for the pages whose count moved, so that the last deltas of a page
+    /// not written again are not kept long.
+    Commit(Vec<(u32, u8, u32, u8, u64)>),
 }
 
 /// A home's delta a parity position keeps while another parity position of its page may miss
@@ -387,7 +393,8 @@ impl Request {
             | Request::Range { .. }
             | Request::Pages { .. }
             | Request::Realign { .. }
-            | Request::Kept { .. } => None,
+            | Request::Kept { .. }
+            | Request::Commit(_) => None,
         }
     }
 
@@ -883,6 +890,12 @@ fn encode_request_to(w: &mut W, req: &Request) {
             w.u8(16).u32(*page_stripe).u8(*position).u32(*page);
             w.u8(*data).u64(*above);
         }
+        Request::Commit(pages) => {
+            w.u8(17).u32(pages.len() as u32);
+            for &(t, position, page, data, committed) in pages {
+                w.u32(t).u8(position).u32(page).u8(data).u64(committed);
+            }
+        }
     }
 }
 
@@ -1028,6 +1041,14 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 data: r.u8()?,
                 above: r.u64()?,
             },
+            17 => {
+                let n = r.u32()? as usize;
+                let mut pages = Vec::with_capacity(n.min(4096));
+                for _ in 0..n {
+                    pages.push((r.u32()?, r.u8()?, r.u32()?, r.u8()?, r.u64()?));
+                }
+                Request::Commit(pages)
+            }
             _ => return Err(Short),
         })
     }
@@ -1474,6 +1495,8 @@ mod tests {
                 data: 1,
                 above: 40,
             },
+            Request::Commit(vec![]),
+            Request::Commit(vec![(1, 7, 3, 2, 99), (0, 6, u32::MAX, 0, u64::MAX)]),
         ];
         let mut frames = vec![0xee];
         for r in reqs {

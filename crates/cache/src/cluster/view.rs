@@ -328,6 +328,7 @@ impl Node {
                 me.fill_holes(me.cfg.recovery_bytes_per_s.max(1));
                 me.rewhole(me.cfg.recovery_bytes_per_s.max(1));
                 me.redeliver_deltas();
+                me.announce_commits();
                 me.heal_gapped_pages();
                 me.release_kept_deltas();
             })

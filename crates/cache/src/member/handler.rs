@@ -184,6 +184,12 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             data,
             above,
         } => Response::Kept(store.kept_deltas((page_stripe, position, page), data, above)),
+        Request::Commit(pages) => {
+            for (t, position, page, data, committed) in pages {
+                store.commit_kept((t, position, page), data, committed);
+            }
+            Response::Ack
+        }
         other => Response::Nack(format!("not a chunk request: {other:?}")),
     }
 }

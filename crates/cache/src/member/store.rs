@@ -481,6 +481,23 @@ impl ChunkStore {
             kept.insert(seq, (delta, Instant::now()));
         }
         // Those the home now knows every position applied go.
+        self.commit_kept(key, data, committed);
+        self.put_held(
+            stripe,
+            header,
+            Held::Heap(record.into_boxed_slice()),
+            watermark,
+        );
+        Ok(())
+    }
+
+    /// Drops the deltas of data position `data` kept for parity page `key` up to `committed`
+    /// (every parity position applied them, the home says).
+    pub fn commit_kept(&mut self, key: (u32, u8, u32), data: u8, committed: u64) {
+        let at = (key.0, key.1, key.2, data);
+        let Some(kept) = self.kept.get_mut(&at) else {
+            return;
+        };
         while let Some(entry) = kept.first_entry() {
             if *entry.key() > committed {
                 break;
@@ -489,15 +506,8 @@ impl ChunkStore {
             self.kept_bytes -= (d.delta.len() + d.record.len()) as u64;
         }
         if kept.is_empty() {
-            self.kept.remove(&(key.0, key.1, key.2, data));
+            self.kept.remove(&at);
         }
-        self.put_held(
-            stripe,
-            header,
-            Held::Heap(record.into_boxed_slice()),
-            watermark,
-        );
-        Ok(())
     }
 
     /// The deltas of data position `data` kept for parity page `key` with a seq above `above`.

@@ -142,6 +142,9 @@ pub struct Slab {
     /// The residue this slab's first page takes ([`Slab::set_start`]); the n-th page it
     /// allocates for new values takes residue `(start + n) mod k`.
     start: usize,
+    /// Pages whose deltas applied everywhere (`done`) moved since their parity positions were
+    /// last told ([`Slab::take_announced`]).
+    announce: BTreeSet<u32>,
 }
 
 impl Slab {
@@ -161,6 +164,7 @@ impl Slab {
             used_bytes: 0,
             allocated: 0,
             start: 0,
+            announce: BTreeSet::new(),
         }
     }
 
@@ -360,8 +364,22 @@ impl Slab {
     /// Every parity position of page `page` applied the delta `seq` made.
     pub fn mark_done(&mut self, page: u32, seq: u64) {
         if let Some(p) = self.pages.get_mut(page as usize) {
+            let floor = p.done.floor;
             p.done.note(seq);
+            if p.done.floor > floor {
+                self.announce.insert(page);
+            }
         }
+    }
+
+    /// The pages whose count of deltas applied everywhere moved since the last call, with that
+    /// count: their parity positions may drop the deltas they keep up to it.
+    pub fn take_announced(&mut self) -> Vec<(u32, u64)> {
+        let pages = std::mem::take(&mut self.announce);
+        pages
+            .into_iter()
+            .filter_map(|j| self.pages.get(j as usize).map(|p| (j, p.done.floor)))
+            .collect()
     }
 
     /// The bytes a slot holds.
