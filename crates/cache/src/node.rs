@@ -99,6 +99,11 @@ pub struct NodeConfig {
     pub whole_repair: WholeRepair,
 }
 
+/// Per parity node, (page stripe, its position, page, data position) → deltas applied
+/// everywhere, not told yet (`Node::whole_commits`).
+pub(crate) type Commits =
+    std::collections::HashMap<usize, std::collections::HashMap<(u32, u8, u32, u8), u64>>;
+
 #[derive(Clone, Debug)]
 pub(crate) struct PeerState {
     pub(crate) up: bool,
@@ -354,6 +359,10 @@ pub struct Node {
     pub(crate) whole_pending: Mutex<Vec<(usize, u64, Request)>>,
     /// Bytes of the deltas in `whole_pending` (their deltas and records).
     pub(crate) whole_pending_bytes: AtomicU64,
+    /// Per parity node, the pages of this home whose deltas every position applied that it
+    /// has not been told of yet: (page stripe, its position, page, data position) → that
+    /// count. Carried by the next delta to it (or a `Commit` once a second).
+    pub(crate) whole_commits: Mutex<Commits>,
     /// Peer messages the client loop sent and received (its reads).
     pub(crate) loop_messages: (AtomicU64, AtomicU64),
     /// The next request id this node gives a client's write (`agent::once`).
@@ -455,6 +464,7 @@ impl Node {
             pages_lost: AtomicBool::new(recover),
             whole_pending: Mutex::new(Vec::new()),
             whole_pending_bytes: AtomicU64::new(0),
+            whole_commits: Mutex::new(Commits::new()),
             loop_messages: (AtomicU64::new(0), AtomicU64::new(0)),
             request_ids: AtomicU64::new(first_request_id(cfg.id, parts.incarnation)),
             plans: parts.plans,

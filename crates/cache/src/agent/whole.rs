@@ -428,12 +428,14 @@ impl Node {
         let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
         let (t, d, q) = whole::page_of(self.cfg.id, written.at.page, k, nodes);
         let at = written.at.to_bytes();
+        self.collect_commits();
         (k..n)
             .map(|i| {
                 // Parity position i of page stripe t is position i − d of this stripe.
                 let meta = record::encode(&self.header(key, e, i - d), &at);
+                let node = (t + i) % nodes;
                 (
-                    (t + i) % nodes,
+                    node,
                     i,
                     Request::Delta {
                         stripe: stripe as u32,
@@ -445,6 +447,7 @@ impl Node {
                         data: d as u8,
                         seq: written.seq,
                         committed: written.committed,
+                        commits: self.commits_for(node),
                         offset: written.at.offset,
                         delta: written.delta.clone(),
                     },
@@ -946,26 +949,54 @@ impl Node {
     /// page, so without this the last deltas of a page not written again would be kept until
     /// dropped by time (`release_kept_deltas`).
     pub fn announce_commits(&self) {
+        self.collect_commits();
+        let per_node = std::mem::take(&mut *lock(&self.whole_commits));
+        let calls = per_node
+            .into_iter()
+            .filter(|(node, pages)| !pages.is_empty() && self.is_up(*node))
+            .map(|(node, pages)| {
+                let pages = pages
+                    .into_iter()
+                    .map(|((t, i, q, d), c)| (t, i, q, d, c))
+                    .collect();
+                (node, Request::Commit(pages))
+            })
+            .collect();
+        // Best effort: a position not told drops them by time.
+        let _ = self.call(calls);
+    }
+
+    /// Moves the pages whose deltas every position applied (`Slab::take_announced`) to the
+    /// lists of their parity nodes, to be told with the next delta to each.
+    fn collect_commits(&self) {
         let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
         let pages = lock(&self.store).slab.take_announced();
         if pages.is_empty() || self.placement.slots_of(self.cfg.id) != n {
             return;
         }
-        let mut per_node: HashMap<usize, Vec<(u32, u8, u32, u8, u64)>> = HashMap::new();
+        let mut per_node = lock(&self.whole_commits);
         for (j, committed) in pages {
             let (t, d, q) = whole::page_of(self.cfg.id, j, k, nodes);
             for i in k..n {
-                let entry = (t as u32, i as u8, q, d as u8, committed);
-                per_node.entry((t + i) % nodes).or_default().push(entry);
+                let entry = (t as u32, i as u8, q, d as u8);
+                per_node
+                    .entry((t + i) % nodes)
+                    .or_default()
+                    .insert(entry, committed);
             }
         }
-        let calls = per_node
-            .into_iter()
-            .filter(|(node, _)| self.is_up(*node))
-            .map(|(node, pages)| (node, Request::Commit(pages)))
-            .collect();
-        // Best effort: a position not told drops them by time.
-        let _ = self.call(calls);
+    }
+
+    /// What node `node` has not been told of its pages' deltas applied everywhere
+    /// (`collect_commits`), taken to go with a delta to it.
+    fn commits_for(&self, node: usize) -> Vec<crate::carrier::peer::PageCommit> {
+        match lock(&self.whole_commits).get_mut(&node) {
+            Some(pages) if !pages.is_empty() => pages
+                .drain()
+                .map(|((t, i, q, d), c)| (t, i, q, d, c))
+                .collect(),
+            _ => Vec::new(),
+        }
     }
 
     /// Drops the deltas this node keeps as a parity position ([`crate::member::store`]'s kept
@@ -1077,6 +1108,7 @@ impl Node {
                         data: d as u8,
                         seq: x.seq,
                         committed: 0,
+                        commits: Vec::new(),
                         offset: x.offset,
                         delta: std::sync::Arc::clone(&x.delta),
                     };

@@ -251,6 +251,8 @@ pub enum Request {
         /// The home's deltas of the page up to this seq were applied at every parity
         /// position: the receiver drops those it keeps (`member::store`, retained deltas).
         committed: u64,
+        /// The same for other pages the receiver keeps parity of (as in [`Request::Commit`]).
+        commits: Vec<PageCommit>,
         offset: u32,
         /// Shared by the deltas of one write to its parity positions.
         delta: std::sync::Arc<[u8]>,
@@ -309,8 +311,12 @@ pub enum Request {
     /// position, committed) each): the receiver drops the deltas it keeps up to those counts.
     /// Sent once a second for the pages whose count moved, so that the last deltas of a page
     /// not written again are not kept long.
-    Commit(Vec<(u32, u8, u32, u8, u64)>),
+    Commit(Vec<PageCommit>),
 }
+
+/// For a page a home wrote: (page stripe, the receiver's position in it, page, the home's data
+/// position, how many of its deltas every parity position applied).
+pub type PageCommit = (u32, u8, u32, u8, u64);
 
 /// A home's delta a parity position keeps while another parity position of its page may miss
 /// it (its seq above the `committed` the home last sent for the page).
@@ -837,12 +843,17 @@ fn encode_request_to(w: &mut W, req: &Request) {
             data,
             seq,
             committed,
+            commits,
             offset,
             delta,
         } => {
             w.u8(11).u32(*stripe).u64(*watermark).bytes(record);
             w.u32(*page_stripe).u8(*position).u32(*page).u8(*data);
-            w.u64(*seq).u64(*committed).u32(*offset).bytes(delta);
+            w.u64(*seq).u64(*committed).u32(commits.len() as u32);
+            for &(t, position, page, data, committed) in commits {
+                w.u32(t).u8(position).u32(page).u8(data).u64(committed);
+            }
+            w.u32(*offset).bytes(delta);
         }
         Request::Range {
             stripe,
@@ -948,6 +959,16 @@ pub fn decode_request(body: &[u8]) -> Option<Request> {
     r.0.is_empty().then_some(req)
 }
 
+/// A list of (page stripe, position, page, data position, committed), count first.
+fn commits(r: &mut R<'_>) -> Result<Vec<PageCommit>, Short> {
+    let n = r.u32()? as usize;
+    let mut pages = Vec::with_capacity(n.min(4096));
+    for _ in 0..n {
+        pages.push((r.u32()?, r.u8()?, r.u32()?, r.u8()?, r.u64()?));
+    }
+    Ok(pages)
+}
+
 fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
     {
         Ok(match r.u8()? {
@@ -1007,6 +1028,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 data: r.u8()?,
                 seq: r.u64()?,
                 committed: r.u64()?,
+                commits: commits(r)?,
                 offset: r.u32()?,
                 delta: r.slice()?.into(),
             },
@@ -1041,14 +1063,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
                 data: r.u8()?,
                 above: r.u64()?,
             },
-            17 => {
-                let n = r.u32()? as usize;
-                let mut pages = Vec::with_capacity(n.min(4096));
-                for _ in 0..n {
-                    pages.push((r.u32()?, r.u8()?, r.u32()?, r.u8()?, r.u64()?));
-                }
-                Request::Commit(pages)
-            }
+            17 => Request::Commit(commits(r)?),
             _ => return Err(Short),
         })
     }
@@ -1460,6 +1475,7 @@ mod tests {
                     data: 2,
                     seq: u64::MAX - 1,
                     committed: 7,
+                    commits: vec![(2, 5, 9, 1, 4)],
                     offset: 96,
                     delta: vec![0xa5; 33].into(),
                 },

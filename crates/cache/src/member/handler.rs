@@ -118,21 +118,27 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             data,
             seq,
             committed,
+            commits,
             offset,
             delta,
-        } => match store.apply_delta(
-            stripe,
-            watermark,
-            record,
-            (page_stripe, position, page),
-            data,
-            (seq, committed),
-            offset,
-            &delta,
-        ) {
-            Ok(()) => Response::Ack,
-            Err(e) => Response::Nack(e),
-        },
+        } => {
+            for (t, position, page, data, committed) in commits {
+                store.commit_kept((t, position, page), data, committed);
+            }
+            match store.apply_delta(
+                stripe,
+                watermark,
+                record,
+                (page_stripe, position, page),
+                data,
+                (seq, committed),
+                offset,
+                &delta,
+            ) {
+                Ok(()) => Response::Ack,
+                Err(e) => Response::Nack(e),
+            }
+        }
         Request::Range {
             page_stripe,
             position,
@@ -357,6 +363,7 @@ mod tests {
             data: 1,
             seq,
             committed: 0,
+            commits: Vec::new(),
             offset: 8,
             delta: vec![0xff; 4].into(),
         };
