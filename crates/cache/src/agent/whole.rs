@@ -1323,8 +1323,26 @@ impl Node {
                     true => whole::consistent_newest(pieces, k, i),
                     false => whole::consistent(pieces, k),
                 };
+                let mut completed = false;
                 let (bytes, seqs, read) = loop {
                     let rebuilt = self.rebuild_piece_by(t, i, q, (0, page_bytes as u32), choose);
+                    // This home's own last deltas torn (its parity pieces disagree on its seq):
+                    // those kept are sent on first, and the page read again, so that it comes
+                    // back with them rather than undoing them.
+                    let own_torn = |(_, _, read): &RebuiltPiece| {
+                        let mut seqs = read
+                            .iter()
+                            .filter(|p| p.position >= k && p.seqs.len() == k)
+                            .map(|p| p.seqs[i]);
+                        seqs.next()
+                            .is_some_and(|first| seqs.any(|s| s != first && s != whole::GAPPED))
+                    };
+                    if i < k && !completed && rebuilt.as_ref().is_ok_and(own_torn) {
+                        completed = true;
+                        if self.complete_torn(t, q) > 0 {
+                            continue;
+                        }
+                    }
                     if rebuilt.is_err() && tries % 10 == 0 {
                         // No cut of k: a dead home's last deltas may have reached only some
                         // parity positions, which keep them; sent to the others, the cut is

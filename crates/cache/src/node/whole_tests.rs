@@ -1107,7 +1107,8 @@ fn write_at_home_0(nodes: &[Arc<Node>], key: &[u8], value: &[u8]) {
 }
 
 /// A home killed between its deltas to its two parity positions (node 3 applied an overwrite's,
-/// node 2 missed it) leaves page 0 of page stripe 0 torn. Node 0, restarted,
+/// node 2 missed it) leaves page 0 of page stripe 0 torn. With node 3's copy of it released
+/// (`kept` false), node 0, restarted,
 /// takes its page back at the newest seq a cut of k shows (`oldest`: the oldest, test-only)
 /// and realigns the other parity page: the page stripe is one codeword again under equal seqs,
 /// the values are whole in its slab (the torn write in, or out), its next writes apply at both
@@ -1115,7 +1116,7 @@ fn write_at_home_0(nodes: &[Arc<Node>], key: &[u8], value: &[u8]) {
 /// realignment the page ahead would drop the home's next delta as one it applied already (its
 /// bytes then differ from the code's parity under the same seqs) and the page behind would be
 /// left out of every repair.
-fn a_torn_page_is_realigned_when_its_home_comes_back(oldest: bool) {
+fn a_torn_page_comes_back_with_its_home(oldest: bool, kept: bool) {
     let (hub, mut nodes) = cluster(Layout::Whole);
     let keys = keys_of(&nodes, 0, "realign", 8);
     let first = |i: usize| vec![i as u8 + 1; 300];
@@ -1134,6 +1135,10 @@ fn a_torn_page_is_realigned_when_its_home_comes_back(oldest: bool) {
     };
     let (behind, ahead) = (parity_seq(&nodes, 2), parity_seq(&nodes, 3));
     assert_eq!(ahead, behind + 1, "node 3 applied a delta node 2 missed");
+    if !kept {
+        // As if node 3 had released the delta it keeps (node 0 lived on long enough).
+        lock(&nodes[3].store).release_kept(|_, _, _| true);
+    }
     hub.kill(0);
     rounds(&nodes);
     restart_empty(&hub, &mut nodes, 0, 0);
@@ -1144,8 +1149,13 @@ fn a_torn_page_is_realigned_when_its_home_comes_back(oldest: bool) {
     whole::OLDEST_FIRST.with(|o| o.set(false));
     assert!(rebuilt.is_ok(), "{rebuilt:?}");
     let c = &nodes[0].counters;
-    assert_eq!(c.whole_pages_realigned.load(Ordering::Relaxed), 1);
+    // The kept delta sent on to node 2 (the page read again, whole at the newest seq), or,
+    // with none kept, node 2's page realigned.
+    let (realigned, completed) = (u64::from(!kept), u64::from(kept));
+    assert_eq!(c.whole_pages_realigned.load(Ordering::Relaxed), realigned);
+    assert_eq!(c.whole_deltas_completed.load(Ordering::Relaxed), completed);
     assert_eq!(c.whole_pages_salvaged.load(Ordering::Relaxed), 0);
+    let oldest = oldest && !kept;
     let home_seq = lock(&nodes[0].store)
         .range((0, 0, 0), 0, 1)
         .expect("a range")
@@ -1204,12 +1214,19 @@ fn a_torn_page_is_realigned_when_its_home_comes_back(oldest: bool) {
 
 #[test]
 fn a_torn_page_is_realigned_forward_when_its_home_comes_back() {
-    a_torn_page_is_realigned_when_its_home_comes_back(false);
+    a_torn_page_comes_back_with_its_home(false, false);
 }
 
 #[test]
 fn a_torn_page_is_realigned_back_when_its_home_comes_back() {
-    a_torn_page_is_realigned_when_its_home_comes_back(true);
+    a_torn_page_comes_back_with_its_home(true, false);
+}
+
+/// With node 3's copy of the delta still kept, the restarted home sends it to node 2 before it
+/// takes its page back, even when it would prefer the oldest page (test-only): nothing to undo.
+#[test]
+fn a_torn_page_is_completed_from_a_kept_delta_when_its_home_comes_back() {
+    a_torn_page_comes_back_with_its_home(true, true);
 }
 
 /// While the home of a torn page is down, its stand-in serves the torn write's value: of the
