@@ -134,7 +134,7 @@ const CUT_WAIT: Duration = Duration::from_millis(2);
 const PAGE_TRIES: usize = 50;
 /// How long after a kept delta arrived its home must still answer heartbeats (as the same
 /// process) before the delta is dropped by time (`Node::release_kept_deltas`).
-const KEPT_FOR: Duration = Duration::from_secs(5);
+const KEPT_FOR: Duration = Duration::from_secs(2);
 /// Bytes of deltas a home keeps queued for parity positions that are down: past them, it
 /// writes split while a member of the stripe is down (a node down for long must not make the
 /// queue grow without bound; a split write leaves holes, filled from the stripe).
