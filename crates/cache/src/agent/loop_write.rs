@@ -117,7 +117,7 @@ pub struct LoopWrite {
     deltas: Vec<Option<Request>>,
     /// A whole value's slot as written: its deltas are queued to be sent again if the write
     /// does not finish here (a parity page missing one would agree with no data page).
-    written: Option<crate::member::whole::SlotWrite>,
+    pub(crate) written: Option<crate::member::whole::SlotWrite>,
     /// (node, position) of every record to send.
     pub remote: Vec<(usize, usize)>,
     /// When the write began: led without a break since then, the node may write it again.
@@ -528,8 +528,14 @@ impl Node {
         ix.finish(version);
         drop(g);
         if let Some(written) = &w.written {
-            // Every parity position applied its delta (none was queued for a node down).
-            if w.remote.len() == self.parity() {
+            // Every parity position applied its delta, or will hold it once it is back (a node
+            // whose process is gone rebuilds its pages from the others).
+            let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+            let (t, _, _) = crate::member::whole::page_of(self.cfg.id, written.at.page, k, nodes);
+            let applied = (k..n)
+                .map(|i| (t + i) % nodes)
+                .all(|node| w.remote.iter().any(|&(r, _)| r == node) || self.is_refused(node));
+            if applied {
                 lock(&self.store)
                     .slab
                     .mark_done(written.at.page, written.seq);

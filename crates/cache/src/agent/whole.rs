@@ -260,8 +260,9 @@ impl Node {
             }
         }
         bump(&self.counters.whole_writes);
-        if missed.is_empty() && refused.is_none() {
-            // Every parity position applied it: they need not keep it.
+        if missed.iter().all(|&node| self.is_refused(node)) && refused.is_none() {
+            // Every parity position applied it, or will hold it once it is back (a node whose
+            // process is gone rebuilds its pages from the others): they need not keep it.
             lock(&self.store)
                 .slab
                 .mark_done(written.at.page, written.seq);

@@ -496,6 +496,11 @@ fn the_loop_writes_whole_while_a_killed_parity_position_is_down() {
         let reply = nodes[node].handle_peer(w.request(position));
         assert!(nodes[0].loop_write_acked(Some(reply)));
     }
+    let (page, seq) = w
+        .written
+        .as_ref()
+        .map(|x| (x.at.page, x.seq))
+        .expect("whole");
     let cas = nodes[0].loop_write_finish(*w).expect("committed");
     match get(&nodes[4], &key) {
         AgentResult::Value { value, cas: c, .. } => assert_eq!((value, c), (vec![5; 900], cas)),
@@ -505,6 +510,14 @@ fn the_loop_writes_whole_while_a_killed_parity_position_is_down() {
         nodes[0].counters.whole_fallbacks.load(Ordering::Relaxed),
         0,
         "written whole"
+    );
+    // Applied by every parity position but node 2, whose next process rebuilds its pages
+    // from the others: the write counts as applied everywhere, and the parity position that
+    // keeps its delta is told so (it need not keep it while node 2 is down).
+    assert_eq!(
+        lock(&nodes[0].store).slab.take_announced(),
+        vec![(page, seq)],
+        "the page's deltas up to this write applied everywhere"
     );
     // The queue keeps a refused node's deltas for a while (its process may have started
     // unseen), then drops them: its next process rebuilds its pages after it starts.
