@@ -2546,3 +2546,106 @@ fn a_failed_write_never_costs_the_value_it_meant_to_replace() {
         );
     }
 }
+
+/// A home killed between its deltas to its parity positions, with real processes: node 4 (test
+/// only, `INEC_TEST_TEAR_VALUE_PREFIX`) sends an overwrite's delta to one parity position of
+/// its page (node X) and exits once that one applied it, leaving the page's parity torn. While
+/// it is down every value of its stripe reads right through the other nodes (the torn key its
+/// old value or the overwrite). Restarted, it sends the delta node X kept to the other parity
+/// positions (`whole_deltas_completed`, over the peer links) before it takes its page back, and
+/// every node reads the overwrite. Then node 4 and node X are killed: the overwrite is still
+/// what every read returns, rebuilt from parity positions that did not have it before. (Left
+/// torn, they hold the old value and its location record: the stand-in served the old value,
+/// a stale read after the overwrite had been read.)
+#[test]
+fn a_home_killed_between_its_deltas_comes_back_whole() {
+    let c = Cluster::up_env(
+        "rs:6,3",
+        "rs",
+        9,
+        &["--layout", "whole"],
+        &[("INEC_TEST_TEAR_VALUE_PREFIX", "inec-test-tear")],
+    );
+    let keys: Vec<String> = (0..)
+        .map(|i| format!("tear{i}"))
+        .filter(|k| cache::cluster::placement::fnv1a_64(k.as_bytes()) % 9 == 4)
+        .take(12)
+        .collect();
+    let value = |i: usize| vec![b'a' + i as u8 % 7; 1500 + 37 * i];
+    let mut cl = c.client(0);
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(cl.set(k, &value(i)), "STORED\r\n");
+    }
+    // The torn overwrite, sent to node 4 itself: no reply comes, the process is gone.
+    let mut torn = b"inec-test-tear ".to_vec();
+    torn.resize(1500, b'#');
+    let pid = c.pids()[4];
+    let mut raw = TcpStream::connect(c.clients[4]).unwrap();
+    raw.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut req = format!("set {} 0 0 {}\r\n", keys[0], torn.len()).into_bytes();
+    req.extend_from_slice(&torn);
+    req.extend_from_slice(b"\r\n");
+    raw.write_all(&req).unwrap();
+    let mut reply = Vec::new();
+    let _ = raw.read_to_end(&mut reply);
+    assert!(reply.is_empty(), "{}", String::from_utf8_lossy(&reply));
+    assert!(
+        harness::process::wait_gone(pid, Duration::from_secs(5)),
+        "node 4 exited after its first delta"
+    );
+    let log = std::fs::read_to_string(c.path().join("node-4.log")).unwrap_or_default();
+    let x: usize = log
+        .lines()
+        .find_map(|l| l.split("a delta sent to node ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("node 4's log names the node it sent the delta to:\n{log}"));
+    assert!(x != 4 && x < 9);
+    std::thread::sleep(Duration::from_millis(1500));
+    let right = |i: usize, got: &Got, fresh: bool| match got {
+        Got::Hit(v) if i == 0 => *v == torn || (!fresh && *v == value(0)),
+        Got::Hit(v) => *v == value(i),
+        _ => false,
+    };
+    for node in [0, 1, 2] {
+        let mut cl = c.client(node);
+        for (i, k) in keys.iter().enumerate() {
+            let got = cl.get(k);
+            assert!(
+                right(i, &got, false),
+                "node 4 down: {k} via node {node}: {got:?}"
+            );
+        }
+    }
+    c.restart(4);
+    c.wait_whole();
+    let stats = c.client(4).stats("inec");
+    assert!(
+        stats["whole_deltas_completed"].parse::<u64>().unwrap() >= 1,
+        "node 4 sent the kept delta on: {stats:?}"
+    );
+    assert_eq!(stats["whole_pages_salvaged"], "0");
+    for node in 0..9 {
+        let mut cl = c.client(node);
+        for (i, k) in keys.iter().enumerate() {
+            let got = cl.get(k);
+            assert!(
+                right(i, &got, true),
+                "node 4 back: {k} via node {node}: {got:?}"
+            );
+        }
+    }
+    // Node 4 and the only parity position that had the overwrite before are killed.
+    c.kill(4);
+    c.kill(x);
+    std::thread::sleep(Duration::from_millis(1500));
+    let reader = (0..9).find(|&n| n != 4 && n != x).unwrap();
+    let mut cl = c.client(reader);
+    for (i, k) in keys.iter().enumerate() {
+        let got = cl.get(k);
+        assert!(
+            right(i, &got, true),
+            "nodes 4 and {x} down: {k} via node {reader}: {got:?}"
+        );
+    }
+}

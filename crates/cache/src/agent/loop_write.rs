@@ -122,6 +122,9 @@ pub struct LoopWrite {
     pub remote: Vec<(usize, usize)>,
     /// When the write began: led without a break since then, the node may write it again.
     started: std::time::Instant,
+    /// Test-only ([`crate::agent::whole::TEAR_ENV`]): the process exits once the one delta
+    /// sent is acknowledged (a delta torn by a kill).
+    tear: bool,
     /// The write's request id (`agent::once`).
     id: u64,
     /// The command's mode (a `cas` counts its hits when stored).
@@ -319,6 +322,7 @@ impl Node {
             written: None,
             remote: Vec::new(),
             started: std::time::Instant::now(),
+            tear: false,
             id,
             mode: cond.mode,
             number: None,
@@ -346,6 +350,10 @@ impl Node {
                 } else {
                     down.push(node);
                 }
+            }
+            if self.tears(value) {
+                w.remote.truncate(1);
+                w.tear = true;
             }
             if !down.is_empty() {
                 // Sent again once their nodes are up (`Node::redeliver_deltas`).
@@ -501,6 +509,10 @@ impl Node {
     /// node no longer leads the stripe. Then the records were stored and another leader may
     /// have adopted them: the write is in doubt, and must not be run again.
     pub fn loop_write_finish(&self, w: LoopWrite) -> Option<u64> {
+        if w.tear {
+            let to = w.remote.first().map_or(usize::MAX, |&(node, _)| node);
+            crate::agent::whole::die_torn(self.cfg.id, to);
+        }
         if !self.leads(w.stripe) {
             bump(&self.counters.lease_lost_ops);
             self.loop_write_abandon(w);

@@ -94,6 +94,18 @@ impl std::fmt::Display for Layout {
     }
 }
 
+/// Test-only (honoured with `--debug-commands`): a home writing a whole value whose bytes start
+/// with this variable's value sends its delta to one parity position only and exits once that
+/// one applied it, as a home killed between its delta sends would leave its page's parity.
+pub const TEAR_ENV: &str = "INEC_TEST_TEAR_VALUE_PREFIX";
+
+/// Ends this process as a kill between delta sends would (`TEAR_ENV`): the one delta sent went
+/// to node `to`.
+pub(crate) fn die_torn(id: usize, to: usize) -> ! {
+    log::warn!("node {id}: exiting with a delta sent to node {to} only (test)");
+    std::process::exit(9)
+}
+
 /// The write a queued delta belongs to: (page, data position, seq).
 fn write_of(req: &Request) -> Option<(u32, u8, u64)> {
     match req {
@@ -219,6 +231,21 @@ impl Node {
         )
     }
 
+    /// Whether this write is to be torn ([`TEAR_ENV`]; tests only).
+    pub(crate) fn tears(&self, value: &[u8]) -> bool {
+        if !self.cfg.debug_commands {
+            return false;
+        }
+        static PREFIX: std::sync::OnceLock<Option<Vec<u8>>> = std::sync::OnceLock::new();
+        let prefix = PREFIX.get_or_init(|| {
+            std::env::var(TEAR_ENV)
+                .ok()
+                .filter(|p| !p.is_empty())
+                .map(String::into_bytes)
+        });
+        prefix.as_ref().is_some_and(|p| value.starts_with(p))
+    }
+
     /// Writes a whole value's record into this node's slab and sends each parity position of
     /// its page the delta with the value's location: its location once every one applied it.
     pub(crate) fn write_whole(
@@ -246,7 +273,14 @@ impl Node {
             .into_iter()
             .map(|(node, _, req)| (node, req))
             .partition(|(node, _)| self.is_up(*node));
+        let tear = self.tears(value);
+        let calls = if tear {
+            calls.into_iter().take(1).collect()
+        } else {
+            calls
+        };
         let asked: Vec<usize> = calls.iter().map(|(node, _)| *node).collect();
+        let first = asked.first().copied().unwrap_or(usize::MAX);
         let mut refused = None;
         let mut missed: Vec<usize> = down.into_iter().map(|(node, _)| node).collect();
         for (node, r) in asked.into_iter().zip(self.call(calls)) {
@@ -258,6 +292,9 @@ impl Node {
                 Ok(other) => refused = Some(format!("node {node} answered {other:?}")),
                 Err(_) => missed.push(node),
             }
+        }
+        if tear {
+            die_torn(self.cfg.id, first);
         }
         bump(&self.counters.whole_writes);
         if missed.iter().all(|&node| self.is_refused(node)) && refused.is_none() {
