@@ -2602,21 +2602,23 @@ fn a_home_killed_between_its_deltas_comes_back_whole() {
         .unwrap_or_else(|| panic!("node 4's log names the node it sent the delta to:\n{log}"));
     assert!(x != 4 && x < 9);
     std::thread::sleep(Duration::from_millis(1500));
-    let right = |i: usize, got: &Got, fresh: bool| match got {
-        Got::Hit(v) if i == 0 => *v == torn || (!fresh && *v == value(0)),
-        Got::Hit(v) => *v == value(i),
-        _ => false,
-    };
-    for node in [0, 1, 2] {
-        let mut cl = c.client(node);
-        for (i, k) in keys.iter().enumerate() {
-            let got = cl.get(k);
-            assert!(
-                right(i, &got, false),
-                "node 4 down: {k} via node {node}: {got:?}"
-            );
+    // Every key through each of `nodes` reads its value; the torn one the overwrite, or
+    // (`fresh` false, node 4 not back yet) its old value.
+    let reads_right = |nodes: &[usize], fresh: bool, what: &str| {
+        for &node in nodes {
+            let mut cl = c.client(node);
+            for (i, k) in keys.iter().enumerate() {
+                let got = cl.get(k);
+                let right = match &got {
+                    Got::Hit(v) if i == 0 => *v == torn || (!fresh && *v == value(0)),
+                    Got::Hit(v) => *v == value(i),
+                    _ => false,
+                };
+                assert!(right, "{what}: {k} via node {node}: {got:?}");
+            }
         }
-    }
+    };
+    reads_right(&[0, 1, 2], false, "node 4 down");
     c.restart(4);
     c.wait_whole();
     let stats = c.client(4).stats("inec");
@@ -2625,27 +2627,11 @@ fn a_home_killed_between_its_deltas_comes_back_whole() {
         "node 4 sent the kept delta on: {stats:?}"
     );
     assert_eq!(stats["whole_pages_salvaged"], "0");
-    for node in 0..9 {
-        let mut cl = c.client(node);
-        for (i, k) in keys.iter().enumerate() {
-            let got = cl.get(k);
-            assert!(
-                right(i, &got, true),
-                "node 4 back: {k} via node {node}: {got:?}"
-            );
-        }
-    }
+    reads_right(&(0..9).collect::<Vec<_>>(), true, "node 4 back");
     // Node 4 and the only parity position that had the overwrite before are killed.
     c.kill(4);
     c.kill(x);
     std::thread::sleep(Duration::from_millis(1500));
     let reader = (0..9).find(|&n| n != 4 && n != x).unwrap();
-    let mut cl = c.client(reader);
-    for (i, k) in keys.iter().enumerate() {
-        let got = cl.get(k);
-        assert!(
-            right(i, &got, true),
-            "nodes 4 and {x} down: {k} via node {reader}: {got:?}"
-        );
-    }
+    reads_right(&[reader], true, &format!("nodes 4 and {x} down"));
 }

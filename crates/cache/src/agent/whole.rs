@@ -467,11 +467,19 @@ impl Node {
         let (t, d, q) = whole::page_of(self.cfg.id, written.at.page, k, nodes);
         let at = written.at.to_bytes();
         self.collect_commits();
+        let mut commits = lock(&self.whole_commits);
         (k..n)
             .map(|i| {
                 // Parity position i of page stripe t is position i − d of this stripe.
                 let meta = record::encode(&self.header(key, e, i - d), &at);
                 let node = (t + i) % nodes;
+                // What it has not been told of this home's pages applied everywhere.
+                let commits = commits.get_mut(&node).map_or_else(Vec::new, |pages| {
+                    pages
+                        .drain()
+                        .map(|((t, i, q, d), c)| (t, i, q, d, c))
+                        .collect()
+                });
                 (
                     node,
                     i,
@@ -485,7 +493,7 @@ impl Node {
                         data: d as u8,
                         seq: written.seq,
                         committed: written.committed,
-                        commits: self.commits_for(node),
+                        commits,
                         offset: written.at.offset,
                         delta: written.delta.clone(),
                     },
@@ -698,17 +706,12 @@ impl Node {
         key: &[u8],
         version: u64,
     ) -> Result<Vec<u8>, String> {
-        let (k, n) = (self.k(), self.n());
+        let k = self.k();
         let (t, lost, q) = whole::page_of(home, at.page, k, self.cfg.node_count);
         let is_it = |rec: &[u8]| matches!(record::parse(rec), Ok((h, _)) if h.version == version && h.key == key);
         let mut last = None;
         for tries in 0..CUT_TRIES {
-            let mut pieces = Vec::new();
-            let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
-            for (p, seqs, b) in self.read_ranges(t, lost, q, at.offset, at.len) {
-                pieces.push(Piece { position: p, seqs });
-                bytes[p] = Some(b);
-            }
+            let (pieces, bytes) = self.read_pieces(t, lost, q, at.offset, at.len);
             let cuts = whole::cuts_of_k(&pieces, k);
             for keep in &cuts {
                 if let Ok((rec, _)) = self.combine_cut(lost, at.len, &pieces, &bytes, keep) {
@@ -765,15 +768,9 @@ impl Node {
         (offset, len): (u32, u32),
         choose: impl Fn(&[Piece]) -> Vec<usize>,
     ) -> Result<RebuiltPiece, String> {
-        let n = self.n();
         let mut last = String::new();
         for _ in 0..CUT_TRIES {
-            let mut pieces = Vec::new();
-            let mut bytes: Vec<Option<Vec<u8>>> = vec![None; n];
-            for (p, seqs, b) in self.read_ranges(t, target, q, offset, len) {
-                pieces.push(Piece { position: p, seqs });
-                bytes[p] = Some(b);
-            }
+            let (pieces, bytes) = self.read_pieces(t, target, q, offset, len);
             let keep = choose(&pieces);
             match self.combine_cut(target, len, &pieces, &bytes, &keep) {
                 Ok((out, seqs)) => return Ok((out, seqs, pieces)),
@@ -888,6 +885,25 @@ impl Node {
             self.cfg.id
         );
         realigned
+    }
+
+    /// [`Node::read_ranges`] as a repair combines them: the pieces read (positions and seqs)
+    /// and their bytes by position.
+    fn read_pieces(
+        &self,
+        t: usize,
+        target: usize,
+        q: u32,
+        offset: u32,
+        len: u32,
+    ) -> (Vec<Piece>, Vec<Option<Vec<u8>>>) {
+        let mut pieces = Vec::new();
+        let mut bytes: Vec<Option<Vec<u8>>> = vec![None; self.n()];
+        for (p, seqs, b) in self.read_ranges(t, target, q, offset, len) {
+            pieces.push(Piece { position: p, seqs });
+            bytes[p] = Some(b);
+        }
+        (pieces, bytes)
     }
 
     /// The same range of page `q` at every position of page stripe `t` but `target` whose node
@@ -1022,18 +1038,6 @@ impl Node {
                     .or_default()
                     .insert(entry, committed);
             }
-        }
-    }
-
-    /// What node `node` has not been told of its pages' deltas applied everywhere
-    /// (`collect_commits`), taken to go with a delta to it.
-    fn commits_for(&self, node: usize) -> Vec<crate::carrier::peer::PageCommit> {
-        match lock(&self.whole_commits).get_mut(&node) {
-            Some(pages) if !pages.is_empty() => pages
-                .drain()
-                .map(|((t, i, q, d), c)| (t, i, q, d, c))
-                .collect(),
-            _ => Vec::new(),
         }
     }
 

@@ -1001,39 +1001,49 @@ fn split_values_are_written_whole_again_at_their_home_with_their_cas_value() {
     hub.clear();
 }
 
-/// A delta torn by a kill: node 0 (data position 0 of page stripe 0) overwrites two values
-/// while cut off from node 2 (parity position 2), so only node 3 applies their deltas; node 0
-/// dies with its queue of node 2's deltas, then node 1 (the other data position) dies too. With
-/// m = 2 lost, the two parity pages left disagree and show no consistent cut. The restarted
-/// node 0 rebuilds page 0 from them as they are: its pages are back, the values its page held
-/// outside the torn ranges read back right from its store, and the torn ones never with wrong
-/// bytes.
+/// The values of the torn-delta tests: 300 bytes each, all on page 0 of node 0's slab.
+fn first_value(i: usize) -> Vec<u8> {
+    vec![i as u8 + 1; 300]
+}
+
+/// The overwrite that a kill of its home tears.
+const TORN: [u8; 300] = [0xEE; 300];
+
+/// `n` keys of stripe 0 written at their home, node 0 ([`first_value`]; page 0 of its slab is
+/// data position 0 of page stripe 0, with parity at nodes 2 and 3), then the first overwritten
+/// with [`TORN`] while node 0 is cut off from node 2: only node 3 applies that delta, and node
+/// 2's waits in node 0's queue (lost when node 0 dies; node 0 writes the next values split
+/// until it hears from node 2 again). Returns the keys.
+fn torn_overwrite(hub: &MemHub, nodes: &[Arc<Node>], prefix: &str, n: usize) -> Vec<Vec<u8>> {
+    let keys = keys_of(nodes, 0, prefix, n);
+    for (i, key) in keys.iter().enumerate() {
+        stored(set(&nodes[0], key, &first_value(i)));
+    }
+    hub.cut(0, 2);
+    stored(set(&nodes[0], &keys[0], &TORN));
+    let (behind, ahead) = (parity_seq(nodes, 2), parity_seq(nodes, 3));
+    assert_eq!(ahead, behind + 1, "node 3 applied a delta node 2 missed");
+    keys
+}
+
+/// Parity node `node`'s seq for data position 0 of page 0 of page stripe 0.
+fn parity_seq(nodes: &[Arc<Node>], node: usize) -> u64 {
+    lock(&nodes[node].store)
+        .range((0, node as u8, 0), 0, 1)
+        .expect("a range")
+        .0[0]
+}
+
+/// A delta torn by a kill with m = 2 homes lost ([`torn_overwrite`]): node 0 dies with its
+/// queue of node 2's delta, then node 1 (the other data position) dies too, and node 3 no longer
+/// keeps the delta (as if released). The two parity pages left disagree and show no consistent
+/// cut. The restarted node 0 rebuilds page 0 from them as they are: its pages are back, the
+/// values its page held outside the torn range read back right from its store, the torn one
+/// never with wrong bytes, and once node 1 is rebuilt too the page stripe is a codeword again.
 #[test]
 fn a_page_torn_by_a_kill_is_salvaged_when_m_homes_are_lost() {
     let (hub, mut nodes) = cluster(Layout::Whole);
-    let keys = keys_of(&nodes, 0, "torn", 8);
-    let first = |i: usize| vec![i as u8 + 1; 300];
-    for (i, key) in keys.iter().enumerate() {
-        stored(set(&nodes[0], key, &first(i)));
-    }
-    let (seqs, _) = lock(&nodes[0].store)
-        .range((0, 0, 0), 0, 1)
-        .expect("a range");
-    assert!(seqs[0] > 0, "the values are on page 0 of page stripe 0");
-    hub.cut(0, 2);
-    for key in &keys[..2] {
-        stored(set(&nodes[0], key, &[0xEE; 300]));
-    }
-    let parity_seq = |node: usize| {
-        lock(&nodes[node].store)
-            .range((0, node as u8, 0), 0, 1)
-            .expect("a range")
-            .0[0]
-    };
-    assert!(
-        parity_seq(3) > parity_seq(2),
-        "node 3 applied deltas node 2 missed"
-    );
+    let keys = torn_overwrite(&hub, &nodes, "torn", 8);
     hub.kill(0);
     hub.kill(1);
     // Node 3 no longer keeps the delta node 2 missed (as if released: node 0 lived on long
@@ -1045,13 +1055,9 @@ fn a_page_torn_by_a_kill_is_salvaged_when_m_homes_are_lost() {
     rounds(&nodes);
     let rebuilt = with_heartbeats(&nodes, || nodes[0].rebuild_pages());
     assert!(rebuilt.is_ok(), "{rebuilt:?}");
-    assert!(
-        nodes[0]
-            .counters
-            .whole_pages_salvaged
-            .load(Ordering::Relaxed)
-            >= 1
-    );
+    let c = &nodes[0].counters;
+    assert_eq!(c.whole_pages_salvaged.load(Ordering::Relaxed), 1);
+    assert_eq!(c.whole_deltas_completed.load(Ordering::Relaxed), 0);
     assert!(!lock(&nodes[0].store).whole_lost, "pages rebuilt");
     assert!(!nodes[0].pages_lost.load(Ordering::Relaxed));
     let store = lock(&nodes[0].store);
@@ -1062,39 +1068,24 @@ fn a_page_torn_by_a_kill_is_salvaged_when_m_homes_are_lost() {
         match got {
             Some(Ok((k, v))) => {
                 assert_eq!(&k, key);
-                if i < 2 {
-                    assert!(v == first(i) || v == vec![0xEE; 300], "torn key {i}");
+                if i == 0 {
+                    assert!(v == first_value(0) || v == TORN, "the torn key");
                 } else {
-                    assert_eq!(v, first(i), "key {i}, outside the torn ranges");
+                    assert_eq!(v, first_value(i), "key {i}, outside the torn range");
                 }
             }
             // A torn slot's record fails its check: not taken.
-            None if i < 2 => {}
+            None if i == 0 => {}
             other => panic!("key {i}: {other:?}"),
         }
     }
     drop(store);
-    // Node 1 restarts and rebuilds its page from node 0's salvaged page and a parity page
-    // that agrees with it: page 0 of page stripe 0 is a codeword again, at both parity pages
-    // (node 2's seq stays behind until node 0's next delta there shows it a gap).
+    // Node 1 restarts and rebuilds its page from node 0's salvaged page and the parity pages,
+    // which node 0 realigned to it: every parity page is the code's parity of its stripe.
     restart_empty(&hub, &mut nodes, 1, 0);
     let rebuilt = with_heartbeats(&nodes, || nodes[1].rebuild_pages());
     assert!(rebuilt.is_ok(), "{rebuilt:?}");
-    let page = |node: usize| {
-        lock(&nodes[node].store)
-            .range((0, node as u8, 0), 0, PAGE as u32)
-            .expect("a range")
-            .1
-    };
-    let codec = codes::Codec::new("rs:2,2".parse().expect("code"));
-    let data = [page(0), page(1)];
-    let mut want = vec![vec![0u8; PAGE]; 2];
-    let mut outs: Vec<&mut [u8]> = want.iter_mut().map(|w| &mut w[..]).collect();
-    codec
-        .encode(&[&data[0][..], &data[1][..]], &mut outs)
-        .expect("encode");
-    assert!(page(2) == want[0], "node 2's parity page");
-    assert!(page(3) == want[1], "node 3's parity page");
+    check_parity(&nodes);
     hub.clear();
 }
 
@@ -1131,23 +1122,8 @@ fn write_at_home_0(nodes: &[Arc<Node>], key: &[u8], value: &[u8]) {
 /// left out of every repair.
 fn a_torn_page_comes_back_with_its_home(oldest: bool, kept: bool) {
     let (hub, mut nodes) = cluster(Layout::Whole);
-    let keys = keys_of(&nodes, 0, "realign", 8);
-    let first = |i: usize| vec![i as u8 + 1; 300];
-    for (i, key) in keys.iter().enumerate() {
-        stored(set(&nodes[0], key, &first(i)));
-    }
-    // One overwrite: node 2 misses its delta (and is then down to node 0, which writes the
-    // next values split until it hears from it).
-    hub.cut(0, 2);
-    stored(set(&nodes[0], &keys[0], &[0xEE; 300]));
-    let parity_seq = |nodes: &[Arc<Node>], node: usize| {
-        lock(&nodes[node].store)
-            .range((0, node as u8, 0), 0, 1)
-            .expect("a range")
-            .0[0]
-    };
+    let keys = torn_overwrite(&hub, &nodes, "realign", 8);
     let (behind, ahead) = (parity_seq(&nodes, 2), parity_seq(&nodes, 3));
-    assert_eq!(ahead, behind + 1, "node 3 applied a delta node 2 missed");
     if !kept {
         // As if node 3 had released the delta it keeps (node 0 lived on long enough).
         lock(&nodes[3].store).release_kept(|_, _, _| true);
@@ -1179,8 +1155,8 @@ fn a_torn_page_comes_back_with_its_home(oldest: bool, kept: bool) {
     check_parity(&nodes);
     // The home's slab holds every value whole: the torn writes in (newest) or out (oldest).
     let now = |i: usize| match (i == 0, oldest) {
-        (true, false) => vec![0xEE; 300],
-        _ => first(i),
+        (true, false) => TORN.to_vec(),
+        _ => first_value(i),
     };
     for (i, key) in keys.iter().enumerate() {
         let store = lock(&nodes[0].store);
@@ -1249,20 +1225,18 @@ fn a_torn_page_is_completed_from_a_kept_delta_when_its_home_comes_back() {
 #[test]
 fn a_stand_in_reads_a_torn_write_from_the_cut_that_holds_it() {
     let (hub, nodes) = cluster(Layout::Whole);
-    let keys = keys_of(&nodes, 0, "standin", 4);
-    let first = |i: usize| vec![i as u8 + 1; 300];
-    for (i, key) in keys.iter().enumerate() {
-        stored(set(&nodes[0], key, &first(i)));
-    }
-    hub.cut(0, 2);
-    stored(set(&nodes[0], &keys[0], &[0xEE; 300]));
+    let keys = torn_overwrite(&hub, &nodes, "standin", 4);
     hub.kill(0);
     hub.heal();
     rounds(&nodes[1..]);
     assert_eq!(nodes[1].agent_of(0), Some(1), "node 1 took stripe 0 over");
-    expect_value(get(&nodes[1], &keys[0]), &[0xEE; 300], "the torn write");
+    expect_value(get(&nodes[1], &keys[0]), &TORN, "the torn write");
     for (i, key) in keys.iter().enumerate().skip(1) {
-        expect_value(get(&nodes[1], key), &first(i), "outside the torn range");
+        expect_value(
+            get(&nodes[1], key),
+            &first_value(i),
+            "outside the torn range",
+        );
     }
     hub.clear();
 }
@@ -1277,13 +1251,7 @@ fn a_stand_in_reads_a_torn_write_from_the_cut_that_holds_it() {
 #[test]
 fn a_torn_delta_kept_by_a_parity_position_completes_the_cut_when_m_homes_are_lost() {
     let (hub, mut nodes) = cluster(Layout::Whole);
-    let keys = keys_of(&nodes, 0, "kept", 8);
-    let first = |i: usize| vec![i as u8 + 1; 300];
-    for (i, key) in keys.iter().enumerate() {
-        stored(set(&nodes[0], key, &first(i)));
-    }
-    hub.cut(0, 2);
-    stored(set(&nodes[0], &keys[0], &[0xEE; 300]));
+    let keys = torn_overwrite(&hub, &nodes, "kept", 8);
     // Each parity position keeps the deltas not known applied everywhere: node 3 the torn
     // one (it came saying the write before it was), node 2 the one before it.
     let kept = |node: usize| -> Vec<u64> {
@@ -1305,7 +1273,13 @@ fn a_torn_delta_kept_by_a_parity_position_completes_the_cut_when_m_homes_are_los
     let c = &nodes[0].counters;
     assert_eq!(c.whole_deltas_completed.load(Ordering::Relaxed), 1);
     assert_eq!(c.whole_pages_salvaged.load(Ordering::Relaxed), 0);
-    let want = |i: usize| if i == 0 { vec![0xEE; 300] } else { first(i) };
+    let want = |i: usize| {
+        if i == 0 {
+            TORN.to_vec()
+        } else {
+            first_value(i)
+        }
+    };
     for (i, key) in keys.iter().enumerate() {
         let store = lock(&nodes[0].store);
         let rec = store
