@@ -800,81 +800,60 @@ impl Node {
     /// out); the page adds it and moves its count only if the count is still the one read
     /// (`Request::Realign`). Returns the pages realigned.
     fn realign_torn(&self, t: usize, i: usize, q: u32, seq: u64, page: &[u8]) -> usize {
-        let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
+        let (k, nodes) = (self.k(), self.cfg.node_count);
         let len = page.len() as u32;
         let mut realigned = 0;
         for _ in 0..CUT_TRIES {
-            let mut read = self.read_ranges(t, i, q, 0, len);
-            let torn = |seqs: &[u64]| seqs.len() == k && seqs[i] != seq && seqs[i] != whole::GAPPED;
-            if !read.iter().any(|(p, seqs, _)| *p >= k && torn(seqs)) {
+            let (mut pieces, mut bytes) = self.read_pieces(t, i, q, 0, len);
+            let torn =
+                |x: &Piece| x.position >= k && x.seqs[i] != seq && x.seqs[i] != whole::GAPPED;
+            let torn: Vec<Piece> = pieces
+                .iter()
+                .filter(|x| x.seqs.len() == k && torn(x))
+                .cloned()
+                .collect();
+            if torn.is_empty() {
                 return realigned;
             }
-            read.push((i, vec![seq], page.to_vec()));
-            let pieces: Vec<Piece> = read
-                .iter()
-                .map(|(p, seqs, _)| Piece {
-                    position: *p,
-                    seqs: seqs.clone(),
-                })
-                .collect();
+            pieces.push(Piece {
+                position: i,
+                seqs: vec![seq],
+            });
+            bytes[i] = Some(page.to_vec());
             let keep = whole::consistent_with(&pieces, k, i);
-            if keep.len() >= k {
-                // The seqs of the cut, per data position.
-                let agreed: Vec<u64> = (0..k)
-                    .map(|d| {
-                        let kept = |p: &usize| keep.contains(p);
-                        read.iter()
-                            .filter(|(p, _, _)| kept(p))
-                            .find_map(|(p, seqs, _)| match *p < k {
-                                true => (*p == d).then(|| seqs[0]),
-                                false => Some(seqs[d]),
-                            })
-                            .unwrap_or(0)
-                    })
-                    .collect();
-                let chunks: Vec<Option<&[u8]>> = (0..n)
-                    .map(|p| {
-                        read.iter()
-                            .find(|(x, _, _)| *x == p && keep.contains(x))
-                            .map(|(_, _, b)| b.as_slice())
-                    })
-                    .collect();
-                let mut calls = Vec::new();
-                for (p, seqs, bytes) in &read {
-                    if *p < k || !torn(seqs) || (0..k).any(|d| d != i && seqs[d] != agreed[d]) {
-                        continue;
-                    }
-                    let mut fix = vec![0u8; len as usize];
-                    if self
-                        .codec
-                        .reconstruct(&chunks, &[*p], &mut [fix.as_mut_slice()])
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    for (f, b) in fix.iter_mut().zip(bytes) {
-                        *f ^= b;
-                    }
-                    let lo = fix.iter().position(|&b| b != 0).unwrap_or(0);
-                    let hi = fix.iter().rposition(|&b| b != 0).map_or(lo, |h| h + 1);
-                    let req = Request::Realign {
-                        stripe: self.cfg.id as u32,
-                        page_stripe: t as u32,
-                        position: *p as u8,
-                        page: q,
-                        data: i as u8,
-                        from: seqs[i],
-                        to: seq,
-                        offset: lo as u32,
-                        bytes: fix[lo..hi].to_vec(),
-                    };
-                    calls.push(((t + p) % nodes, req));
+            let mut calls = Vec::new();
+            for x in torn.iter().filter(|_| keep.len() >= k) {
+                let p = x.position;
+                // The page as the cut gives it, with the seqs of that cut.
+                let Ok((mut fix, agreed)) = self.combine_cut(p, len, &pieces, &bytes, &keep) else {
+                    continue;
+                };
+                if (0..k).any(|d| d != i && x.seqs[d] != agreed[d]) {
+                    continue;
                 }
-                for r in self.call(calls) {
-                    if matches!(r, Ok(Response::Ack)) {
-                        realigned += 1;
-                        bump(&self.counters.whole_pages_realigned);
-                    }
+                let read = bytes[p].as_deref().unwrap_or_default();
+                for (f, b) in fix.iter_mut().zip(read) {
+                    *f ^= b;
+                }
+                let lo = fix.iter().position(|&b| b != 0).unwrap_or(0);
+                let hi = fix.iter().rposition(|&b| b != 0).map_or(lo, |h| h + 1);
+                let req = Request::Realign {
+                    stripe: self.cfg.id as u32,
+                    page_stripe: t as u32,
+                    position: p as u8,
+                    page: q,
+                    data: i as u8,
+                    from: x.seqs[i],
+                    to: seq,
+                    offset: lo as u32,
+                    bytes: fix[lo..hi].to_vec(),
+                };
+                calls.push(((t + p) % nodes, req));
+            }
+            for r in self.call(calls) {
+                if matches!(r, Ok(Response::Ack)) {
+                    realigned += 1;
+                    bump(&self.counters.whole_pages_realigned);
                 }
             }
             std::thread::sleep(CUT_WAIT);
