@@ -805,11 +805,11 @@ impl Node {
         let mut realigned = 0;
         for _ in 0..CUT_TRIES {
             let (mut pieces, mut bytes) = self.read_pieces(t, i, q, 0, len);
-            let torn =
+            let differs =
                 |x: &Piece| x.position >= k && x.seqs[i] != seq && x.seqs[i] != whole::GAPPED;
             let torn: Vec<Piece> = pieces
                 .iter()
-                .filter(|x| x.seqs.len() == k && torn(x))
+                .filter(|x| x.seqs.len() == k && differs(x))
                 .cloned()
                 .collect();
             if torn.is_empty() {
