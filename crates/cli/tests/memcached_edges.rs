@@ -1,7 +1,8 @@
 //! memcached's edge behaviours through real sockets, against a local `inec` cache (RS(3,2), five
 //! nodes, requests sent to one node that forwards them) and against memcached 1.6 in the same
 //! test: a refused storage command never lets its data block run as a command, a write refused
-//! for its size leaves no stale value, and an HTTP request line is hung up on.
+//! for its size leaves no stale value, an HTTP request line is hung up on, and the meta
+//! arithmetic command `ma` answers as memcached's.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -119,6 +120,7 @@ fn memcached_edge_behaviours_through_real_sockets() {
     refused_storage_lines_swallow_their_data_block(&s);
     writes_refused_for_size_leave_no_stale_value(&s);
     http_request_lines_are_hung_up_on(&s);
+    meta_arithmetic_as_memcached(&s);
 }
 
 fn refused_storage_lines_swallow_their_data_block(s: &Servers) {
@@ -319,4 +321,76 @@ fn http_request_lines_are_hung_up_on(s: &Servers) {
             "{who}"
         );
     }
+}
+
+/// CAS values and remaining TTLs differ between servers: `c<digits>` and `t<digits>` tokens of
+/// meta replies and the CAS of `VALUE` lines become `#` (`t-1`, no expiry, is kept).
+fn mask(reply: &[u8]) -> String {
+    let text = String::from_utf8_lossy(reply);
+    let mut out = String::new();
+    for line in text.split_inclusive("\r\n") {
+        let tokens: Vec<&str> = line.trim_end_matches("\r\n").split(' ').collect();
+        let masked: Vec<String> = tokens
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let numeric = t.len() > 1 && t[1..].bytes().all(|b| b.is_ascii_digit());
+                let meta = matches!(tokens[0], "VA" | "HD" | "NF" | "EX");
+                if (meta && i > 0 && numeric && (t.starts_with('c') || t.starts_with('t')))
+                    || (tokens[0] == "VALUE" && i == 4)
+                {
+                    format!("{}#", &t[..1])
+                } else {
+                    t.to_string()
+                }
+            })
+            .collect();
+        out.push_str(&masked.join(" "));
+        if line.ends_with("\r\n") {
+            out.push_str("\r\n");
+        }
+    }
+    out
+}
+
+/// `ma` through every inec node (each key's agent, or a node that forwards it), on values held
+/// whole and on a coded one (100,000 bytes: a number padded with spaces), against memcached:
+/// the same bytes but for CAS values and TTLs.
+fn meta_arithmetic_as_memcached(s: &Servers) {
+    let padded = [&b"7"[..], &vec![b' '; 99_999]].concat();
+    let script = |p: &str| -> Vec<u8> {
+        [
+            format!("ma {p}a\r\nma {p}a N0 J5 v t\r\nma {p}a v\r\nma {p}a MD D10 v\r\n").as_bytes(),
+            format!("ma {p}a q\r\nma {p}a q v MI D41\r\nmg {p}a v\r\n").as_bytes(),
+            format!("ma {p}a k Oxy c v\r\ngets {p}a\r\nma {p}a C1 v\r\nma {p}a T0 t\r\n")
+                .as_bytes(),
+            format!("ma {p}a T100 t v\r\nmg {p}a t\r\n").as_bytes(),
+            &store("set", &format!("{p}s"), b"abc"),
+            format!("ma {p}s v\r\nma {p}s N0 v\r\nma {p}s C1\r\n").as_bytes(),
+            &store("set", &format!("{p}big"), &padded),
+            format!("ma {p}big v D3\r\nmg {p}big s\r\nma {p}big M- D20 v\r\n").as_bytes(),
+            format!("ma {p}v N100 J9 T0 t v\r\nma {p}w N0 q\r\nmg {p}w v\r\n").as_bytes(),
+            format!("ma {p}x N-1 J3 v\r\nmg {p}x v\r\nmd {p}a\r\nma {p}a\r\n").as_bytes(),
+        ]
+        .concat()
+    };
+    let upstream = exchange(s.memcached.addr(), &script("m:"));
+    let nodes = s.inec.addrs();
+    for (i, &addr) in nodes.iter().enumerate() {
+        // Several keys per node: some led by it, the others forwarded.
+        for j in 0..4 {
+            let prefix = format!("n{i}.{j}:");
+            let got = exchange(addr, &script(&prefix));
+            let want = mask(&upstream).replace("m:", &prefix);
+            // memcached 1.6.18 sends HD for an item `ma ... N0 q` created; inec keeps quiet
+            // (docs/protocol.md, deviation 5).
+            let want = want.replacen("HD\r\nVA 1\r\n0\r\n", "VA 1\r\n0\r\n", 1);
+            assert_eq!(mask(&got), want, "node {i}, keys {prefix}");
+        }
+    }
+    eprintln!(
+        "ma through {} inec nodes: the same replies as memcached {}",
+        nodes.len(),
+        Memcached::version().unwrap_or_default()
+    );
 }

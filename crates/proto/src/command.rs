@@ -163,6 +163,14 @@ pub struct MetaFlagsOf<B> {
     pub invalidate: bool,
     /// `M` (ms): the mode; `None` means set.
     pub mode: Option<MetaMode>,
+    /// `M` (ma): increment (`I`, `+`) or decrement (`D`, `-`); `None` means increment.
+    pub arith: Option<ArithOp>,
+    /// `N` (ma): on a miss, create the item with this TTL (autovivify) and [`Self::initial`].
+    pub vivify: Option<i64>,
+    /// `J` (ma): the number an item created on a miss starts at (default 0).
+    pub initial: Option<u64>,
+    /// `D` (ma): the delta to add or subtract (default 1).
+    pub delta: Option<u64>,
 }
 
 /// A meta command's key and flags (`mg`, `md`, and `ms` through [`MetaSet`]).
@@ -199,6 +207,7 @@ pub enum MetaKind {
     Get,
     Set,
     Delete,
+    Arith,
 }
 
 impl MetaKind {
@@ -208,6 +217,8 @@ impl MetaKind {
             MetaKind::Get => b"bcfkOqstvT",
             MetaKind::Set => b"bcCFIkOqsTMv",
             MetaKind::Delete => b"bCIkOqT",
+            // memcached 1.6.18's `ma` also takes `f h l s u F I L P R` and ignores them.
+            MetaKind::Arith => b"bcfhklqstuvCDFIJLMNOPRT",
         }
     }
 }
@@ -261,6 +272,8 @@ pub enum CommandOf<B> {
     MetaSet(MetaSetOf<B>),
     /// `md <key> <flag>*`.
     MetaDelete(MetaOf<B>),
+    /// `ma <key> <flag>*`: incr or decr, created on a miss with `N`.
+    MetaArith(MetaOf<B>),
     /// `mn` → `MN`.
     MetaNoop,
 }
@@ -276,7 +289,9 @@ impl<B> CommandOf<B> {
             | CommandOf::Arith { noreply, .. }
             | CommandOf::FlushAll { noreply, .. }
             | CommandOf::Verbosity { noreply, .. } => *noreply,
-            CommandOf::MetaGet(m) | CommandOf::MetaDelete(m) => m.flags.quiet,
+            CommandOf::MetaGet(m) | CommandOf::MetaDelete(m) | CommandOf::MetaArith(m) => {
+                m.flags.quiet
+            }
             CommandOf::MetaSet(m) => m.meta.flags.quiet,
             _ => false,
         }
@@ -350,6 +365,10 @@ impl<B> MetaOf<B> {
                 compare_cas: m.compare_cas,
                 invalidate: m.invalidate,
                 mode: m.mode,
+                arith: m.arith,
+                vivify: m.vivify,
+                initial: m.initial,
+                delta: m.delta,
             },
         }
     }
@@ -405,6 +424,7 @@ impl<B> CommandOf<B> {
                 data: f(&ms.data),
             }),
             CommandOf::MetaDelete(m) => CommandOf::MetaDelete(m.map(f)),
+            CommandOf::MetaArith(m) => CommandOf::MetaArith(m.map(f)),
             CommandOf::MetaNoop => CommandOf::MetaNoop,
         }
     }

@@ -122,13 +122,15 @@ impl MetaStatus {
     }
 
     /// Whether `q` suppresses this reply for the command, as memcached 1.6.18 does: mg hides
-    /// `EN`; ms and md hide `HD`. Errors and other statuses are always sent.
+    /// `EN`; ms and md hide `HD`; ma hides `HD` and `VA` (its successes). Errors and other
+    /// statuses are always sent.
     pub fn is_quiet_for(self, kind: MetaKind) -> bool {
         matches!(
             (kind, self),
             (MetaKind::Get, MetaStatus::En)
                 | (MetaKind::Set, MetaStatus::Hd)
                 | (MetaKind::Delete, MetaStatus::Hd)
+                | (MetaKind::Arith, MetaStatus::Hd | MetaStatus::Va)
         )
     }
 }
@@ -368,6 +370,7 @@ pub fn request(out: &mut Vec<u8>, command: &Command) {
         Command::MetaNoop => out.extend_from_slice(b"mn\r\n"),
         Command::MetaGet(m) => meta_request(out, b"mg", m, None),
         Command::MetaDelete(m) => meta_request(out, b"md", m, None),
+        Command::MetaArith(m) => meta_request(out, b"ma", m, None),
         Command::MetaSet(s) => meta_request(out, b"ms", &s.meta, Some(s.data)),
     }
 }

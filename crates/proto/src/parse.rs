@@ -89,6 +89,12 @@ pub enum ProtocolError {
     /// md answers every bad flag alike.
     #[error("invalid, duplicate or bad meta delete flag {letter:?}")]
     MetaDeleteBadFlag { letter: char },
+    /// ma answers every bad flag alike too (and a base64 key that does not decode), but
+    /// [`ProtocolError::MetaArithInvalidMode`].
+    #[error("invalid, duplicate or bad meta arithmetic flag {letter:?}")]
+    MetaArithBadFlag { letter: char },
+    #[error("invalid mode for ma M token")]
+    MetaArithInvalidMode,
     #[error("base64 key does not decode")]
     MetaKeyDecode,
     /// An unknown command whose last token starts with `HTTP/`: a browser or proxy talking
@@ -123,7 +129,10 @@ impl ProtocolError {
             MetaOpaqueTooLong { .. } => b"CLIENT_ERROR opaque token too long\r\n",
             MetaInvalidMode => b"CLIENT_ERROR invalid mode for ms M token\r\n",
             MetaModeLength => b"CLIENT_ERROR incorrect length for M token\r\n",
-            MetaDeleteBadFlag { .. } => b"CLIENT_ERROR invalid or duplicate flag\r\n",
+            MetaDeleteBadFlag { .. } | MetaArithBadFlag { .. } => {
+                b"CLIENT_ERROR invalid or duplicate flag\r\n"
+            }
+            MetaArithInvalidMode => b"CLIENT_ERROR invalid mode for ma M token\r\n",
             MetaKeyDecode => b"CLIENT_ERROR error decoding key\r\n",
             HttpRequest => b"",
         }
@@ -527,6 +536,15 @@ fn parse_line<'a>(
                 Err(e) => line_error(e, line_bytes, false),
             }
         }
+        b"ma" => {
+            if n < 2 {
+                return line_error(UnknownCommand, line_bytes, false);
+            }
+            match parse_meta(MetaKind::Arith, tokens[1], &tokens[2..]).map_err(arith_error) {
+                Ok(meta) => done(Command::MetaArith(meta)),
+                Err(e) => line_error(e, line_bytes, false),
+            }
+        }
         b"ms" => {
             if n < 2 {
                 return line_error(UnknownCommand, line_bytes, false);
@@ -576,6 +594,20 @@ fn delete_error(kind: MetaKind, e: ProtocolError) -> ProtocolError {
             MetaInvalidFlag { letter } | MetaDuplicateFlag { letter } | MetaBadToken { letter },
         ) => MetaDeleteBadFlag { letter },
         (_, e) => e,
+    }
+}
+
+/// ma answers every flag error (a base64 key that does not decode included) with one message,
+/// but a mode letter it does not know.
+fn arith_error(e: ProtocolError) -> ProtocolError {
+    use ProtocolError::*;
+    match e {
+        MetaInvalidFlag { letter } | MetaDuplicateFlag { letter } | MetaBadToken { letter } => {
+            MetaArithBadFlag { letter }
+        }
+        MetaModeLength => MetaArithBadFlag { letter: 'M' },
+        MetaKeyDecode => MetaArithBadFlag { letter: 'b' },
+        e => e,
     }
 }
 
@@ -726,6 +758,10 @@ fn parse_meta<'a>(
                 flags.opaque = Some(token);
             }
             b'T' => flags.ttl = Some(number::strtol(token).ok_or(MetaBadToken { letter: ch })?),
+            // ma ignores `F` (as memcached 1.6.18 does) but checks it is a number.
+            b'F' if kind == MetaKind::Arith => {
+                number::strtoull(token).ok_or(MetaBadToken { letter: ch })?;
+            }
             b'F' => {
                 flags.client_flags = Some(
                     number::strtoul(token)
@@ -733,9 +769,27 @@ fn parse_meta<'a>(
                         .ok_or(BadFormat)?,
                 )
             }
+            b'R' => {
+                number::strtoull(token).ok_or(MetaBadToken { letter: ch })?;
+            }
+            b'N' => flags.vivify = Some(number::strtol(token).ok_or(MetaBadToken { letter: ch })?),
+            b'J' => {
+                flags.initial = Some(number::strtoull(token).ok_or(MetaBadToken { letter: ch })?)
+            }
+            b'D' => flags.delta = Some(number::strtoull(token).ok_or(MetaBadToken { letter: ch })?),
             b'C' => {
                 flags.compare_cas =
                     Some(number::strtoull(token).ok_or(MetaBadToken { letter: ch })?)
+            }
+            b'M' if kind == MetaKind::Arith => {
+                if token.len() != 1 {
+                    return Err(MetaModeLength);
+                }
+                flags.arith = Some(match token[0] {
+                    b'I' | b'+' => ArithOp::Incr,
+                    b'D' | b'-' => ArithOp::Decr,
+                    _ => return Err(MetaArithInvalidMode),
+                })
             }
             b'M' => {
                 if token.len() != 1 {

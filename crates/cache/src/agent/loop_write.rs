@@ -24,7 +24,7 @@
 use parking_lot::{ArcMutexGuard, RawMutex};
 
 use crate::agent::index::Entry;
-use crate::carrier::peer::{Attempt, Once, Request, Response};
+use crate::carrier::peer::{ArithMeta, Attempt, Once, Request, Response};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind};
 use crate::semantics::{self, Decision};
@@ -61,8 +61,16 @@ impl StoreIf {
 /// `append`/`prepend` of `data`.
 #[derive(Clone, Copy, Debug)]
 pub enum Modify<'a> {
-    Arith { incr: bool, delta: u64 },
-    Concat { prepend: bool, data: &'a [u8] },
+    /// `meta`: what `ma` adds (compare the CAS value, create on a miss, set the TTL).
+    Arith {
+        incr: bool,
+        delta: u64,
+        meta: ArithMeta,
+    },
+    Concat {
+        prepend: bool,
+        data: &'a [u8],
+    },
 }
 
 /// What the client loop can do with a [`Modify`].
@@ -74,14 +82,18 @@ pub enum LoopModifyStart {
     Forward(usize),
     /// No live value under the key: `NOT_FOUND` (incr/decr), `NOT_STORED` (append/prepend).
     Missing,
+    /// `ma` with `C`: the key's CAS value is another.
+    Exists,
     /// `incr`/`decr` of a value that is not a decimal number.
     NonNumeric,
     /// The new value's write, as a `set`'s ([`LoopWrite::number`]: incr/decr's number).
     Send(Box<LoopWrite>),
-    /// Stored: every record was this node's own. The CAS value and incr/decr's number.
+    /// Stored: every record was this node's own. The CAS value, incr/decr's number and the
+    /// item's exptime.
     Stored {
         cas: u64,
         number: Option<(bool, u64)>,
+        exptime: i64,
     },
 }
 
@@ -160,6 +172,11 @@ impl LoopWrite {
     /// The storage command's mode.
     pub fn mode(&self) -> StoreMode {
         self.mode
+    }
+
+    /// The item's exptime as written (absolute, 0: never).
+    pub fn exptime(&self) -> i64 {
+        self.entry.exptime
     }
 
     /// For an `incr` (true) or `decr`: the number it stores.
@@ -434,9 +451,43 @@ impl Node {
                 Err(_) => return LoopModifyStart::Worker,
             }
         };
-        let Some(e) = current else {
-            return LoopModifyStart::Missing;
+        let now = time::now_secs();
+        let (vivify, ttl) = match m {
+            Modify::Arith { meta, .. } => (
+                meta.vivify,
+                meta.ttl.map(|t| time::absolute_exptime(t, now)),
+            ),
+            Modify::Concat { .. } => (None, None),
         };
+        let Some(e) = current else {
+            let (Some((exptime, initial)), Modify::Arith { incr, .. }) = (vivify, m) else {
+                return LoopModifyStart::Missing;
+            };
+            // `ma` with `N`: created holding the initial number, which is the answer.
+            let exptime = ttl.unwrap_or_else(|| time::absolute_exptime(exptime, now));
+            let digits = initial.to_string().into_bytes();
+            let set = StoreIf::SET;
+            return match self.loop_write_locked(guard, stripe, key, set, 0, exptime, &digits, id) {
+                LoopWriteStart::Send(mut w) => {
+                    w.number = Some((incr, initial));
+                    LoopModifyStart::Send(w)
+                }
+                LoopWriteStart::Stored(cas) => LoopModifyStart::Stored {
+                    cas,
+                    number: Some((incr, initial)),
+                    exptime,
+                },
+                LoopWriteStart::Worker
+                | LoopWriteStart::Refused(_)
+                | LoopWriteStart::Forward(_) => LoopModifyStart::Worker,
+            };
+        };
+        if let Modify::Arith { meta, .. } = m {
+            if meta.compare_cas.is_some_and(|c| c != e.cas()) {
+                return LoopModifyStart::Exists;
+            }
+        }
+        let exptime = ttl.unwrap_or(e.exptime);
         let Some(present) = self
             .own_position(stripe, &e)
             .and_then(|p| self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec))
@@ -446,7 +497,7 @@ impl Node {
         self.local_messages
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (value, number, mode) = match m {
-            Modify::Arith { incr, delta } => {
+            Modify::Arith { incr, delta, .. } => {
                 let op = if incr {
                     proto::ArithOp::Incr
                 } else {
@@ -471,13 +522,17 @@ impl Node {
             }
         };
         let set = StoreIf::SET;
-        match self.loop_write_locked(guard, stripe, key, set, e.flags, e.exptime, &value, id) {
+        match self.loop_write_locked(guard, stripe, key, set, e.flags, exptime, &value, id) {
             LoopWriteStart::Send(mut w) => {
                 w.number = number;
                 w.mode = mode;
                 LoopModifyStart::Send(w)
             }
-            LoopWriteStart::Stored(cas) => LoopModifyStart::Stored { cas, number },
+            LoopWriteStart::Stored(cas) => LoopModifyStart::Stored {
+                cas,
+                number,
+                exptime,
+            },
             // Nothing was stored.
             LoopWriteStart::Worker | LoopWriteStart::Refused(_) | LoopWriteStart::Forward(_) => {
                 LoopModifyStart::Worker

@@ -460,7 +460,8 @@ impl Node {
                 key,
                 delta,
                 once,
-            } => self.op_arith(stripe, &key, incr, delta, once),
+                meta,
+            } => self.op_arith(stripe, &key, incr, delta, once, meta),
             AgentOp::Flip { key, position, bit } => {
                 let Some(e) = self.lookup(stripe, &key) else {
                     return AgentResult::NotFound;

@@ -74,12 +74,14 @@ impl Node {
                     return Some(AgentResult::Stored { cas: e.cas() });
                 }
                 Some(match self.read_value(stripe, key, e, None) {
-                    Ok(v) => match std::str::from_utf8(&v).ok().and_then(|s| s.parse().ok()) {
-                        Some(number) => AgentResult::Number {
-                            number,
+                    // The number as `incr` reads it (a value may be padded with spaces).
+                    Ok(v) => match proto::incr_decr(&v, proto::ArithOp::Incr, 0) {
+                        Ok(r) => AgentResult::Number {
+                            number: r.number,
                             cas: e.cas(),
+                            exptime: e.exptime,
                         },
-                        None => AgentResult::Error(
+                        Err(_) => AgentResult::Error(
                             "the request was applied and its number is no longer known (the \
                              key's value is not a number now)"
                                 .into(),

@@ -7,7 +7,7 @@ use proto::StoreMode;
 
 use crate::agent::index::{self, Entry};
 use crate::agent::whole::WholeFail;
-use crate::carrier::peer::{AgentResult, Once, Request, Response};
+use crate::carrier::peer::{AgentResult, ArithMeta, Once, Request, Response};
 use crate::carrier::plans::WriteMeta;
 use crate::cluster::stripe;
 use crate::node::{bump, Node, TOO_LARGE};
@@ -483,6 +483,8 @@ impl Node {
         AgentResult::Deleted
     }
 
+    /// `incr`/`decr`, and `ma` with its `meta` (compare the CAS value, create on a miss, set
+    /// the TTL): the number, the new CAS value and the item's exptime.
     pub(crate) fn op_arith(
         &self,
         stripe: usize,
@@ -490,14 +492,25 @@ impl Node {
         incr: bool,
         delta: u64,
         once: Once,
+        meta: ArithMeta,
     ) -> AgentResult {
         let current = self.lookup(stripe, key);
         if let Some(answer) = self.once_answer(stripe, key, once, current.as_ref(), true) {
             return answer;
         }
+        let now = time::now_secs();
+        let ttl = meta.ttl.map(|t| time::absolute_exptime(t, now));
         let Some(e) = current else {
-            return AgentResult::NotFound;
+            let Some((exptime, initial)) = meta.vivify else {
+                return AgentResult::NotFound;
+            };
+            // Created holding the initial number, which is the answer (not counted).
+            let exptime = ttl.unwrap_or_else(|| time::absolute_exptime(exptime, now));
+            return self.write_number(stripe, key, None, initial, 0, exptime, once);
         };
+        if meta.compare_cas.is_some_and(|c| c != e.cas()) {
+            return AgentResult::Exists;
+        }
         let cur = match self.read_value(stripe, key, &e, None) {
             Ok(v) => v,
             Err(r) => return AgentResult::Error(r),
@@ -516,10 +529,52 @@ impl Node {
             e.version,
             String::from_utf8_lossy(&cur)
         );
-        match self.write(stripe, key, &r.value, e.flags, e.exptime, once.id) {
+        let exptime = ttl.unwrap_or(e.exptime);
+        self.write_number(
+            stripe,
+            key,
+            Some((&e, r.value)),
+            r.number,
+            e.flags,
+            exptime,
+            once,
+        )
+    }
+
+    /// Writes the value of an arithmetic's `number` (`value`: the bytes that hold it, with the
+    /// key's entry; `None`: a new item, its digits), or removes the key if `exptime` has
+    /// passed (as memcached: stored and gone at once).
+    #[allow(clippy::too_many_arguments)]
+    fn write_number(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        value: Option<(&Entry, Vec<u8>)>,
+        number: u64,
+        flags: u32,
+        exptime: i64,
+        once: Once,
+    ) -> AgentResult {
+        if time::is_expired(exptime, time::now_secs()) {
+            if let Some((e, _)) = value {
+                self.with_index(stripe, |ix| ix.remove(key));
+                self.delete_records(stripe, key, e.version + 1);
+            }
+            return AgentResult::Number {
+                number,
+                cas: 0,
+                exptime,
+            };
+        }
+        let bytes = match value {
+            Some((_, v)) => v,
+            None => number.to_string().into_bytes(),
+        };
+        match self.write(stripe, key, &bytes, flags, exptime, once.id) {
             Ok(version) => AgentResult::Number {
-                number: r.number,
+                number,
                 cas: record::cas_of(version),
+                exptime,
             },
             Err(reason) => AgentResult::Error(reason),
         }

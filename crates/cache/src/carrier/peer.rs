@@ -50,6 +50,8 @@ pub enum AgentOp {
         key: Vec<u8>,
         delta: u64,
         once: Once,
+        /// `ma`'s condition, creation and TTL (none for `incr`/`decr`).
+        meta: ArithMeta,
     },
     /// Test-only: flip one bit of the data of chunk `position`'s record.
     Flip {
@@ -73,6 +75,18 @@ pub enum AgentOp {
         version: u64,
         position: u8,
     },
+}
+
+/// What `ma` adds to an `incr`/`decr` ([`AgentOp::Arith`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArithMeta {
+    /// `C`: only if the item's CAS value is this one (otherwise [`AgentResult::Exists`]).
+    pub compare_cas: Option<u64>,
+    /// `N` and `J`: on a miss, create the item with this exptime (as sent) holding this number
+    /// (answered as the number, not counted).
+    pub vivify: Option<(i64, u64)>,
+    /// `T`: the item's new exptime (as sent), also of an item `N` creates.
+    pub ttl: Option<i64>,
 }
 
 /// A write's request id, given by the node the client sent it to, and which try of it this is:
@@ -170,6 +184,8 @@ pub enum AgentResult {
     Number {
         number: u64,
         cas: u64,
+        /// The item's exptime after it (absolute, 0: never), for `ma`'s `t`.
+        exptime: i64,
     },
     NonNumeric,
     /// Done (flip, …).
@@ -548,8 +564,18 @@ fn encode_op(w: &mut W, op: &AgentOp) {
             key,
             delta,
             once,
+            meta,
         } => {
             w.u8(5).u8(u8::from(*incr)).bytes(key).u64(*delta);
+            w.opt_u64(meta.compare_cas);
+            match meta.vivify {
+                Some((exptime, initial)) => w.u8(1).i64(exptime).u64(initial),
+                None => w.u8(0),
+            };
+            match meta.ttl {
+                Some(ttl) => w.u8(1).i64(ttl),
+                None => w.u8(0),
+            };
             encode_once(w, once);
         }
         AgentOp::Flip { key, position, bit } => {
@@ -644,12 +670,31 @@ fn decode_op(r: &mut R) -> Result<AgentOp, Short> {
             key: r.bytes()?,
             exptime: r.i64()?,
         },
-        5 => AgentOp::Arith {
-            incr: r.u8()? != 0,
-            key: r.bytes()?,
-            delta: r.u64()?,
-            once: decode_once(r)?,
-        },
+        5 => {
+            let (incr, key, delta) = (r.u8()? != 0, r.bytes()?, r.u64()?);
+            let compare_cas = r.opt_u64()?;
+            let vivify = match r.u8()? {
+                0 => None,
+                1 => Some((r.i64()?, r.u64()?)),
+                _ => return Err(Short),
+            };
+            let ttl = match r.u8()? {
+                0 => None,
+                1 => Some(r.i64()?),
+                _ => return Err(Short),
+            };
+            AgentOp::Arith {
+                incr,
+                key,
+                delta,
+                once: decode_once(r)?,
+                meta: ArithMeta {
+                    compare_cas,
+                    vivify,
+                    ttl,
+                },
+            }
+        }
         6 => AgentOp::Flip {
             key: r.bytes()?,
             position: r.u8()?,
@@ -700,8 +745,12 @@ fn encode_result(w: &mut W, res: &AgentResult) {
         AgentResult::Touched => {
             w.u8(8);
         }
-        AgentResult::Number { number, cas } => {
-            w.u8(9).u64(*number).u64(*cas);
+        AgentResult::Number {
+            number,
+            cas,
+            exptime,
+        } => {
+            w.u8(9).u64(*number).u64(*cas).i64(*exptime);
         }
         AgentResult::NonNumeric => {
             w.u8(10);
@@ -745,6 +794,7 @@ fn decode_result(r: &mut R) -> Result<AgentResult, Short> {
         9 => AgentResult::Number {
             number: r.u64()?,
             cas: r.u64()?,
+            exptime: r.i64()?,
         },
         10 => AgentResult::NonNumeric,
         11 => AgentResult::Ok,
@@ -1308,6 +1358,7 @@ mod tests {
                 key: b"n".to_vec(),
                 delta: 1,
                 once: Once { id: 9, attempt },
+                meta: ArithMeta::default(),
             })
         };
         let bytes = encode_request(&op(Attempt::Rerun { epoch: 4 }));
@@ -1320,6 +1371,7 @@ mod tests {
             key: b"n".to_vec(),
             delta: 1,
             once: Once::first(3),
+            meta: ArithMeta::default(),
         }
         .retried()
         .unwrap() else {
@@ -1331,6 +1383,7 @@ mod tests {
             key: b"n".to_vec(),
             delta: 1,
             once: Once::first(0),
+            meta: ArithMeta::default(),
         };
         assert_eq!((unnamed.retried(), unnamed.once()), (None, None));
     }
@@ -1440,6 +1493,18 @@ mod tests {
                 key: b"n".to_vec(),
                 delta: u64::MAX,
                 once: Once::first(7),
+                meta: ArithMeta::default(),
+            }),
+            Request::Agent(AgentOp::Arith {
+                incr: false,
+                key: b"n".to_vec(),
+                delta: 3,
+                once: Once::first(8),
+                meta: ArithMeta {
+                    compare_cas: Some(u64::MAX),
+                    vivify: Some((-1, 10)),
+                    ttl: Some(30),
+                },
             }),
             Request::Agent(AgentOp::Flip {
                 key: b"k".to_vec(),
@@ -1543,7 +1608,11 @@ mod tests {
             AgentResult::NotFound,
             AgentResult::Deleted,
             AgentResult::Touched,
-            AgentResult::Number { number: 9, cas: 1 },
+            AgentResult::Number {
+                number: 9,
+                cas: 1,
+                exptime: -5,
+            },
             AgentResult::NonNumeric,
             AgentResult::Ok,
             AgentResult::Error("x".into()),

@@ -27,7 +27,7 @@ use crate::agent::{
     LoopGatStart, LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite,
     LoopWriteStart, Modify, StoreIf, PLAN_STEP,
 };
-use crate::carrier::peer::{self, AgentOp, AgentResult, Attempt, Once};
+use crate::carrier::peer::{self, AgentOp, AgentResult, ArithMeta, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
 use crate::semantics::Decision;
 use crate::time;
@@ -596,6 +596,7 @@ impl LoopOp {
             }
             LoopOp::Write { write, to } => {
                 let (id, mode, number) = (write.id(), write.mode(), write.number());
+                let exptime = write.exptime();
                 let Some(cas) = node.loop_write_finish(*write) else {
                     // Stored on every member, then the lease ran out: tried again as a retry
                     // (answered from the records a rebuilt index adopts, never applied twice),
@@ -610,7 +611,14 @@ impl LoopOp {
                 };
                 bump(&c.loop_writes);
                 let (r, incr) = match number {
-                    Some((incr, number)) => (AgentResult::Number { number, cas }, Some(incr)),
+                    Some((incr, number)) => {
+                        let r = AgentResult::Number {
+                            number,
+                            cas,
+                            exptime,
+                        };
+                        (r, Some(incr))
+                    }
                     None => (AgentResult::Stored { cas }, None),
                 };
                 match (to, incr) {
@@ -1432,10 +1440,12 @@ fn start_peer_request(
             key,
             delta,
             once,
+            meta,
         }) if once.attempt == Attempt::First => {
             let m = Modify::Arith {
                 incr: *incr,
                 delta: *delta,
+                meta: *meta,
             };
             let answer = |r: AgentResult| {
                 let res = peer::Response::Agent(r);
@@ -1443,11 +1453,20 @@ fn start_peer_request(
             };
             match node.loop_modify_start(key, m, once.id) {
                 LoopModifyStart::Missing => return answer(AgentResult::NotFound),
+                LoopModifyStart::Exists => return answer(AgentResult::Exists),
                 LoopModifyStart::NonNumeric => return answer(AgentResult::NonNumeric),
-                LoopModifyStart::Stored { cas, number } => {
+                LoopModifyStart::Stored {
+                    cas,
+                    number,
+                    exptime,
+                } => {
                     bump(&c.loop_writes);
                     let number = number.map_or(0, |(_, n)| n);
-                    return answer(AgentResult::Number { number, cas });
+                    return answer(AgentResult::Number {
+                        number,
+                        cas,
+                        exptime,
+                    });
                 }
                 LoopModifyStart::Send(write) => Some(LoopOp::Write {
                     write,
@@ -2407,6 +2426,7 @@ fn service(
                             let m = Modify::Arith {
                                 incr,
                                 delta: *delta,
+                                meta: ArithMeta::default(),
                             };
                             let to = ReplyTo::Client {
                                 with_cas: false,
@@ -2426,10 +2446,17 @@ fn service(
                                 LoopModifyStart::NonNumeric => {
                                     answer(AgentResult::NonNumeric, &mut c.out)
                                 }
-                                LoopModifyStart::Stored { cas, number } => {
+                                // Only `ma` compares a CAS value.
+                                LoopModifyStart::Exists => Next::Worker(once),
+                                LoopModifyStart::Stored { cas, number, .. } => {
                                     bump(&node.counters.loop_writes);
                                     let number = number.map_or(0, |(_, n)| n);
-                                    answer(AgentResult::Number { number, cas }, &mut c.out)
+                                    let r = AgentResult::Number {
+                                        number,
+                                        cas,
+                                        exptime: 0,
+                                    };
+                                    answer(r, &mut c.out)
                                 }
                                 LoopModifyStart::Send(write) => {
                                     let op = LoopOp::Write { write, to };
@@ -2441,6 +2468,7 @@ fn service(
                                         key: key.to_vec(),
                                         delta: *delta,
                                         once,
+                                        meta: ArithMeta::default(),
                                     };
                                     let op = LoopOp::forward(agent, key, arith, to);
                                     Next::Loop(op, once)
@@ -2590,6 +2618,55 @@ fn service(
                                 LoopWriteStart::Forward(agent) => {
                                     let set = meta_store_op(ms, key.to_vec(), once);
                                     let op = LoopOp::forward(agent, &key, set, ReplyTo::Meta);
+                                    Next::Loop(op, once)
+                                }
+                            }
+                        }
+                        // A meta arithmetic runs as `incr` and `decr` do (its `N`, `C` and `T`
+                        // too), its reply composed from its flags.
+                        Command::MetaArith(m) if !ops.links.is_empty() => {
+                            let key = m.key_bytes();
+                            let id = node.next_request_id();
+                            let once = Once::first(id);
+                            let (incr, delta, meta) = meta_arith_parts(m);
+                            let answer = |r: AgentResult, out: &mut Vec<u8>| {
+                                meta_arith_reply(node, m, &r, out);
+                                Next::Done
+                            };
+                            let modify = Modify::Arith { incr, delta, meta };
+                            match node.loop_modify_start(&key, modify, id) {
+                                LoopModifyStart::Worker => Next::Worker(once),
+                                LoopModifyStart::Missing => {
+                                    answer(AgentResult::NotFound, &mut c.out)
+                                }
+                                LoopModifyStart::Exists => answer(AgentResult::Exists, &mut c.out),
+                                LoopModifyStart::NonNumeric => {
+                                    answer(AgentResult::NonNumeric, &mut c.out)
+                                }
+                                LoopModifyStart::Stored {
+                                    cas,
+                                    number,
+                                    exptime,
+                                } => {
+                                    bump(&node.counters.loop_writes);
+                                    let number = number.map_or(0, |(_, n)| n);
+                                    let r = AgentResult::Number {
+                                        number,
+                                        cas,
+                                        exptime,
+                                    };
+                                    answer(r, &mut c.out)
+                                }
+                                LoopModifyStart::Send(write) => {
+                                    let op = LoopOp::Write {
+                                        write,
+                                        to: ReplyTo::Meta,
+                                    };
+                                    Next::Loop(op, once)
+                                }
+                                LoopModifyStart::Forward(agent) => {
+                                    let arith = meta_arith_op(m, key.to_vec(), once);
+                                    let op = LoopOp::forward(agent, &key, arith, ReplyTo::Meta);
                                     Next::Loop(op, once)
                                 }
                             }
@@ -2776,7 +2853,9 @@ fn concat_mode(mode: StoreMode) -> bool {
 /// `NOT_STORED`, as memcached's.
 fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
     match start {
-        LoopModifyStart::Worker | LoopModifyStart::NonNumeric => LoopWriteStart::Worker,
+        LoopModifyStart::Worker | LoopModifyStart::NonNumeric | LoopModifyStart::Exists => {
+            LoopWriteStart::Worker
+        }
         LoopModifyStart::Missing => LoopWriteStart::Refused(Decision::NotStored),
         LoopModifyStart::Stored { cas, .. } => LoopWriteStart::Stored(cas),
         LoopModifyStart::Send(write) => LoopWriteStart::Send(write),
@@ -3004,12 +3083,13 @@ fn meta_result(node: &Node, retry: &Retry, r: &AgentResult, out: &mut Vec<u8>) {
     match command.as_command() {
         Command::MetaSet(ms) => meta_set_reply(node, &ms, r, out),
         Command::MetaDelete(m) => meta_delete_reply(node, &m, r, out),
+        Command::MetaArith(m) => meta_arith_reply(node, &m, r, out),
         // A meta get that touches (`T`), on the loop or forwarded.
         Command::MetaGet(m) => {
             bump(&node.counters.cmd_get);
             meta_get_reply(node, &m, r, out);
         }
-        _ => unreachable!("only meta sets, deletes and gets reply as meta commands"),
+        _ => unreachable!("only meta sets, deletes, arithmetic and gets reply as meta commands"),
     }
 }
 
@@ -3032,6 +3112,74 @@ fn meta_get_reply(node: &Node, m: &Meta<'_>, r: &AgentResult, out: &mut Vec<u8>)
         }
         AgentResult::Error(e) => server_error(out, e),
         other => server_error(out, &format!("unexpected {other:?}")),
+    }
+}
+
+/// A meta arithmetic's increment (true) or decrement, delta and what `ma` adds to them.
+fn meta_arith_parts(m: &Meta<'_>) -> (bool, u64, ArithMeta) {
+    let f = &m.flags;
+    let meta = ArithMeta {
+        compare_cas: f.compare_cas,
+        vivify: f.vivify.map(|exptime| (exptime, f.initial.unwrap_or(0))),
+        ttl: f.ttl,
+    };
+    let incr = f.arith != Some(proto::ArithOp::Decr);
+    (incr, f.delta.unwrap_or(1), meta)
+}
+
+/// A meta arithmetic as the agent's operation (run there, or forwarded to it).
+fn meta_arith_op(m: &Meta<'_>, key: Vec<u8>, once: Once) -> AgentOp {
+    let (incr, delta, meta) = meta_arith_parts(m);
+    AgentOp::Arith {
+        incr,
+        key,
+        delta,
+        once,
+        meta,
+    }
+}
+
+/// A meta arithmetic's reply to the agent's answer (counted as `incr`/`decr`): `HD`, or `VA`
+/// with the number (flag `v`), with the TTL and CAS value if asked (hidden by `q`); `NF`,
+/// `EX`, or the error line.
+fn meta_arith_reply(node: &Node, m: &Meta<'_>, r: &AgentResult, out: &mut Vec<u8>) {
+    let c = &node.counters;
+    let (hits, misses) = if m.flags.arith == Some(proto::ArithOp::Decr) {
+        (&c.decr_hits, &c.decr_misses)
+    } else {
+        (&c.incr_hits, &c.incr_misses)
+    };
+    let kind = proto::MetaKind::Arith;
+    let (status, ret, number) = match r {
+        AgentResult::Number {
+            number,
+            cas,
+            exptime,
+        } => {
+            bump(hits);
+            let status = if m.flags.return_value {
+                MetaStatus::Va
+            } else {
+                MetaStatus::Hd
+            };
+            let ret = MetaReturn {
+                ttl: Some(time::ttl(*exptime, time::now_secs())),
+                cas: Some(*cas),
+                ..MetaReturn::default()
+            };
+            (status, ret, number.to_string())
+        }
+        AgentResult::NotFound => {
+            bump(misses);
+            (MetaStatus::Nf, MetaReturn::default(), String::new())
+        }
+        AgentResult::Exists => (MetaStatus::Ex, MetaReturn::default(), String::new()),
+        AgentResult::NonNumeric => return out.extend_from_slice(proto::NonNumeric.reply()),
+        AgentResult::Error(e) => return server_error(out, e),
+        other => return server_error(out, &format!("unexpected {other:?}")),
+    };
+    if !(m.flags.quiet && status.is_quiet_for(kind)) {
+        compose::meta(out, status, m, &ret, number.as_bytes());
     }
 }
 
@@ -3207,6 +3355,7 @@ fn execute(
                 key: key.to_vec(),
                 delta,
                 once,
+                meta: ArithMeta::default(),
             };
             let r = node.route_key(arith, key);
             arith_reply(node, incr, &r, noreply, out);
@@ -3245,6 +3394,11 @@ fn execute(
             let key = ms.meta.key_bytes().into_owned();
             let r = node.route_key(meta_store_op(&ms, key.clone(), once), &key);
             meta_set_reply(node, &ms, &r, out);
+        }
+        Command::MetaArith(m) => {
+            let key = m.key_bytes().into_owned();
+            let r = node.route_key(meta_arith_op(&m, key.clone(), once), &key);
+            meta_arith_reply(node, &m, &r, out);
         }
         Command::MetaDelete(m) => {
             let key = m.key_bytes().into_owned();

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use super::{Node, NodeParts};
 use crate::carrier::mem::MemHub;
-use crate::carrier::peer::{AgentOp, AgentResult, Attempt, Once};
+use crate::carrier::peer::{AgentOp, AgentResult, ArithMeta, Attempt, Once};
 use crate::cluster::coord::mem::{MemCoord, MemHandle};
 
 /// Nodes 0..3 of an rs:2,1 cache (one position per node; values under 16 bytes replicated on
@@ -75,6 +75,7 @@ fn incr(key: &[u8], once: Once) -> AgentOp {
         key: key.to_vec(),
         delta: 1,
         once,
+        meta: ArithMeta::default(),
     }
 }
 
@@ -111,7 +112,9 @@ fn a_write_applied_by_an_agent_that_dies_is_answered_by_its_successor_not_applie
         nodes[0].route(0, set(&ctr, b"41", Once::first(1))),
         AgentResult::Stored { .. }
     ));
-    let AgentResult::Number { number: 42, cas } = nodes[0].route(0, incr(&ctr, Once::first(7)))
+    let AgentResult::Number {
+        number: 42, cas, ..
+    } = nodes[0].route(0, incr(&ctr, Once::first(7)))
     else {
         panic!("incr of 41");
     };
@@ -124,7 +127,11 @@ fn a_write_applied_by_an_agent_that_dies_is_answered_by_its_successor_not_applie
     assert_eq!(nodes[1].agent_of(0), Some(1), "node 1 took stripe 0 over");
     assert_eq!(
         nodes[1].route(0, incr(&ctr, retry(7))),
-        AgentResult::Number { number: 42, cas },
+        AgentResult::Number {
+            number: 42,
+            cas,
+            exptime: 0
+        },
         "the retried incr is answered from its record, not counted twice"
     );
     assert_eq!(
@@ -180,7 +187,7 @@ fn a_front_whose_reply_was_lost_retries_and_is_answered_without_a_second_apply()
         AgentResult::Stored { .. }
     ));
     hub.lose_replies(2, 0, 1);
-    let AgentResult::Number { number: 8, cas } = nodes[2].route(0, incr(&ctr, Once::first(2)))
+    let AgentResult::Number { number: 8, cas, .. } = nodes[2].route(0, incr(&ctr, Once::first(2)))
     else {
         panic!("the retried incr of 7 answers 8");
     };

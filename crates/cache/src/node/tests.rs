@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use super::{ExecMode, Node, NodeConfig};
 use crate::agent::{LoopWriteStart, StoreIf};
 use crate::carrier::peer::{
-    AgentOp, AgentResult, Attempt, Once, PeerError, PeerTransport, Request, Response,
+    AgentOp, AgentResult, ArithMeta, Attempt, Once, PeerError, PeerTransport, Request, Response,
 };
 use crate::member::store::ChunkStore;
 
@@ -191,6 +191,7 @@ fn incr(node: &Node, key: &[u8], delta: u64, once: Once) -> AgentResult {
         key: key.to_vec(),
         delta,
         once,
+        meta: ArithMeta::default(),
     })
 }
 
@@ -208,6 +209,88 @@ fn value_of(node: &Node, key: &[u8]) -> (Vec<u8>, u64) {
     }
 }
 
+/// `ma`'s additions to an arithmetic at the agent: a miss created with `N` (answered with its
+/// initial number, not counted), `C` compared, `T` setting the TTL of a hit and of an item `N`
+/// creates; and a retry of a decrement that left a padded value (`99 `) answered its number.
+#[test]
+fn a_meta_arithmetic_creates_compares_and_sets_the_ttl() {
+    let node = leading_node(&[]);
+    let key = key_of_stripe_0(&node);
+    let ma = |incr, delta, once, meta| {
+        node.agent(AgentOp::Arith {
+            incr,
+            key: key.clone(),
+            delta,
+            once,
+            meta,
+        })
+    };
+    let none = ArithMeta::default();
+    assert_eq!(ma(true, 1, Once::first(1), none), AgentResult::NotFound);
+    let vivify = ArithMeta {
+        vivify: Some((0, 100)),
+        ..none
+    };
+    let AgentResult::Number {
+        number: 100,
+        cas,
+        exptime: 0,
+    } = ma(true, 1, Once::first(2), vivify)
+    else {
+        panic!("not created holding 100");
+    };
+    assert_eq!(value_of(&node, &key), (b"100".to_vec(), cas));
+    let compare = |c| ArithMeta {
+        compare_cas: Some(c),
+        ..none
+    };
+    assert_eq!(
+        ma(true, 1, Once::first(3), compare(cas + 1)),
+        AgentResult::Exists
+    );
+    assert_eq!(value_of(&node, &key).0, b"100");
+    let AgentResult::Number { number: 99, .. } = ma(false, 1, Once::first(4), compare(cas)) else {
+        panic!("decr of 100 with its cas");
+    };
+    let (value, cas) = value_of(&node, &key);
+    assert_eq!(value, b"99 ");
+    assert_eq!(
+        ma(false, 1, retry(4), none),
+        AgentResult::Number {
+            number: 99,
+            cas,
+            exptime: 0
+        },
+        "a retry answers the padded number it left"
+    );
+    let ttl = ArithMeta {
+        ttl: Some(1000),
+        ..none
+    };
+    let AgentResult::Number {
+        number: 100,
+        exptime,
+        ..
+    } = ma(true, 1, Once::first(5), ttl)
+    else {
+        panic!("incr with a TTL");
+    };
+    let now = crate::time::now_secs();
+    assert!(
+        (now + 999..=now + 1000).contains(&exptime),
+        "{exptime} at {now}"
+    );
+    // A TTL already past: answered, and the key is gone.
+    let past = ArithMeta {
+        ttl: Some(-1),
+        ..none
+    };
+    let AgentResult::Number { number: 101, .. } = ma(true, 1, Once::first(6), past) else {
+        panic!("incr with a past TTL");
+    };
+    assert_eq!(get(&node, &key), AgentResult::Miss);
+}
+
 /// A write tried again after a try whose fate is unknown (`agent::once`): answered from what
 /// the first try did while the key's trail shows its id, refused while it does not, never
 /// applied a second time.
@@ -219,13 +302,20 @@ fn a_retried_write_is_answered_from_what_it_did_and_never_applied_twice() {
         set(&node, &key, b"10", Once::first(1)),
         AgentResult::Stored { .. }
     ));
-    let AgentResult::Number { number: 15, cas } = incr(&node, &key, 5, Once::first(100)) else {
+    let AgentResult::Number {
+        number: 15, cas, ..
+    } = incr(&node, &key, 5, Once::first(100))
+    else {
         panic!("incr of 10 by 5");
     };
     // The retry answers the number the first try left, with its version: counted once.
     assert_eq!(
         incr(&node, &key, 5, retry(100)),
-        AgentResult::Number { number: 15, cas }
+        AgentResult::Number {
+            number: 15,
+            cas,
+            exptime: 0
+        }
     );
     assert_eq!(value_of(&node, &key), (b"15".to_vec(), cas));
     // A retry of a write the records do not show is refused as in doubt, and changes nothing.
@@ -283,14 +373,21 @@ fn an_index_rebuilt_from_the_records_answers_a_retry_from_them() {
         set(&node, &key, b"41", Once::first(1)),
         AgentResult::Stored { .. }
     ));
-    let AgentResult::Number { number: 42, cas } = incr(&node, &key, 1, Once::first(7)) else {
+    let AgentResult::Number {
+        number: 42, cas, ..
+    } = incr(&node, &key, 1, Once::first(7))
+    else {
         panic!("incr of 41");
     };
     let rebuilds = node.counters.index_rebuilds.load(Ordering::Relaxed);
     lapse_lease(&node, 1);
     assert_eq!(
         incr(&node, &key, 1, retry(7)),
-        AgentResult::Number { number: 42, cas }
+        AgentResult::Number {
+            number: 42,
+            cas,
+            exptime: 0
+        }
     );
     assert_eq!(
         node.counters.index_rebuilds.load(Ordering::Relaxed),
@@ -502,8 +599,17 @@ fn modifications_of_a_value_held_here_run_on_the_loop() {
         )
     };
     let start = |m: Modify<'_>, id: u64| node.loop_modify_start(&key, m, id);
-    let incr = |delta| Modify::Arith { incr: true, delta };
-    let decr = |delta| Modify::Arith { incr: false, delta };
+    let meta = ArithMeta::default();
+    let incr = |delta| Modify::Arith {
+        incr: true,
+        delta,
+        meta,
+    };
+    let decr = |delta| Modify::Arith {
+        incr: false,
+        delta,
+        meta,
+    };
     let append = |data| Modify::Concat {
         prepend: false,
         data,

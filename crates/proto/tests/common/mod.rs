@@ -5,7 +5,9 @@
 #![allow(dead_code)]
 
 use proto::compose::{self, Reply};
-use proto::{incr_decr, ArithOp, Limits, MetaReturn, MetaStatus, Parse, Parser, ProtocolError};
+use proto::{
+    incr_decr, ArithOp, Limits, MetaReturn, MetaStatus, NonNumeric, Parse, Parser, ProtocolError,
+};
 
 pub struct Case {
     pub name: &'static str,
@@ -137,7 +139,9 @@ fn meta_reply(request: &[u8], status: MetaStatus, ret: MetaReturn, data: &[u8]) 
         panic!("not a command: {}", show(request))
     };
     let m = match &command {
-        proto::Command::MetaGet(m) | proto::Command::MetaDelete(m) => m.clone(),
+        proto::Command::MetaGet(m)
+        | proto::Command::MetaDelete(m)
+        | proto::Command::MetaArith(m) => m.clone(),
         proto::Command::MetaSet(s) => s.meta.clone(),
         other => panic!("not a meta command: {other:?}"),
     };
@@ -991,6 +995,151 @@ pub fn cases() -> Vec<Case> {
                 e(&MetaDeleteBadFlag { letter: 'x' }),
                 e(&MetaDeleteBadFlag { letter: 'x' }),
             ]),
+        ),
+        case(
+            "ma: a miss, then created by N, then counted up",
+            b"",
+            b"ma k\r\nma k N0\r\nma k v\r\nma k N0 J10 v\r\nma j N100 J10 v t\r\n",
+            vec![
+                cmd(b"ma k\r\n"),
+                cmd(b"ma k N0\r\n"),
+                cmd(b"ma k v\r\n"),
+                cmd(b"ma k N0 J10 v\r\n"),
+                cmd(b"ma j N100 J10 v t\r\n"),
+            ],
+            cat(&[
+                &meta_reply(b"ma k\r\n", MetaStatus::Nf, none, b""),
+                &meta_reply(b"ma k N0\r\n", MetaStatus::Hd, none, b""),
+                &meta_reply(b"ma k v\r\n", MetaStatus::Va, none, b"1"),
+                &meta_reply(b"ma k N0 J10 v\r\n", MetaStatus::Va, none, b"2"),
+                &meta_reply(b"ma j N100 J10 v t\r\n", MetaStatus::Va, MetaReturn { ttl: Some(100), ..none }, b"10"),
+            ]),
+        ),
+        case(
+            "ma modes and deltas; the stored value keeps its length, padded",
+            b"set k 0 0 2\r\n10\r\n",
+            b"ma k v MD D3\r\nma k v M- D100\r\nma k v M+ D5 k O12\r\nma k v MI\r\nmg k v\r\n",
+            vec![
+                cmd(b"ma k v MD D3\r\n"),
+                cmd(b"ma k v M- D100\r\n"),
+                cmd(b"ma k v M+ D5 k O12\r\n"),
+                cmd(b"ma k v MI\r\n"),
+                cmd(b"mg k v\r\n"),
+            ],
+            cat(&[
+                &meta_reply(b"ma k v MD D3\r\n", MetaStatus::Va, none, b"7"),
+                &meta_reply(b"ma k v M- D100\r\n", MetaStatus::Va, none, b"0"),
+                &meta_reply(b"ma k v M+ D5 k O12\r\n", MetaStatus::Va, none, b"5"),
+                &meta_reply(b"ma k v MI\r\n", MetaStatus::Va, none, b"6"),
+                &meta_reply(b"mg k v\r\n", MetaStatus::Va, none, b"6 "),
+            ]),
+        ),
+        case(
+            "ma wraps at 2^64 and grows a value it outgrows",
+            b"set k 0 0 20\r\n18446744073709551615\r\nset p 0 0 2\r\n99\r\n",
+            b"ma k v\r\nma p v\r\nmg p v\r\n",
+            vec![cmd(b"ma k v\r\n"), cmd(b"ma p v\r\n"), cmd(b"mg p v\r\n")],
+            cat(&[
+                &meta_reply(b"ma k v\r\n", MetaStatus::Va, none, b"0"),
+                &meta_reply(b"ma p v\r\n", MetaStatus::Va, none, b"100"),
+                &meta_reply(b"mg p v\r\n", MetaStatus::Va, none, b"100"),
+            ]),
+        ),
+        case(
+            "ma: quiet hides HD and VA, not NF or EX",
+            b"set k 0 0 1\r\n5\r\n",
+            b"ma k q\r\nma k q v\r\nma n q\r\nma k q C1\r\nmg k v\r\n",
+            vec![
+                cmd(b"ma k q\r\n"),
+                cmd(b"ma k q v\r\n"),
+                cmd(b"ma n q\r\n"),
+                cmd(b"ma k q C1\r\n"),
+                cmd(b"mg k v\r\n"),
+            ],
+            cat(&[b"NF\r\n", b"EX\r\n", &meta_reply(b"mg k v\r\n", MetaStatus::Va, none, b"7")]),
+        ),
+        case(
+            "ma returns the cas and compares it",
+            b"set k 0 0 1\r\n5\r\n",
+            b"ma k c\r\nma k C1 v\r\n",
+            vec![cmd(b"ma k c\r\n"), cmd(b"ma k C1 v\r\n")],
+            cat(&[
+                &meta_reply(b"ma k c\r\n", MetaStatus::Hd, MetaReturn { cas: Some(1), ..none }, b""),
+                &meta_reply(b"ma k C1 v\r\n", MetaStatus::Ex, none, b""),
+            ]),
+        ),
+        case(
+            "ma of a value that is not a number",
+            b"set k 0 0 1\r\na\r\nset e 0 0 0\r\n\r\nset l 0 0 21\r\n123456789012345678901\r\n",
+            b"ma k\r\nma e v\r\nma l v\r\n",
+            vec![cmd(b"ma k\r\n"), cmd(b"ma e v\r\n"), cmd(b"ma l v\r\n")],
+            cat(&[NonNumeric.reply(), NonNumeric.reply(), NonNumeric.reply()]),
+        ),
+        case(
+            "ma T sets the TTL, t returns it",
+            b"set k 0 0 1\r\n5\r\n",
+            b"ma k t\r\nma k T30 t v\r\nma k T0 t\r\nma n N10 T20 t\r\n",
+            vec![
+                cmd(b"ma k t\r\n"),
+                cmd(b"ma k T30 t v\r\n"),
+                cmd(b"ma k T0 t\r\n"),
+                cmd(b"ma n N10 T20 t\r\n"),
+            ],
+            cat(&[
+                &meta_reply(b"ma k t\r\n", MetaStatus::Hd, MetaReturn { ttl: Some(-1), ..none }, b""),
+                &meta_reply(b"ma k T30 t v\r\n", MetaStatus::Va, MetaReturn { ttl: Some(30), ..none }, b"7"),
+                &meta_reply(b"ma k T0 t\r\n", MetaStatus::Hd, MetaReturn { ttl: Some(-1), ..none }, b""),
+                &meta_reply(b"ma n N10 T20 t\r\n", MetaStatus::Hd, MetaReturn { ttl: Some(20), ..none }, b""),
+            ]),
+        ),
+        case(
+            "ma takes the flags it ignores, and a base64 key",
+            b"set key 0 0 1\r\n1\r\n",
+            b"ma a2V5 f s h l u F1 I L P R1\r\nma a2V5 b v k\r\n",
+            vec![cmd(b"ma a2V5 f s h l u F1 I L P R1\r\n"), cmd(b"ma a2V5 b v k\r\n")],
+            cat(&[
+                &meta_reply(b"ma a2V5 f s h l u F1 I L P R1\r\n", MetaStatus::Nf, none, b""),
+                &meta_reply(b"ma a2V5 b v k\r\n", MetaStatus::Va, none, b"2"),
+            ]),
+        ),
+        case(
+            "ma flag errors",
+            b"",
+            format!("ma k Z\r\nma k v v\r\nma k Dx\r\nma k D-1\r\nma k MX\r\nma k MIX\r\nma k M\r\nma k Jx\r\nma k N\r\nma k E5\r\nma k b\r\nma k O{}\r\nma {long_key}\r\nma\r\n", "x".repeat(33)).as_bytes(),
+            vec![
+                err(MetaArithBadFlag { letter: 'Z' }),
+                err(MetaArithBadFlag { letter: 'v' }),
+                err(MetaArithBadFlag { letter: 'D' }),
+                err(MetaArithBadFlag { letter: 'D' }),
+                err(MetaArithInvalidMode),
+                err(MetaArithBadFlag { letter: 'M' }),
+                err(MetaArithBadFlag { letter: 'M' }),
+                err(MetaArithBadFlag { letter: 'J' }),
+                err(MetaArithBadFlag { letter: 'N' }),
+                err(MetaArithBadFlag { letter: 'E' }),
+                err(MetaArithBadFlag { letter: 'b' }),
+                err(MetaOpaqueTooLong { opaque_bytes: 33, limit: 32 }),
+                err(KeyTooLong { key_bytes: 251, limit: 250 }),
+                err(UnknownCommand),
+            ],
+            cat(&[
+                &e(&MetaArithBadFlag { letter: 'x' }).repeat(4),
+                e(&MetaArithInvalidMode),
+                &e(&MetaArithBadFlag { letter: 'x' }).repeat(6),
+                e(&MetaOpaqueTooLong { opaque_bytes: 0, limit: 0 }),
+                e(&BadFormat),
+                e(&UnknownCommand),
+            ]),
+        ),
+        deviation(
+            case(
+                "ma: quiet hides the HD of an item it created",
+                b"",
+                b"ma n N0 q\r\nmg n v\r\n",
+                vec![cmd(b"ma n N0 q\r\n"), cmd(b"mg n v\r\n")],
+                meta_reply(b"mg n v\r\n", MetaStatus::Va, none, b"0"),
+            ),
+            &cat(&[b"HD\r\n", &meta_reply(b"mg n v\r\n", MetaStatus::Va, none, b"0")]),
         ),
     ];
     v.extend(malformed_storage_lines());
