@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use crate::agent::index::Entry;
 use crate::carrier::peer::{Request, Response};
 use crate::member::whole::{self, Piece, SlotWrite};
-use crate::node::{bump, lock, Node};
+use crate::node::{bump, lock, Commits, Node};
 use crate::record::{self, Kind, WholeAt};
 
 /// Test-only: switches off the check of what a repair plan rebuilt of a whole value
@@ -145,8 +145,11 @@ const CUT_WAIT: Duration = Duration::from_millis(2);
 /// it found no consistent cut.
 const PAGE_TRIES: usize = 50;
 /// How long after a kept delta arrived its home must still answer heartbeats (as the same
-/// process) before the delta is dropped by time (`Node::release_kept_deltas`).
-const KEPT_FOR: Duration = Duration::from_secs(2);
+/// process) before the delta is dropped by time (`Node::release_kept_deltas`). Deltas go when
+/// their home says every position applied them (within about a second); this bounds what a
+/// position keeps when that word never comes (a delta one position still misses is in its
+/// home's queue meanwhile).
+const KEPT_FOR: Duration = Duration::from_secs(30);
 /// Bytes of deltas a home keeps queued for parity positions that are down: past them, it
 /// writes split while a member of the stripe is down (a node down for long must not make the
 /// queue grow without bound; a split write leaves holes, filled from the stripe).
@@ -980,23 +983,42 @@ impl Node {
     /// deltas every position applied, for the pages whose count moved since the last call:
     /// one `Commit` per parity node. A delta carries that count too, but only for its own
     /// page, so without this the last deltas of a page not written again would be kept until
-    /// dropped by time (`release_kept_deltas`).
+    /// dropped by time (`release_kept_deltas`). What a position did not acknowledge (or a
+    /// position down) is told again in the next round.
     pub fn announce_commits(&self) {
         self.collect_commits();
         let per_node = std::mem::take(&mut *lock(&self.whole_commits));
-        let calls = per_node
-            .into_iter()
-            .filter(|(node, pages)| !pages.is_empty() && self.is_up(*node))
-            .map(|(node, pages)| {
-                let pages = pages
-                    .into_iter()
-                    .map(|((t, i, q, d), c)| (t, i, q, d, c))
-                    .collect();
-                (node, Request::Commit(pages))
-            })
-            .collect();
-        // Best effort: a position not told drops them by time.
-        let _ = self.call(calls);
+        let mut told = Vec::new();
+        let mut calls = Vec::new();
+        let mut back = Commits::new();
+        for (node, pages) in per_node {
+            if pages.is_empty() {
+                continue;
+            }
+            // A position down is told once it is back (a new process keeps nothing: harmless).
+            if !self.is_up(node) {
+                back.insert(node, pages);
+                continue;
+            }
+            let list = pages.iter().map(|(&(t, i, q, d), &c)| (t, i, q, d, c));
+            calls.push((node, Request::Commit(list.collect())));
+            told.push((node, pages));
+        }
+        let answers = self.call(calls);
+        for ((node, pages), answer) in told.into_iter().zip(answers) {
+            if !matches!(answer, Ok(Response::Ack)) {
+                back.insert(node, pages);
+            }
+        }
+        // Not told: told in the next round, with what moved meanwhile (the larger count wins).
+        let mut commits = lock(&self.whole_commits);
+        for (node, pages) in back {
+            let now = commits.entry(node).or_default();
+            for (page, committed) in pages {
+                let c = now.entry(page).or_insert(committed);
+                *c = (*c).max(committed);
+            }
+        }
     }
 
     /// Moves the pages whose deltas every position applied (`Slab::take_announced`) to the

@@ -733,6 +733,30 @@ fn a_delta_a_parity_position_missed_is_sent_again() {
     hub.clear();
 }
 
+/// A parity position keeps each delta until its home says every position applied it; a
+/// `Commit` the position did not acknowledge (cut off from the home) is sent again in the next
+/// round, so the position lets the delta go then, not only after `KEPT_FOR`.
+#[test]
+fn a_commit_a_parity_position_missed_is_told_again() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "c", 1).remove(0);
+    stored(set(&nodes[0], &key, &[1; 500]));
+    let kept = |node: usize| lock(&nodes[node].store).kept().0;
+    assert_eq!(
+        (kept(2), kept(3)),
+        (1, 1),
+        "both parity positions keep the delta"
+    );
+    hub.cut(0, 3);
+    nodes[0].announce_commits();
+    assert_eq!((kept(2), kept(3)), (0, 1), "node 3 was not told");
+    hub.heal();
+    rounds(&nodes);
+    nodes[0].announce_commits();
+    assert_eq!(kept(3), 0, "told in the next round");
+    hub.clear();
+}
+
 /// A parity page that missed a delta its home never sent again (the home's queue lost, as when
 /// it dies) and then applied a later one is gapped: it agrees with no data page and is left out
 /// of repairs. The member rebuilds it while it runs, from a consistent cut of the others: it
