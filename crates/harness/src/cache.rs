@@ -44,7 +44,8 @@ pub struct CacheOptions {
     /// Worker threads per node for the requests a loop hands over (incr/append/ma of coded
     /// values, a gat of a coded value or of several keys, meta sets and deletes with I, a key
     /// locked by a write in flight, anything out of the ordinary), and as many for peers'
-    /// requests that may wait.
+    /// requests that may wait; each started when a request finds none free, ended after 10 s
+    /// without one.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
     /// The code: rs:K,M or lrc:K,L,R.

@@ -13,7 +13,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mio::net::TcpStream;
@@ -23,6 +23,8 @@ use proto::{
     StoreMode,
 };
 
+mod pool;
+
 use crate::agent::{
     LoopGatStart, LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite,
     LoopWriteStart, Modify, StoreIf, PLAN_STEP,
@@ -31,6 +33,7 @@ use crate::carrier::peer::{self, AgentOp, AgentResult, ArithMeta, Attempt, Once}
 use crate::node::{ExecMode, Node, RecoveryState};
 use crate::semantics::Decision;
 use crate::time;
+use pool::Pool;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
 use crate::carrier::lane::LaneTransport;
@@ -250,8 +253,8 @@ impl Loops {
 /// How a loop hands a request it cannot run itself to the node's workers (shared by the loops):
 /// the reply comes back to the loop's own mailbox.
 struct Handoff {
-    jobs: mpsc::Sender<Job>,
-    peer_jobs: mpsc::Sender<(PeerJob, Arc<Mailbox>)>,
+    jobs: Arc<Pool<Job>>,
+    peer_jobs: Arc<Pool<(PeerJob, Arc<Mailbox>)>>,
     home: Arc<Mailbox>,
     /// Counts the requests handed over (`worker_jobs`, `peer_worker_jobs`).
     node: Arc<Node>,
@@ -262,7 +265,7 @@ impl Handoff {
     fn client(&self, token: Token, work: Work) {
         bump(&self.node.counters.worker_jobs);
         let home = Arc::clone(&self.home);
-        let _ = self.jobs.send(Job { token, work, home });
+        self.jobs.submit(Job { token, work, home });
     }
 
     /// A peer's request that may wait, for a peer worker.
@@ -273,7 +276,7 @@ impl Handoff {
             request,
             tried_here,
         };
-        let _ = self.peer_jobs.send((job, Arc::clone(&self.home)));
+        self.peer_jobs.submit((job, Arc::clone(&self.home)));
     }
 }
 
@@ -1669,9 +1672,10 @@ struct EventLoop {
 }
 
 /// Runs the node's event loops (`prepared`, `-t` of them) (client connections, the peer port, the requests
-/// they run to completion) until one fails, with `cfg.workers` client workers and as many peer
-/// workers shared by the loops for the requests that may wait. The threads are the loops, the
-/// workers, and the caller's (which waits here): none per connection or peer.
+/// they run to completion) until one fails, with up to `cfg.workers` client workers and as
+/// many peer workers shared by the loops for the requests that may wait (started when a request
+/// finds none free, ended after [`pool::IDLE_FOR`] without one). The threads are the loops,
+/// the workers running now, and the caller's (which waits here): none per connection or peer.
 pub fn serve(
     node: Arc<Node>,
     listener: TcpListener,
@@ -1689,58 +1693,38 @@ pub fn serve(
     let workers = cfg.workers.max(1);
     let counts = Arc::new(ConnCounts::default());
     counts.threads.store(loops as u64, Ordering::Relaxed);
-    let (job_tx, job_rx) = mpsc::channel::<Job>();
-    let job_rx = Arc::new(Mutex::new(job_rx));
-    for i in 0..workers {
-        let (node, rx, counts, limits) = (
-            Arc::clone(&node),
-            Arc::clone(&job_rx),
-            Arc::clone(&counts),
-            cfg.limits,
-        );
-        std::thread::Builder::new()
-            .name(format!("worker-{i}"))
-            .spawn(move || loop {
-                let job = {
-                    let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                    rx.recv()
-                };
-                let Ok(job) = job else { return };
-                let mut out = Vec::new();
-                let close = match job.work {
-                    Work::Command(command, once) => execute(
-                        &node,
-                        &counts,
-                        &limits,
-                        command.as_command(),
-                        once,
-                        &mut out,
-                    ),
-                    Work::Flip(line) => {
-                        flip(&node, &line, &mut out);
-                        false
-                    }
-                    Work::Unlink { key, reply } => {
-                        unlink(&node, &key, reply, &mut out);
-                        false
-                    }
-                };
-                let token = job.token;
-                job.home.post(Mail::Reply { token, out, close });
-            })?;
-    }
-    let (peer_job_tx, peer_job_rx) = mpsc::channel::<(PeerJob, Arc<Mailbox>)>();
-    let peer_job_rx = Arc::new(Mutex::new(peer_job_rx));
-    for i in 0..workers {
-        let (node, rx) = (Arc::clone(&node), Arc::clone(&peer_job_rx));
-        std::thread::Builder::new()
-            .name(format!("peer-worker-{i}"))
-            .spawn(move || loop {
-                let job = {
-                    let rx = rx.lock().unwrap_or_else(|p| p.into_inner());
-                    rx.recv()
-                };
-                let Ok((job, home)) = job else { return };
+    let jobs = {
+        let (node, counts, limits) = (Arc::clone(&node), Arc::clone(&counts), cfg.limits);
+        Pool::new("worker", workers, move |job: Job| {
+            let mut out = Vec::new();
+            let close = match job.work {
+                Work::Command(command, once) => execute(
+                    &node,
+                    &counts,
+                    &limits,
+                    command.as_command(),
+                    once,
+                    &mut out,
+                ),
+                Work::Flip(line) => {
+                    flip(&node, &line, &mut out);
+                    false
+                }
+                Work::Unlink { key, reply } => {
+                    unlink(&node, &key, reply, &mut out);
+                    false
+                }
+            };
+            let token = job.token;
+            job.home.post(Mail::Reply { token, out, close });
+        })
+    };
+    let peer_jobs = {
+        let node = Arc::clone(&node);
+        Pool::new(
+            "peer-worker",
+            workers,
+            move |(job, home): (PeerJob, Arc<Mailbox>)| {
                 let token = job.token;
                 let out = crate::member::conn::run_job(&node, job);
                 home.post(Mail::Reply {
@@ -1748,8 +1732,9 @@ pub fn serve(
                     out,
                     close: false,
                 });
-            })?;
-    }
+            },
+        )
+    };
     listener.set_nonblocking(true)?;
     peers.set_nonblocking(true)?;
     let mut acceptor = Some(Acceptor {
@@ -1765,8 +1750,8 @@ pub fn serve(
             poll,
             mail,
             hand: Handoff {
-                jobs: job_tx.clone(),
-                peer_jobs: peer_job_tx.clone(),
+                jobs: Arc::clone(&jobs),
+                peer_jobs: Arc::clone(&peer_jobs),
                 home,
                 node: Arc::clone(&node),
             },
