@@ -467,20 +467,8 @@ impl Node {
             let exptime = ttl.unwrap_or_else(|| time::absolute_exptime(exptime, now));
             let digits = initial.to_string().into_bytes();
             let set = StoreIf::SET;
-            return match self.loop_write_locked(guard, stripe, key, set, 0, exptime, &digits, id) {
-                LoopWriteStart::Send(mut w) => {
-                    w.number = Some((incr, initial));
-                    LoopModifyStart::Send(w)
-                }
-                LoopWriteStart::Stored(cas) => LoopModifyStart::Stored {
-                    cas,
-                    number: Some((incr, initial)),
-                    exptime,
-                },
-                LoopWriteStart::Worker
-                | LoopWriteStart::Refused(_)
-                | LoopWriteStart::Forward(_) => LoopModifyStart::Worker,
-            };
+            let start = self.loop_write_locked(guard, stripe, key, set, 0, exptime, &digits, id);
+            return modify_started(start, Some((incr, initial)), StoreMode::Set, exptime);
         };
         if let Modify::Arith { meta, .. } = m {
             if meta.compare_cas.is_some_and(|c| c != e.cas()) {
@@ -522,22 +510,8 @@ impl Node {
             }
         };
         let set = StoreIf::SET;
-        match self.loop_write_locked(guard, stripe, key, set, e.flags, exptime, &value, id) {
-            LoopWriteStart::Send(mut w) => {
-                w.number = number;
-                w.mode = mode;
-                LoopModifyStart::Send(w)
-            }
-            LoopWriteStart::Stored(cas) => LoopModifyStart::Stored {
-                cas,
-                number,
-                exptime,
-            },
-            // Nothing was stored.
-            LoopWriteStart::Worker | LoopWriteStart::Refused(_) | LoopWriteStart::Forward(_) => {
-                LoopModifyStart::Worker
-            }
-        }
+        let start = self.loop_write_locked(guard, stripe, key, set, e.flags, exptime, &value, id);
+        modify_started(start, number, mode, exptime)
     }
 
     /// Whether a record of the write has left for a member (this node's own store included):
@@ -670,6 +644,32 @@ impl Node {
             if let Some(o) = w.old {
                 ix.adopt(&w.key, o);
             }
+        }
+    }
+}
+
+/// A [`Modify`]'s write as it started: its records to send (with the number an arithmetic
+/// answers and the command's mode), stored on this node alone, or nothing stored (a worker
+/// runs the request).
+fn modify_started(
+    start: LoopWriteStart,
+    number: Option<(bool, u64)>,
+    mode: StoreMode,
+    exptime: i64,
+) -> LoopModifyStart {
+    match start {
+        LoopWriteStart::Send(mut w) => {
+            w.number = number;
+            w.mode = mode;
+            LoopModifyStart::Send(w)
+        }
+        LoopWriteStart::Stored(cas) => LoopModifyStart::Stored {
+            cas,
+            number,
+            exptime,
+        },
+        LoopWriteStart::Worker | LoopWriteStart::Refused(_) | LoopWriteStart::Forward(_) => {
+            LoopModifyStart::Worker
         }
     }
 }

@@ -1450,32 +1450,15 @@ fn start_peer_request(
                 delta: *delta,
                 meta: *meta,
             };
-            let answer = |r: AgentResult| {
-                let res = peer::Response::Agent(r);
-                Some(crate::member::conn::frame_reply(node, &res))
-            };
-            match node.loop_modify_start(key, m, once.id) {
-                LoopModifyStart::Missing => return answer(AgentResult::NotFound),
-                LoopModifyStart::Exists => return answer(AgentResult::Exists),
-                LoopModifyStart::NonNumeric => return answer(AgentResult::NonNumeric),
-                LoopModifyStart::Stored {
-                    cas,
-                    number,
-                    exptime,
-                } => {
-                    bump(&c.loop_writes);
-                    let number = number.map_or(0, |(_, n)| n);
-                    return answer(AgentResult::Number {
-                        number,
-                        cas,
-                        exptime,
-                    });
+            // A request forwarded here is not forwarded again: a worker runs it.
+            let start = node.loop_modify_start(key, m, once.id);
+            match arith_next(node, start, key, ReplyTo::Peer, || None) {
+                ArithNext::Answer(r) => {
+                    let res = peer::Response::Agent(r);
+                    return Some(crate::member::conn::frame_reply(node, &res));
                 }
-                LoopModifyStart::Send(write) => Some(LoopOp::Write {
-                    write,
-                    to: ReplyTo::Peer,
-                }),
-                LoopModifyStart::Worker | LoopModifyStart::Forward(_) => None,
+                ArithNext::Loop(op) => Some(op),
+                ArithNext::Worker => None,
             }
         }
         peer::Request::Agent(AgentOp::Store {
@@ -2419,45 +2402,23 @@ fn service(
                             };
                             let id = node.next_request_id();
                             let once = Once::first(id);
-                            let answer = |r: AgentResult, out: &mut Vec<u8>| {
-                                arith_reply(node, incr, &r, *noreply, out);
-                                Next::Done
+                            let forward = || {
+                                Some(AgentOp::Arith {
+                                    incr,
+                                    key: key.to_vec(),
+                                    delta: *delta,
+                                    once,
+                                    meta: ArithMeta::default(),
+                                })
                             };
-                            match node.loop_modify_start(key, m, id) {
-                                LoopModifyStart::Worker => Next::Worker(once),
-                                LoopModifyStart::Missing => {
-                                    answer(AgentResult::NotFound, &mut c.out)
+                            let start = node.loop_modify_start(key, m, id);
+                            match arith_next(node, start, key, to, forward) {
+                                ArithNext::Answer(r) => {
+                                    arith_reply(node, incr, &r, *noreply, &mut c.out);
+                                    Next::Done
                                 }
-                                LoopModifyStart::NonNumeric => {
-                                    answer(AgentResult::NonNumeric, &mut c.out)
-                                }
-                                // Only `ma` compares a CAS value.
-                                LoopModifyStart::Exists => Next::Worker(once),
-                                LoopModifyStart::Stored { cas, number, .. } => {
-                                    bump(&node.counters.loop_writes);
-                                    let number = number.map_or(0, |(_, n)| n);
-                                    let r = AgentResult::Number {
-                                        number,
-                                        cas,
-                                        exptime: 0,
-                                    };
-                                    answer(r, &mut c.out)
-                                }
-                                LoopModifyStart::Send(write) => {
-                                    let op = LoopOp::Write { write, to };
-                                    Next::Loop(op, once)
-                                }
-                                LoopModifyStart::Forward(agent) => {
-                                    let arith = AgentOp::Arith {
-                                        incr,
-                                        key: key.to_vec(),
-                                        delta: *delta,
-                                        once,
-                                        meta: ArithMeta::default(),
-                                    };
-                                    let op = LoopOp::forward(agent, key, arith, to);
-                                    Next::Loop(op, once)
-                                }
+                                ArithNext::Loop(op) => Next::Loop(op, once),
+                                ArithNext::Worker => Next::Worker(once),
                             }
                         }
                         Command::Store(st) if !ops.links.is_empty() => {
@@ -2614,46 +2575,16 @@ fn service(
                             let id = node.next_request_id();
                             let once = Once::first(id);
                             let (incr, delta, meta) = meta_arith_parts(m);
-                            let answer = |r: AgentResult, out: &mut Vec<u8>| {
-                                meta_arith_reply(node, m, &r, out);
-                                Next::Done
-                            };
                             let modify = Modify::Arith { incr, delta, meta };
-                            match node.loop_modify_start(&key, modify, id) {
-                                LoopModifyStart::Worker => Next::Worker(once),
-                                LoopModifyStart::Missing => {
-                                    answer(AgentResult::NotFound, &mut c.out)
+                            let start = node.loop_modify_start(&key, modify, id);
+                            let forward = || Some(meta_arith_op(m, key.to_vec(), once));
+                            match arith_next(node, start, &key, ReplyTo::Meta, forward) {
+                                ArithNext::Answer(r) => {
+                                    meta_arith_reply(node, m, &r, &mut c.out);
+                                    Next::Done
                                 }
-                                LoopModifyStart::Exists => answer(AgentResult::Exists, &mut c.out),
-                                LoopModifyStart::NonNumeric => {
-                                    answer(AgentResult::NonNumeric, &mut c.out)
-                                }
-                                LoopModifyStart::Stored {
-                                    cas,
-                                    number,
-                                    exptime,
-                                } => {
-                                    bump(&node.counters.loop_writes);
-                                    let number = number.map_or(0, |(_, n)| n);
-                                    let r = AgentResult::Number {
-                                        number,
-                                        cas,
-                                        exptime,
-                                    };
-                                    answer(r, &mut c.out)
-                                }
-                                LoopModifyStart::Send(write) => {
-                                    let op = LoopOp::Write {
-                                        write,
-                                        to: ReplyTo::Meta,
-                                    };
-                                    Next::Loop(op, once)
-                                }
-                                LoopModifyStart::Forward(agent) => {
-                                    let arith = meta_arith_op(m, key.to_vec(), once);
-                                    let op = LoopOp::forward(agent, &key, arith, ReplyTo::Meta);
-                                    Next::Loop(op, once)
-                                }
+                                ArithNext::Loop(op) => Next::Loop(op, once),
+                                ArithNext::Worker => Next::Worker(once),
                             }
                         }
                         Command::MetaDelete(m) if !ops.links.is_empty() && !m.flags.invalidate => {
@@ -2832,6 +2763,52 @@ fn meta_set_on_loop(ms: &proto::MetaSet<'_>) -> bool {
 /// Whether a storage mode changes the present value (`append`, `prepend`).
 fn concat_mode(mode: StoreMode) -> bool {
     matches!(mode, StoreMode::Append | StoreMode::Prepend)
+}
+
+/// What a loop does next with an arithmetic (`incr`, `decr`, `ma`) as it started.
+enum ArithNext {
+    /// Answered at once: stored on this node alone, or nothing to store.
+    Answer(AgentResult),
+    /// Its records are out, or it goes to the key's agent.
+    Loop(LoopOp),
+    /// A worker runs it.
+    Worker,
+}
+
+/// The next step of an arithmetic from its start on the loop (`to`: whom its loop op answers);
+/// `forward` makes the operation for the key's agent when another node leads the key (`None`:
+/// a worker runs it).
+fn arith_next(
+    node: &Node,
+    start: LoopModifyStart,
+    key: &[u8],
+    to: ReplyTo,
+    forward: impl FnOnce() -> Option<AgentOp>,
+) -> ArithNext {
+    match start {
+        LoopModifyStart::Worker => ArithNext::Worker,
+        LoopModifyStart::Missing => ArithNext::Answer(AgentResult::NotFound),
+        LoopModifyStart::Exists => ArithNext::Answer(AgentResult::Exists),
+        LoopModifyStart::NonNumeric => ArithNext::Answer(AgentResult::NonNumeric),
+        LoopModifyStart::Stored {
+            cas,
+            number,
+            exptime,
+        } => {
+            bump(&node.counters.loop_writes);
+            let number = number.map_or(0, |(_, n)| n);
+            ArithNext::Answer(AgentResult::Number {
+                number,
+                cas,
+                exptime,
+            })
+        }
+        LoopModifyStart::Send(write) => ArithNext::Loop(LoopOp::Write { write, to }),
+        LoopModifyStart::Forward(agent) => match forward() {
+            Some(op) => ArithNext::Loop(LoopOp::forward(agent, key, op, to)),
+            None => ArithNext::Worker,
+        },
+    }
 }
 
 /// An `append`'s or `prepend`'s start on the loop as a storage command's: a missing value is
