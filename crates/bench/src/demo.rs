@@ -137,7 +137,16 @@ enum Cmd {
 struct Seen {
     killed: Option<Instant>,
     restarted: Option<Instant>,
+    /// Every node up and every stripe whole in every view.
+    stripes_whole: Option<Instant>,
+    /// Values stored split since then, waiting to be written whole again by their homes
+    /// (the most any poll counted).
+    split_then: u64,
+    /// Recovered: every stripe whole and every value in its layout again (no value the layout
+    /// wants whole left split), or [`LAYOUT_WAIT`] after the stripes were whole.
     recovered: Option<Instant>,
+    /// Values still split when the demo stopped waiting for them.
+    split_left: u64,
     /// What the controller could not do (stop the demo): a kill or restart that failed, or
     /// its line that standard output no longer took.
     failure: Option<BenchError>,
@@ -149,6 +158,12 @@ struct Seen {
 
 /// What the controller and the phases have seen, taken back from a thread that panicked holding
 /// it (docs/design.md, "A poisoned lock is taken back"): every field is set whole.
+/// How long, once every stripe is whole again, the demo waits for the homes to write whole the
+/// values written split while the node was down before it measures the phase after recovery.
+const LAYOUT_WAIT: Duration = Duration::from_secs(30);
+/// A few of the nodes' background rounds (a second each), which count the values still split.
+const COUNT_ROUND: Duration = Duration::from_secs(3);
+
 fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
     seen.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -400,7 +415,10 @@ struct Report {
     t0: Instant,
     killed: Instant,
     restarted: Instant,
+    stripes_whole: Instant,
+    split_then: u64,
     recovered: Instant,
+    split_left: u64,
     statuses: Vec<(Instant, CacheStatus)>,
     recovery_bytes: u64,
     rss: u64,
@@ -639,11 +657,21 @@ fn demo(
             let p = recovering.expect("at least one slice");
             {
                 let g = lock(&seen);
-                let secs = g
-                    .recovered
-                    .zip(g.restarted)
-                    .map_or(0.0, |(r, s)| (r - s).as_secs_f64());
+                let since = |t: Option<Instant>| {
+                    t.zip(g.restarted)
+                        .map_or(0.0, |(t, s)| (t - s).as_secs_f64())
+                };
+                let secs = since(g.stripes_whole);
                 outln!("      node {kill} recovered {secs:.1} s after its restart")?;
+                if g.split_then > 0 {
+                    outln!(
+                        "      {} values written split while it was down were written whole \
+                         again by {:.1} s ({} left)",
+                        g.split_then,
+                        since(g.recovered),
+                        g.split_left
+                    )?;
+                }
             }
             report(&p)?;
             phases.push(p);
@@ -665,18 +693,26 @@ fn demo(
         result
     });
     let phases = phases?;
-    let (killed, restarted, recovered, statuses, recovery_bytes) = {
+    let (killed, restarted, (stripes_whole, split_then), recovered, split_left) = {
+        let g = lock(&seen);
+        (
+            g.killed,
+            g.restarted,
+            (g.stripes_whole, g.split_then),
+            g.recovered,
+            g.split_left,
+        )
+    };
+    let (killed, restarted, stripes_whole, recovered, statuses, recovery_bytes) = {
         let mut g = lock(&seen);
         let rb = g.statuses.last().map_or(0, |(_, s)| {
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
         });
         (
-            g.killed
-                .ok_or_else(|| failure!("the kill did not happen"))?,
-            g.restarted
-                .ok_or_else(|| failure!("the restart did not happen"))?,
-            g.recovered
-                .ok_or_else(|| failure!("recovery was not seen"))?,
+            killed.ok_or_else(|| failure!("the kill did not happen"))?,
+            restarted.ok_or_else(|| failure!("the restart did not happen"))?,
+            stripes_whole.ok_or_else(|| failure!("recovery was not seen"))?,
+            recovered.ok_or_else(|| failure!("recovery was not seen"))?,
             std::mem::take(&mut g.statuses),
             rb,
         )
@@ -721,7 +757,10 @@ fn demo(
         t0,
         killed,
         restarted,
+        stripes_whole,
+        split_then,
         recovered,
+        split_left,
         statuses,
         recovery_bytes,
         rss: 0,
@@ -762,6 +801,8 @@ fn controller(
 ) {
     let mut last_counts: Vec<u64> = vec![0; cache.addrs().len()];
     let mut restarting = false;
+    // Since when every poll found no value left split (once every stripe is whole).
+    let mut zero_since: Option<Instant> = None;
     let mut bar: Option<indicatif::ProgressBar> = None;
     let mut last_line = Instant::now();
     let poll = |cache: &InecCache, seen: &Mutex<Seen>, last: &mut Vec<u64>| {
@@ -833,7 +874,27 @@ fn controller(
             }
             if st.recovered() {
                 let mut g = lock(&seen);
-                g.recovered = Some(Instant::now());
+                let now = Instant::now();
+                let waiting = st.split_values_waiting();
+                if g.stripes_whole.is_none() {
+                    g.stripes_whole = Some(now);
+                }
+                let whole = g.stripes_whole.unwrap_or(now);
+                g.split_then = g.split_then.max(waiting);
+                // Then the values written split while the node was down, written whole again
+                // by their homes (the after phase measures the layout back as before). The
+                // stripes' agents count them once a second, and a stripe whose lease just
+                // moved back to its home reads 0 until the home's next count: none left is
+                // a count of 0 held for longer than that.
+                if waiting > 0 {
+                    zero_since = None;
+                }
+                let zero = *zero_since.get_or_insert(now);
+                if (waiting > 0 || now - zero < COUNT_ROUND) && now - whole < LAYOUT_WAIT {
+                    continue;
+                }
+                g.split_left = waiting;
+                g.recovered = Some(now);
                 missing.store(0, Ordering::Relaxed);
                 restarting = false;
                 if let Some(b) = bar.take() {
@@ -926,7 +987,8 @@ fn finish(
         undocumented,
         documented_n,
     } = r.tally();
-    let recovery_s = (r.recovered - r.restarted).as_secs_f64();
+    let recovery_s = (r.stripes_whole - r.restarted).as_secs_f64();
+    let layout_s = (r.recovered - r.restarted).as_secs_f64();
     let down_s = (r.restarted - r.killed).as_secs_f64();
     let live = records as f64 * value_bytes as f64;
     let per_byte = r.rss as f64 / live;
@@ -979,6 +1041,17 @@ fn finish(
                 "{recovery_s:.1} s, {} MB of records rebuilt",
                 format_args!("{:.1}", r.recovery_bytes as f64 / 1e6)
             ),
+        ])
+        .row([
+            "values written split meanwhile, written whole again (restart → none left)".to_string(),
+            match (r.split_then, r.split_left) {
+                (0, _) => "none split".to_string(),
+                (n, 0) => format!("{layout_s:.1} s, {n} values"),
+                (n, left) => format!(
+                    "{left} of {n} still split {} s after recovery",
+                    LAYOUT_WAIT.as_secs()
+                ),
+            },
         ])
         .row([
             "values verified at the end".to_string(),
@@ -1136,10 +1209,16 @@ fn write_report(
             label: format!("node {kill} restarted"),
         },
         Event {
-            t: secs_since(r.t0, r.recovered),
+            t: secs_since(r.t0, r.stripes_whole),
             label: "recovered".into(),
         },
     ];
+    if r.split_then > 0 {
+        tl.events.push(Event {
+            t: secs_since(r.t0, r.recovered),
+            label: "values whole again".into(),
+        });
+    }
     tl.bands = vec![
         TimelineBand {
             from: secs_since(r.t0, r.killed),
@@ -1231,7 +1310,10 @@ fn write_report(
         })).collect::<Vec<_>>(),
         "load": load::ycsb::summary(&r.load),
         "verify": load::ycsb::summary(&r.verify),
-        "recovery_s": (r.recovered - r.restarted).as_secs_f64(),
+        "recovery_s": (r.stripes_whole - r.restarted).as_secs_f64(),
+        "split_values_after_recovery": r.split_then,
+        "split_values_left": r.split_left,
+        "layout_back_s": (r.recovered - r.restarted).as_secs_f64(),
         "down_s": (r.restarted - r.killed).as_secs_f64(),
         "resident_bytes": r.rss,
     });

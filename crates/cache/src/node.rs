@@ -192,6 +192,10 @@ pub struct Counters {
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,
+    /// A gauge, set by each background round: values of the stripes this node leads that the
+    /// layout wants whole but are stored split, waiting for their home's rewrite
+    /// (`agent::rewhole`).
+    pub whole_split_values: AtomicU64,
     /// Requests an event loop handed to a worker: a client's (`worker_jobs`) and a peer's
     /// (`peer_worker_jobs`), as they may wait (docs/cache.md, "Operating it").
     pub worker_jobs: AtomicU64,

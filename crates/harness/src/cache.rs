@@ -1043,6 +1043,17 @@ impl CacheStatus {
         })
     }
 
+    /// Values stored split that their homes will write whole again (`whole_split_values`,
+    /// summed over the nodes that answered): what stores values whole keeps some split while a
+    /// member of their stripe is down, and its homes rewrite them once every member is back.
+    pub fn split_values_waiting(&self) -> u64 {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.stats.get("whole_split_values"))
+            .filter_map(|v| v.parse::<u64>().ok())
+            .sum()
+    }
+
     /// Stripes per state, e.g. `[("degraded", 3), ("whole", 6)]`.
     pub fn stripe_counts(&self) -> Vec<(String, usize)> {
         let mut m: BTreeMap<String, usize> = BTreeMap::new();
@@ -1070,8 +1081,12 @@ impl CacheStatus {
             .map(|(s, c)| format!("{c} {s}"))
             .collect();
         let (d, t) = self.recovery_progress();
+        let split = match self.split_values_waiting() {
+            0 => String::new(),
+            n => format!("; {n} split values to write whole again"),
+        };
         format!(
-            "nodes {}; stripes {}; recovery {d}/{t} keys",
+            "nodes {}; stripes {}; recovery {d}/{t} keys{split}",
             nodes.join(" "),
             stripes.join(", ")
         )

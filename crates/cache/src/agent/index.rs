@@ -569,19 +569,24 @@ impl StripeIndex {
             .collect()
     }
 
-    /// Up to `max` values stored split (coded or replicated) that `whole` accepts (given the
-    /// key's and the value's length): the key and version of each.
+    /// The values stored split (coded or replicated) that `whole` accepts (given the key's and
+    /// the value's length): how many there are, and the key and version of up to `max` of them.
     pub fn split_values(
         &self,
         whole: impl Fn(usize, u64) -> bool,
         max: usize,
-    ) -> Vec<(Vec<u8>, u64)> {
-        self.entries
-            .iter()
-            .filter(|(k, e)| e.kind != Kind::Whole && whole(k.bytes().len(), e.value_bytes))
-            .take(max)
-            .map(|(k, e)| (k.bytes().to_vec(), e.version))
-            .collect()
+    ) -> (usize, Vec<(Vec<u8>, u64)>) {
+        let mut some = Vec::new();
+        let mut count = 0;
+        for (k, e) in self.entries.iter() {
+            if e.kind != Kind::Whole && whole(k.bytes().len(), e.value_bytes) {
+                count += 1;
+                if some.len() < max {
+                    some.push((k.bytes().to_vec(), e.version));
+                }
+            }
+        }
+        (count, some)
     }
 
     /// Holes of every entry, counted per position.

@@ -52,41 +52,51 @@ enum Rewhole {
 impl Node {
     /// Writes whole again, at most `budget_bytes` of them, the values of the stripes this node
     /// is the home of that are stored split though the layout wants them whole. Returns the
-    /// bytes written.
+    /// bytes written; sets `whole_split_values` to those left in the stripes this node leads.
     pub fn rewhole(&self, budget_bytes: u64) -> u64 {
         if self.cfg.layout == Layout::Split {
             return 0;
         }
         let started = Instant::now();
         let mut todo: Vec<(usize, Vec<u8>, u64)> = Vec::new();
+        // Those the layout wants whole and a slab page holds (none when this node holds more
+        // than one position of its stripes: no whole value then).
+        let layout_whole = self.placement.slots_of(self.cfg.id) == self.n();
+        let fits = |key_len: usize, bytes: u64| {
+            layout_whole
+                && self.whole_wanted(bytes as usize)
+                && record::OVERHEAD_BYTES + key_len + bytes as usize <= self.cfg.page_bytes
+        };
+        let mut waiting = 0;
         for s in 0..self.cfg.node_count {
-            if self.placement.node_of(s, 0) != self.cfg.id
-                || !self.leads(s)
-                || self.down_positions(s) != 0
-                || self.pages_lost.load(Ordering::Relaxed)
-            {
+            if !self.leads(s) {
                 continue;
             }
-            // An index made before a lapse of the lease may miss writes another agent made:
-            // it is made again from the records, as an operation would.
-            self.drop_stale_index(s);
-            if self.ensure_index(s).is_some() {
-                continue;
+            // Written whole again by their home while every member is up and its pages are
+            // whole; counted by the stripe's agent (the home, or a node standing in for it)
+            // from the index it holds.
+            let now = self.placement.node_of(s, 0) == self.cfg.id
+                && self.down_positions(s) == 0
+                && !self.pages_lost.load(Ordering::Relaxed);
+            if now {
+                // An index made before a lapse of the lease may miss writes another agent
+                // made: it is made again from the records, as an operation would.
+                self.drop_stale_index(s);
+                if self.ensure_index(s).is_some() {
+                    continue;
+                }
             }
-            // Those the layout wants whole and a slab page holds.
-            let fits = |key_len: usize, bytes: u64| {
-                self.whole_wanted(bytes as usize)
-                    && record::OVERHEAD_BYTES + key_len + bytes as usize <= self.cfg.page_bytes
-            };
             if let Some(ix) = lock(&self.stripes[s]).as_ref() {
-                let split = ix.split_values(fits, PER_ROUND);
-                todo.extend(split.into_iter().map(|(key, version)| (s, key, version)));
+                let (count, some) = ix.split_values(fits, if now { PER_ROUND } else { 0 });
+                waiting += count as u64;
+                todo.extend(some.into_iter().map(|(key, version)| (s, key, version)));
             }
         }
         // The lanes take the values in turn until the list, the budget or the round's time
         // runs out.
         let next = AtomicUsize::new(0);
         let done = AtomicU64::new(0);
+        let rewritten = AtomicU64::new(0);
         let lane = || loop {
             if done.load(Ordering::Relaxed) >= budget_bytes || started.elapsed() >= ROUND_TIME {
                 return;
@@ -97,6 +107,7 @@ impl Node {
             match self.rewhole_value(*s, key, *version) {
                 Rewhole::Done(bytes) => {
                     done.fetch_add(bytes, Ordering::Relaxed);
+                    rewritten.fetch_add(1, Ordering::Relaxed);
                 }
                 Rewhole::Skipped(why) => log::debug!(
                     "stripe {s}: {} v{version} not written whole again: {why}",
@@ -113,6 +124,10 @@ impl Node {
                 }
             }),
         }
+        let left = waiting.saturating_sub(rewritten.into_inner());
+        self.counters
+            .whole_split_values
+            .store(left, Ordering::Relaxed);
         done.into_inner()
     }
 

@@ -947,8 +947,10 @@ fn split_values_are_written_whole_again_at_their_home_with_their_cas_value() {
         other => panic!("{other:?}"),
     };
     let cas: Vec<u64> = (0..keys.len()).map(|i| cas_of(&nodes[1], i)).collect();
-    // Not while a member is down.
+    // Not while a member is down; counted as waiting all the same.
     assert_eq!(nodes[0].rewhole(u64::MAX), 0);
+    let waiting = |node: &Node| node.counters.whole_split_values.load(Ordering::Relaxed);
+    assert_eq!(waiting(&nodes[0]), split.len() as u64);
     hub.heal();
     rounds(&nodes);
     nodes[0].redeliver_deltas();
@@ -963,7 +965,9 @@ fn split_values_are_written_whole_again_at_their_home_with_their_cas_value() {
         .iter()
         .all(|&k| k == Kind::Whole));
     // Nothing is left to do.
+    assert_eq!(waiting(&nodes[0]), 0);
     assert_eq!(nodes[0].rewhole(u64::MAX), 0);
+    assert_eq!(waiting(&nodes[0]), 0);
     for (i, key) in keys.iter().enumerate() {
         for reader in &nodes {
             expect_value(get(reader, key), &value_of(i + 1, 0), "written whole again");
