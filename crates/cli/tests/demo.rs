@@ -115,6 +115,12 @@ fn quick_demo_completes_with_no_wrong_value_and_a_report() {
         .map(|p| p["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["before", "node down", "recovering", "after"]);
+    // The phase after recovery began with every value back in its layout: the values written
+    // split while node 3 was down were written whole again first.
+    assert!(json["split_values_after_recovery"].is_u64(), "{json}");
+    assert_eq!(json["split_values_left"], 0, "{json}");
+    let secs = |k: &str| json[k].as_f64().unwrap_or_else(|| panic!("{k}: {json}"));
+    assert!(secs("layout_back_s") >= secs("recovery_s"), "{json}");
     for p in json["phases"].as_array().unwrap() {
         assert_eq!(p["summary"]["wrong"], 0, "{p}");
     }
