@@ -156,14 +156,14 @@ struct Seen {
     degraded_total: u64,
 }
 
-/// What the controller and the phases have seen, taken back from a thread that panicked holding
-/// it (docs/design.md, "A poisoned lock is taken back"): every field is set whole.
 /// How long, once every stripe is whole again, the demo waits for the homes to write whole the
 /// values written split while the node was down before it measures the phase after recovery.
 const LAYOUT_WAIT: Duration = Duration::from_secs(30);
 /// A few of the nodes' background rounds (a second each), which count the values still split.
 const COUNT_ROUND: Duration = Duration::from_secs(3);
 
+/// What the controller and the phases have seen, taken back from a thread that panicked holding
+/// it (docs/design.md, "A poisoned lock is taken back"): every field is set whole.
 fn lock(seen: &Mutex<Seen>) -> MutexGuard<'_, Seen> {
     seen.lock().unwrap_or_else(PoisonError::into_inner)
 }
@@ -693,29 +693,27 @@ fn demo(
         result
     });
     let phases = phases?;
-    let (killed, restarted, (stripes_whole, split_then), recovered, split_left) = {
-        let g = lock(&seen);
-        (
-            g.killed,
-            g.restarted,
-            (g.stripes_whole, g.split_then),
-            g.recovered,
-            g.split_left,
-        )
-    };
     let (killed, restarted, stripes_whole, recovered, statuses, recovery_bytes) = {
         let mut g = lock(&seen);
         let rb = g.statuses.last().map_or(0, |(_, s)| {
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
         });
         (
-            killed.ok_or_else(|| failure!("the kill did not happen"))?,
-            restarted.ok_or_else(|| failure!("the restart did not happen"))?,
-            stripes_whole.ok_or_else(|| failure!("recovery was not seen"))?,
-            recovered.ok_or_else(|| failure!("recovery was not seen"))?,
+            g.killed
+                .ok_or_else(|| failure!("the kill did not happen"))?,
+            g.restarted
+                .ok_or_else(|| failure!("the restart did not happen"))?,
+            g.stripes_whole
+                .ok_or_else(|| failure!("recovery was not seen"))?,
+            g.recovered
+                .ok_or_else(|| failure!("recovery was not seen"))?,
             std::mem::take(&mut g.statuses),
             rb,
         )
+    };
+    let (split_then, split_left) = {
+        let g = lock(&seen);
+        (g.split_then, g.split_left)
     };
 
     // ---- 7. verify ----

@@ -276,6 +276,12 @@ fn status(dir: &std::path::Path) -> Result<()> {
                 n.recovery_keys_done, n.recovery_keys_total, n.recovery_bytes
             ),
         };
+        // Values this node leads that wait to be written whole again by their home.
+        let rec = match stat("whole_split_values") {
+            Some(w) if w > 0 && rec.is_empty() => format!("{w} split values to write whole"),
+            Some(w) if w > 0 => format!("{rec}; {w} split values to write whole"),
+            _ => rec,
+        };
         let (client, peer) = (m.client.to_string(), m.peer.to_string());
         let health = n.health.name();
         outln!(

@@ -1044,8 +1044,8 @@ impl CacheStatus {
     }
 
     /// Values stored split that their homes will write whole again (`whole_split_values`,
-    /// summed over the nodes that answered): what stores values whole keeps some split while a
-    /// member of their stripe is down, and its homes rewrite them once every member is back.
+    /// summed over the nodes that answered): with `--layout whole` or `auto`, writes made while
+    /// a member of their stripe is down go split, and the homes rewrite them once it is back.
     pub fn split_values_waiting(&self) -> u64 {
         self.nodes
             .iter()
