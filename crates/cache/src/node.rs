@@ -14,12 +14,14 @@ use codes::{Code, Codec};
 use graph::Scheme;
 
 use crate::agent::index::StripeIndex;
+use crate::agent::keylock::KeyLocks;
 use crate::agent::whole::{Layout, WholeRepair};
+use crate::carrier::calls::CallPost;
 use crate::carrier::peer::{PeerError, PeerTransport, Request, Response};
 use crate::carrier::plans::PlanExec;
 use crate::cluster::coord::{Coordinator, Leadership};
 use crate::cluster::lease::{self, PeerLease};
-use crate::cluster::placement::{fnv1a_64, Placement};
+use crate::cluster::placement::Placement;
 use crate::member::store::ChunkStore;
 use crate::time;
 
@@ -200,6 +202,9 @@ pub struct Counters {
     /// (`peer_worker_jobs`), as they may wait (docs/cache.md, "Operating it").
     pub worker_jobs: AtomicU64,
     pub peer_worker_jobs: AtomicU64,
+    /// Client requests an event loop held back, unread, until their key's lock was freed (a
+    /// write of the key in flight), rather than hand them to a worker (`agent::keylock`).
+    pub key_lock_waits: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.
     pub whole_deltas_superseded: AtomicU64,
@@ -294,13 +299,7 @@ pub enum RecoveryState {
     Done,
 }
 
-pub(crate) const KEY_LOCKS: usize = 1024;
-
-/// Which of the agent's key locks `key` takes: operations on keys that share one run one at
-/// a time.
-pub fn key_lock_index(key: &[u8]) -> usize {
-    (fnv1a_64(key) >> 20) as usize % KEY_LOCKS
-}
+pub use crate::agent::keylock::key_lock_index;
 
 /// Records fetched for a read: the good ones' (position, data), and the failed positions with
 /// whether the failure was a bad CRC.
@@ -324,6 +323,9 @@ pub struct NodeParts {
     /// Leadership from a coordinator (`--coordinator`) instead of the heartbeats' majority
     /// lease (`cluster::coord`).
     pub coordinator: Option<Box<dyn Coordinator>>,
+    /// The node's event loops, woken when a key lock one of them waits for is freed (none
+    /// for a node without loops).
+    pub loops: Vec<Arc<dyn CallPost>>,
 }
 
 #[derive(Debug)]
@@ -341,8 +343,9 @@ pub struct Node {
     /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
     /// this node does not lead the stripe even if its view says so.
     pub(crate) yielded: Vec<Mutex<Option<usize>>>,
-    /// Shared so that a client loop can hold one across a write's replies (`loop_write`).
-    pub(crate) key_locks: Vec<Arc<parking_lot::Mutex<()>>>,
+    /// A client loop holds one across a write's replies (`loop_write`), and waits for one
+    /// without blocking (`agent::keylock`).
+    pub(crate) key_locks: KeyLocks,
     pub(crate) peers: Mutex<Peers>,
     /// Per stripe, its distinct member nodes in position order (the lease's electorate; the
     /// placement is static).
@@ -398,6 +401,7 @@ impl Node {
                 store: Arc::new(Mutex::new(ChunkStore::new())),
                 plans: None,
                 coordinator: None,
+                loops: Vec::new(),
             },
         )
     }
@@ -452,9 +456,7 @@ impl Node {
             store: parts.store,
             stripes,
             yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
-            key_locks: (0..KEY_LOCKS)
-                .map(|_| Arc::new(parking_lot::Mutex::new(())))
-                .collect(),
+            key_locks: KeyLocks::new(parts.loops),
             peers: Mutex::new(peers),
             ready: AtomicBool::new(!recover),
             recovery: Mutex::new(if recover {

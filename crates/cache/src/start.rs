@@ -176,6 +176,7 @@ impl Server {
                 store,
                 plans,
                 coordinator,
+                loops: loops.posts(),
             },
         ));
         node.start_background();
@@ -190,6 +191,12 @@ impl Server {
             workers: config.workers,
             plans_not_installed,
         })
+    }
+
+    /// The node it serves (for tests in this crate that look inside it).
+    #[cfg(test)]
+    pub(crate) fn node(&self) -> Arc<Node> {
+        Arc::clone(&self.node)
     }
 
     /// The address clients connect to.

@@ -16,7 +16,7 @@
 //! another node may have led the stripe meanwhile and adopted the records before they went:
 //! the delete is in doubt and answered so.
 
-use parking_lot::{ArcMutexGuard, RawMutex};
+use crate::agent::keylock::KeyGuard;
 
 use crate::agent::index::{Entry, StripeIndex};
 use crate::agent::loop_read::LoopValue;
@@ -71,7 +71,7 @@ pub struct LoopNotice {
     /// When the delete began: it is done if this node has led the stripe since without a
     /// break.
     started: std::time::Instant,
-    _key_guard: ArcMutexGuard<RawMutex, ()>,
+    _key_guard: KeyGuard,
 }
 
 impl std::fmt::Debug for LoopNotice {
@@ -233,7 +233,7 @@ impl Node {
                 _ => LoopNoticeStart::Worker,
             });
         }
-        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+        let Some(guard) = self.key_locks.try_lock(crate::node::key_lock_index(key)) else {
             return Err(LoopNoticeStart::Worker);
         };
         self.drop_stale_index(stripe);

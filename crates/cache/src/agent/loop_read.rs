@@ -218,7 +218,7 @@ impl Node {
             };
         }
         // A write of the key under way holds its lock: the worker waits for it.
-        let Some(_key_guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock() else {
+        let Some(_key_guard) = self.key_locks.try_lock(crate::node::key_lock_index(key)) else {
             return LoopRead::Worker;
         };
         self.drop_stale_index(stripe);

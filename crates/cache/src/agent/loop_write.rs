@@ -6,7 +6,7 @@
 //! store under the key's lock), with every member up (or a value written whole while the
 //! members down are all refused: their deltas queued to be sent once they are back, as a
 //! worker queues them) and room in the stripe's share (no eviction), needs no worker either:
-//! under the key's lock, which the loop holds across the replies (an [`ArcMutexGuard`]), the
+//! under the key's lock, which the loop holds across the replies (a [`KeyGuard`]), the
 //! agent reserves the bytes, takes a version, encodes the records, stores its own and sends
 //! each other member its record (`Put`); the acks resume the write on the loop, which commits
 //! the index entry and answers. The message count is the write's (one record to and one ack
@@ -21,7 +21,7 @@
 //! run again later, would then take effect twice, the second time over the writes made in
 //! between.
 
-use parking_lot::{ArcMutexGuard, RawMutex};
+use crate::agent::keylock::KeyGuard;
 
 use crate::agent::index::Entry;
 use crate::carrier::peer::{ArithMeta, Attempt, Once, Request, Response};
@@ -145,7 +145,7 @@ pub struct LoopWrite {
     number: Option<(bool, u64)>,
     /// The index the write reserved its version in (`StripeIndex::epoch`).
     epoch: u64,
-    _key_guard: ArcMutexGuard<RawMutex, ()>,
+    _key_guard: KeyGuard,
 }
 
 impl std::fmt::Debug for LoopWrite {
@@ -239,7 +239,7 @@ impl Node {
         if self.cfg.scheme == Scheme::Triec || !cond.on_loop() {
             return LoopWriteStart::Worker;
         }
-        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+        let Some(guard) = self.key_locks.try_lock(crate::node::key_lock_index(key)) else {
             return LoopWriteStart::Worker;
         };
         let exptime_abs = time::absolute_exptime(exptime, time::now_secs());
@@ -250,7 +250,7 @@ impl Node {
     #[allow(clippy::too_many_arguments)]
     fn loop_write_locked(
         &self,
-        guard: ArcMutexGuard<RawMutex, ()>,
+        guard: KeyGuard,
         stripe: usize,
         key: &[u8],
         cond: StoreIf,
@@ -428,7 +428,7 @@ impl Node {
         if self.cfg.scheme == Scheme::Triec {
             return LoopModifyStart::Worker;
         }
-        let Some(guard) = self.key_locks[crate::node::key_lock_index(key)].try_lock_arc() else {
+        let Some(guard) = self.key_locks.try_lock(crate::node::key_lock_index(key)) else {
             return LoopModifyStart::Worker;
         };
         self.drop_stale_index(stripe);

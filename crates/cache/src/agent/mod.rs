@@ -20,6 +20,7 @@ use index::{Entry, Gone, StripeIndex};
 pub const MAY_HAVE_APPLIED: &str = "may or may not have been applied";
 
 pub mod index;
+pub(crate) mod keylock;
 mod loop_notice;
 mod loop_read;
 mod loop_write;
@@ -167,8 +168,8 @@ impl Node {
         self.call(calls);
     }
 
-    pub(crate) fn key_lock(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, ()> {
-        self.key_locks[key_lock_index(key)].lock()
+    pub(crate) fn key_lock(&self, key: &[u8]) -> keylock::KeyGuard {
+        self.key_locks.lock(key_lock_index(key))
     }
 
     /// Runs `f` on this node's index of `stripe`, rebuilding it from the members' records when
@@ -376,9 +377,7 @@ impl Node {
                 *lock(&self.stripes[s]) = None;
                 // Every operation of the stripe checks `leads` again under its key lock: once
                 // each key lock has been free once, none of them is still under way.
-                for l in &self.key_locks {
-                    drop(l.lock());
-                }
+                self.key_locks.each_freed_once();
                 return AgentResult::Ok;
             }
             AgentOp::Keys { stripe } => {

@@ -37,6 +37,8 @@ pub struct Call {
 pub trait CallPost: Send + Sync + std::fmt::Debug {
     /// Posts `call` and wakes the loop; gives the call back if the loop has ended.
     fn post(&self, call: Call) -> Result<(), Call>;
+    /// Wakes the loop with nothing posted (a key lock it waits for was freed).
+    fn wake(&self);
 }
 
 thread_local! {
@@ -187,6 +189,7 @@ mod tests {
             }
             Ok(())
         }
+        fn wake(&self) {}
     }
 
     fn transport(answer: Option<Script>) -> LoopTransport {

@@ -153,9 +153,7 @@ impl Node {
         for (s, crate::cluster::coord::Step::GiveBack(token)) in steps {
             c.stop(s, token);
             *lock(&self.stripes[s]) = None;
-            for l in &self.key_locks {
-                drop(l.lock());
-            }
+            self.key_locks.each_freed_once();
             c.resign(s, token);
         }
         // A stripe handed to a recovered node is its once it holds the stripe's key: from
@@ -372,9 +370,7 @@ impl Node {
             // This node may have stood in for `from` while it saw it down: the operations
             // under way here finish before `from` may lead again (each checks `leads` under
             // its key lock, and `from` is up in this view now).
-            for l in &self.key_locks {
-                drop(l.lock());
-            }
+            self.key_locks.each_freed_once();
         }
         let now = Instant::now();
         let mut peers = lock(&self.peers);

@@ -86,6 +86,9 @@ struct Conn {
     /// by a read that left it empty. Edge-triggered polling brings a new event when more bytes
     /// come, so a connection served for another reason (its reply came) is not read in vain.
     unread: bool,
+    /// The key lock the request at the head of `inbuf` waits for (left unread until it is
+    /// freed; `busy` meanwhile).
+    parked: Option<usize>,
 }
 
 struct Job {
@@ -197,6 +200,10 @@ impl CallPost for Mailbox {
             Err(mpsc::SendError(Mail::Call(call))) => Err(call),
             Err(_) => unreachable!("the mail sent was a call"),
         }
+    }
+
+    fn wake(&self) {
+        self.ring();
     }
 }
 
@@ -1818,6 +1825,7 @@ fn new_conn(stream: TcpStream, limits: Limits) -> Conn {
         closing: false,
         eof: false,
         unread: true,
+        parked: None,
     }
 }
 
@@ -1855,6 +1863,8 @@ impl EventLoop {
         // Ends that came after this pass's connections were served (a failed flush): the next
         // pass delivers them and serves their connections, without waiting.
         let mut carried: Vec<Done> = Vec::new();
+        // Client connections whose next request waits for a key lock (`Conn::parked`).
+        let mut parked: Vec<Token> = Vec::new();
         loop {
             // Wait for events, or for the first loop request to run out of patience.
             // The engine has events to take (frames read, a link of its frames lost).
@@ -2008,6 +2018,23 @@ impl EventLoop {
             for d in done {
                 touched.extend(deliver(d, &mut conns, &mut peer_conns, &self.hand));
             }
+            // Connections whose request waits for a key lock: served if it was freed, or
+            // waiting again (the wake that came may have been for another lock, or the lock
+            // taken again since).
+            parked.retain(|&t| {
+                let Some(c) = conns.get_mut(&t) else {
+                    return false;
+                };
+                if let Some(index) = c.parked {
+                    if node.key_locks.wait(index, self.id) {
+                        return true;
+                    }
+                }
+                c.parked = None;
+                c.busy = false;
+                touched.push(t);
+                false
+            });
             touched.sort_unstable();
             touched.dedup();
             for token in touched {
@@ -2039,6 +2066,7 @@ impl EventLoop {
                 let Some(c) = conns.get_mut(&token) else {
                     continue;
                 };
+                let was_parked = c.parked.is_some();
                 let keep = service(
                     c,
                     token,
@@ -2049,6 +2077,9 @@ impl EventLoop {
                     self.poll.registry(),
                     &mut scratch,
                 );
+                if !was_parked && c.parked.is_some() {
+                    parked.push(token);
+                }
                 if !keep {
                     if let Some(mut c) = conns.remove(&token) {
                         let _ = self.poll.registry().deregister(&mut c.stream);
@@ -2233,6 +2264,18 @@ fn service(
                     }
                 }
                 Parse::Command { command, consumed } => {
+                    // A key whose lock is held (a write of it in flight): the request stays
+                    // unread until the lock is freed, the loop going on with other connections.
+                    if !ops.links.is_empty() {
+                        if let Some(index) = held_key_lock(node, &command) {
+                            if node.key_locks.wait(index, ops.home.id) {
+                                bump(&node.counters.key_lock_waits);
+                                c.parked = Some(index);
+                                c.busy = true;
+                                break;
+                            }
+                        }
+                    }
                     let next = match &command {
                         Command::Version => {
                             compose::version(&mut c.out, version());
@@ -2246,6 +2289,11 @@ fn service(
                         }
                         Command::MetaNoop => {
                             compose::meta_noop(&mut c.out);
+                            Next::Done
+                        }
+                        Command::Stats { group, .. } => {
+                            let limits = c.parser.limits();
+                            stats(node, counts, limits, *group, &mut c.out);
                             Next::Done
                         }
                         Command::Quit => {
@@ -2710,6 +2758,26 @@ fn service(
         if !progressed {
             return true;
         }
+    }
+}
+
+/// A lock held of the keys `command` names (for a command with keys), by the key lock index.
+fn held_key_lock(node: &Node, command: &Command<'_>) -> Option<usize> {
+    let held = |key: &[u8]| {
+        let index = crate::node::key_lock_index(key);
+        node.key_locks.is_locked(index).then_some(index)
+    };
+    match command {
+        Command::Get(g) => g.keys.iter().find_map(|k| held(k)),
+        Command::Store(st) => held(st.key),
+        Command::Arith { key, .. } | Command::Touch { key, .. } | Command::Delete { key, .. } => {
+            held(key)
+        }
+        Command::MetaGet(m) | Command::MetaDelete(m) | Command::MetaArith(m) => {
+            held(&m.key_bytes())
+        }
+        Command::MetaSet(ms) => held(&ms.meta.key_bytes()),
+        _ => None,
     }
 }
 
@@ -3210,6 +3278,30 @@ fn flip(node: &Node, request: &[u8], out: &mut Vec<u8>) {
     }
 }
 
+/// `stats` (`group`: none, `inec`, `settings` or `reset`): this node's own counters, read
+/// without waiting on another node.
+fn stats(
+    node: &Node,
+    counts: &ConnCounts,
+    limits: &Limits,
+    group: Option<&[u8]>,
+    out: &mut Vec<u8>,
+) {
+    match group {
+        None => general_stats(node, counts, out),
+        Some(b"inec") => inec_stats(node, out),
+        Some(b"settings") => {
+            compose::stat(out, "maxbytes", node.cfg.memory_bytes);
+            compose::stat(out, "item_size_max", limits.item_size_max_bytes);
+            compose::stat(out, "tcpport", 0);
+            compose::stat(out, "udpport", 0);
+            compose::reply(out, Reply::End);
+        }
+        Some(b"reset") => compose::reply(out, Reply::Reset),
+        Some(_) => compose::reply(out, Reply::Error),
+    }
+}
+
 /// Runs one request and appends its reply; true when the connection must close.
 fn execute(
     node: &Node,
@@ -3328,19 +3420,7 @@ fn execute(
                 compose::reply(out, Reply::Ok);
             }
         }
-        Command::Stats { group, .. } => match group {
-            None => general_stats(node, counts, out),
-            Some(b"inec") => inec_stats(node, out),
-            Some(b"settings") => {
-                compose::stat(out, "maxbytes", node.cfg.memory_bytes);
-                compose::stat(out, "item_size_max", limits.item_size_max_bytes);
-                compose::stat(out, "tcpport", 0);
-                compose::stat(out, "udpport", 0);
-                compose::reply(out, Reply::End);
-            }
-            Some(b"reset") => compose::reply(out, Reply::Reset),
-            Some(_) => compose::reply(out, Reply::Error),
-        },
+        Command::Stats { group, .. } => stats(node, counts, limits, group, out),
         Command::MetaGet(m) => {
             let key = m.key_bytes().into_owned();
             inc(&c.cmd_get);
@@ -3571,6 +3651,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "loop_forward_fallbacks", g(&c.loop_forward_fallbacks));
     compose::stat(out, "worker_jobs", g(&c.worker_jobs));
     compose::stat(out, "peer_worker_jobs", g(&c.peer_worker_jobs));
+    compose::stat(out, "key_lock_waits", g(&c.key_lock_waits));
     compose::stat(out, "writes_in_doubt", g(&c.writes_in_doubt));
     compose::stat(out, "retries_answered", g(&c.retries_answered));
     compose::stat(out, "retries_in_doubt", g(&c.retries_in_doubt));
@@ -3656,6 +3737,9 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
 
 /// How long a peer call may take before the peer counts as unreachable.
 pub const PEER_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[cfg(test)]
+mod lock_tests;
 
 #[cfg(test)]
 mod tests {

@@ -286,6 +286,7 @@ fn coordinated() -> (Arc<MemHub>, Arc<MemCoord>, Vec<Arc<Node>>) {
                     hub: Arc::clone(&coord),
                     node: id,
                 })),
+                loops: Vec::new(),
             };
             Arc::new(Node::with_store(
                 super::tests::config(id),
