@@ -42,8 +42,10 @@ pub struct CacheOptions {
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
     /// Worker threads per node for the requests a loop hands over (incr/append/ma of coded
-    /// values, a gat of a coded value or of several keys, meta sets and deletes with I, a key
-    /// locked by a write in flight, anything out of the ordinary), and as many for peers'
+    /// values, a gat of a coded value or of several keys, meta sets and deletes with I, the
+    /// first requests of a stripe whose new agent has no index yet, anything out of the
+    /// ordinary; a request for a key locked by a write in flight waits on its loop), and as
+    /// many for peers'
     /// requests that may wait; each started when a request finds none free, ended after 10 s
     /// without one.
     #[arg(long, default_value_t = 8)]

@@ -127,6 +127,12 @@ impl KeyLocks {
         self.is_locked(index)
     }
 
+    /// Whether every lock is free now (each taken and freed at once): if so, every operation
+    /// that held one before has ended, as [`KeyLocks::each_freed_once`] would wait for.
+    pub(crate) fn all_free_now(&self) -> bool {
+        (0..KEY_LOCKS).all(|index| self.try_lock(index).is_some())
+    }
+
     /// Takes and frees every lock once: every operation that held one when this began has
     /// ended.
     pub(crate) fn each_freed_once(&self) {
@@ -179,6 +185,16 @@ mod tests {
         // Loop 2's bit on lock 8 is still set: its next freeing wakes it (a spare wake-up).
         drop(locks.lock(8));
         assert_eq!(loops[2].0.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn all_free_now_is_false_while_any_lock_is_held() {
+        let locks = KeyLocks::new(Vec::new());
+        assert!(locks.all_free_now());
+        let g = locks.lock(KEY_LOCKS - 1);
+        assert!(!locks.all_free_now());
+        drop(g);
+        assert!(locks.all_free_now());
     }
 
     #[test]

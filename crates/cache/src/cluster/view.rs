@@ -364,13 +364,16 @@ impl Node {
                 && !peers.leases[from].granting
         };
         if resumes {
-            if !may_wait {
-                return None;
-            }
             // This node may have stood in for `from` while it saw it down: the operations
             // under way here finish before `from` may lead again (each checks `leads` under
-            // its key lock, and `from` is up in this view now).
-            self.key_locks.each_freed_once();
+            // its key lock, and `from` is up in this view now). With none under way (every
+            // key lock free, as at a start), the loop answers at once.
+            if !self.key_locks.all_free_now() {
+                if !may_wait {
+                    return None;
+                }
+                self.key_locks.each_freed_once();
+            }
         }
         let now = Instant::now();
         let mut peers = lock(&self.peers);
