@@ -127,6 +127,10 @@ pub struct NemesisArgs {
     /// How whole values are rebuilt (`inec serve --whole-repair`): direct or plan.
     #[arg(long, default_value = "direct", value_parser = ["direct", "plan"])]
     pub whole_repair: String,
+    /// Values shorter than this are replicated, the rest coded (`inec serve
+    /// --replicate-below`, the split layout): 1 codes the counters too.
+    #[arg(long, default_value_t = 1024)]
+    pub replicate_below: usize,
 }
 
 /// One fault as it ran, on the history's clock (ns).
@@ -285,6 +289,7 @@ pub fn run(a: NemesisArgs, this_exe: &Path) -> Result<NemesisResult> {
     opts.options.coordinator.clone_from(&a.coordinator);
     opts.options.layout.clone_from(&a.layout);
     opts.options.whole_repair.clone_from(&a.whole_repair);
+    opts.options.replicate_below = a.replicate_below;
     let dir = std::env::temp_dir().join(format!("inec-nemesis-{}", std::process::id()));
     outln!(
         "starting {n} nodes in network namespaces ({}, {}, leadership: {})",

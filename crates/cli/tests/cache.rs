@@ -1349,17 +1349,24 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
         "mg at the agent: peer messages"
     );
     assert_eq!(stat("loop_reads") - loop_reads0, 4);
-    // A read the loop does not run (a get that touches, `gat`) runs on a worker, which reads on
-    // the engine's read template (a start to and a chunk from each data member but the agent)
-    // and sends each other member node its `Touch` (peer messages).
+    // A get that touches (`gat`) of a coded value runs on the agent's loop too: the data
+    // chunks read as a get reads them (a `Get` to and a chunk from each data member but the
+    // agent), then each other member node sent its `Touch`, the key's lock held throughout;
+    // no worker takes part.
+    let workers0 = stat("worker_jobs");
     let first = cl.send(format!("gat 0 {key}\r\n").as_bytes());
     assert_eq!(cl.read_value(&first), Got::Hit(vec![2u8; 8192]));
     let (m5b, p5b) = count();
     let touches = 2 * (n - 1) as u64;
     assert_eq!(m5b - m5, 2 * (k - 1) as u64 + touches, "gat at the agent");
-    assert_eq!(p5b - p5, touches, "gat at the agent: peer messages");
-    assert_eq!(stat("read_plan_runs") - reads0, 1);
-    assert_eq!(stat("loop_reads") - loop_reads0, 4);
+    assert_eq!(
+        p5b - p5,
+        2 * (k - 1) as u64 + touches,
+        "gat at the agent: peer messages"
+    );
+    assert_eq!(stat("read_plan_runs") - reads0, 0);
+    assert_eq!(stat("loop_reads") - loop_reads0, 5);
+    assert_eq!(stat("worker_jobs"), workers0);
     // A degraded read of data position 1 (the repair template of one lost data chunk was
     // installed at start-up; a first read warms the connections): the normal read of the
     // k-2 data chunks left over peer messages (a request and a chunk each), then the repair
@@ -1517,6 +1524,35 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(m18 - m17, 2 * m + 2, "forwarded incr");
     assert_eq!(p18 - p17, 2 * m + 2);
     assert_eq!(stat("loop_writes") - writes0, 6);
+    // Of a coded value (8 KiB: a number and spaces), on the agent's loop too: its k − 1 other
+    // data chunks read (a `Get` and a chunk each), then written as a `set` of it is (n − 1
+    // records and acks); an `append` the same. Through another node, one forward and its
+    // reply more. No worker takes part.
+    let mut padded = b"41".to_vec();
+    padded.resize(8192, b' ');
+    assert_eq!(cl.set(key, &padded), "STORED\r\n");
+    let workers0 = stat("worker_jobs");
+    let modify = 2 * (k - 1) as u64 + 2 * (n - 1) as u64;
+    let (m19, p19) = count();
+    assert_eq!(cl.send(format!("incr {key} 1\r\n").as_bytes()), "42\r\n");
+    let (m20, p20) = count();
+    assert_eq!(m20 - m19, modify, "incr of a coded value");
+    assert_eq!(p20 - p19, modify);
+    assert_eq!(cl.store("append", key, b"x", None), "STORED\r\n");
+    let (m21, p21) = count();
+    assert_eq!(m21 - m20, modify, "append to a coded value");
+    assert_eq!(p21 - p20, modify);
+    assert_eq!(other.send(format!("decr {key} 2\r\n").as_bytes()), "40\r\n");
+    let (m22, p22) = count();
+    assert_eq!(m22 - m21, modify + 2, "forwarded decr of a coded value");
+    assert_eq!(p22 - p21, modify + 2);
+    // memcached's rule: the number written over the whole value, padded to its length.
+    let mut expect = b"40".to_vec();
+    expect.resize(8193, b' ');
+    assert_eq!(cl.get(key), Got::Hit(expect));
+    assert_eq!(stat("worker_jobs"), workers0);
+    // The `set` of the padded number, the incr, the append and the decr.
+    assert_eq!(stat("loop_writes") - writes0, 10);
     // A meta get's flags: the agent's loop composes the same reply as the other node's worker
     // (size, client flags, CAS value, key, opaque, in the order asked); a quiet miss says
     // nothing (`mn` ends the batch).

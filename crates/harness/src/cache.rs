@@ -35,19 +35,17 @@ pub struct CacheOptions {
     pub max_item_size: String,
     /// Event loops per node (memcached's -t): each serves the client and peer connections
     /// dealt to it and runs most of their requests to completion (gets, sets, add, replace,
-    /// cas, delete, touch, gat, meta gets, sets and deletes; incr/decr/append/prepend and meta
-    /// arithmetic of values held whole).
+    /// cas, delete, touch, gat, meta gets, sets and deletes, incr/decr/append/prepend and meta
+    /// arithmetic).
     /// Default: the machine's cores for `inec serve`; for a cache on one machine (`inec cache
     /// up`), its cores shared among the nodes (at least 1 each).
     #[arg(short = 't', long)]
     pub threads: Option<usize>,
-    /// Worker threads per node for the requests a loop hands over (incr/append/ma of coded
-    /// values, a gat of a coded value or of several keys, meta sets and deletes with I, the
-    /// first requests of a stripe whose new agent has no index yet, anything out of the
-    /// ordinary; a request for a key locked by a write in flight waits on its loop), and as
-    /// many for peers'
-    /// requests that may wait; each started when a request finds none free, ended after 10 s
-    /// without one.
+    /// Worker threads per node for the requests a loop hands over (a gat of several keys,
+    /// meta sets and deletes with I, the first requests of a stripe whose new
+    /// agent has no index yet, anything out of the ordinary; a request for a key locked by a
+    /// write in flight waits on its loop), and as many for peers' requests that may wait;
+    /// each started when a request finds none free, ended after 10 s without one.
     #[arg(long, default_value_t = 8)]
     pub workers: usize,
     /// The code: rs:K,M or lrc:K,L,R.

@@ -17,6 +17,7 @@
 //! the delete is in doubt and answered so.
 
 use crate::agent::keylock::KeyGuard;
+use crate::agent::loop_read::LoopPending;
 
 use crate::agent::index::{Entry, StripeIndex};
 use crate::agent::loop_read::LoopValue;
@@ -53,6 +54,27 @@ pub enum LoopGatStart {
     /// The touch to send ([`LoopNotice::remote`]) and the value, its expiry the new one: the
     /// reply once the members have answered.
     Send(Box<LoopNotice>, Box<LoopValue>),
+    /// A coded value: its data chunks to read first ([`LoopGatFetch::read`]), the key's lock
+    /// held by the touch; [`Node::loop_gat_resume`] then sends the touch.
+    Fetch(Box<LoopGatFetch>),
+}
+
+/// A `gat` of a coded value on the loop: its chunks read, then its touch sent, all under the
+/// key's lock (which the touch holds).
+pub struct LoopGatFetch {
+    pub read: LoopPending,
+    touch: LoopNotice,
+    /// The positions the touch tells.
+    reach: usize,
+}
+
+impl std::fmt::Debug for LoopGatFetch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopGatFetch")
+            .field("touch", &self.touch)
+            .field("remote", &self.read.remote)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A delete or a touch waiting for the members' answers.
@@ -156,14 +178,20 @@ impl Node {
     /// Starts `gat`/`gats` (or a meta get with a touch) of `key` on the client loop: a touch
     /// (above) of a value this node holds (a whole value at its home, or a replica), read from
     /// its own store under the key's lock, which the touch holds to its end, so no write comes
-    /// between the value read and the expiry changed. A coded value goes to a worker (its
-    /// chunks are elsewhere), as does a record that cannot be read here.
+    /// between the value read and the expiry changed. A coded value's chunks are read first
+    /// ([`LoopGatStart::Fetch`]), under the same lock; a record that cannot be read here goes
+    /// to a worker.
     pub fn loop_gat_start(&self, key: &[u8], exptime: i64) -> LoopGatStart {
         let stripe = self.placement.stripe_of(key);
+        let k = self.k();
         let begun = self.loop_notice_begin(key, |ix, e, now_us| {
-            let Some(own) = self.own_position(stripe, &e) else {
+            let own = self.own_position(stripe, &e);
+            // A coded value is read from its data members (every one up), the lock held.
+            let readable = e.kind == Kind::Coded
+                && (0..k).all(|p| self.is_up(self.placement.node_of(stripe, p)));
+            if own.is_none() && !readable {
                 return Err(LoopNoticeStart::Worker);
-            };
+            }
             let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
             ix.set_exptime(key, abs);
             Ok((e, abs, own))
@@ -174,6 +202,23 @@ impl Node {
             Err(LoopNoticeStart::Forward(agent)) => return LoopGatStart::Forward(agent),
             Err(_) => return LoopGatStart::Worker,
         };
+        let reach = self.touch_reach(&e);
+        t.version = e.version;
+        t.touch = Some(abs);
+        let Some(own) = own else {
+            let Some(read) = self.loop_read_pending(stripe, key, e, (0..k).collect()) else {
+                return LoopGatStart::Worker;
+            };
+            let fetch = Box::new(LoopGatFetch {
+                read,
+                touch: t,
+                reach,
+            });
+            if fetch.read.remote.is_empty() {
+                return self.loop_gat_resume(fetch);
+            }
+            return LoopGatStart::Fetch(fetch);
+        };
         // The expiry is changed in the index: a worker that runs the request instead changes
         // it again and tells the members.
         let Some(value) = self.with_own_record(stripe, key, &e, own, <[u8]>::to_vec) else {
@@ -181,9 +226,6 @@ impl Node {
         };
         self.local_messages
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        t.version = e.version;
-        t.touch = Some(abs);
-        let reach = self.touch_reach(&e);
         let value = LoopValue {
             key: key.to_vec(),
             flags: e.flags,
@@ -192,6 +234,22 @@ impl Node {
             value,
         };
         LoopGatStart::Send(Box::new(self.loop_notice_send(t, reach)), Box::new(value))
+    }
+
+    /// Sends the touch of a coded value's `gat` once its chunks are in
+    /// ([`LoopGatStart::Fetch`]); `Worker` if the value could not be read (the lease lost, a
+    /// chunk of another version): a worker runs the request.
+    pub fn loop_gat_resume(&self, fetch: Box<LoopGatFetch>) -> LoopGatStart {
+        let LoopGatFetch { read, touch, reach } = *fetch;
+        let exptime = touch.touch.unwrap_or(0);
+        let Some(mut value) = self.loop_read_finish(read) else {
+            return LoopGatStart::Worker;
+        };
+        value.exptime = exptime;
+        LoopGatStart::Send(
+            Box::new(self.loop_notice_send(touch, reach)),
+            Box::new(value),
+        )
     }
 
     /// The position of `e`'s stripe whose record this node holds whole: a whole value's home

@@ -320,6 +320,27 @@ impl Node {
         {
             return LoopRead::Worker;
         }
+        let Some(pending) = self.loop_read_pending(stripe, key, e, positions) else {
+            return LoopRead::Worker;
+        };
+        if pending.remote.is_empty() {
+            return match self.loop_read_finish(pending) {
+                Some(v) => LoopRead::Value(v),
+                None => LoopRead::Worker,
+            };
+        }
+        LoopRead::Fetch(pending)
+    }
+
+    /// The read of `e`'s chunks at `positions`: this node's own read now, the others' to be
+    /// asked for. `None` if one of its own cannot be used (the worker reads).
+    pub(crate) fn loop_read_pending(
+        &self,
+        stripe: usize,
+        key: &[u8],
+        e: Entry,
+        positions: Vec<usize>,
+    ) -> Option<LoopPending> {
         let mut pending = LoopPending {
             stripe,
             fence: self.fence(stripe),
@@ -330,16 +351,8 @@ impl Node {
             range: None,
             plan: None,
         };
-        if !self.loop_read_chunks(&mut pending, positions) {
-            return LoopRead::Worker;
-        }
-        if pending.remote.is_empty() {
-            return match self.loop_read_finish(pending) {
-                Some(v) => LoopRead::Value(v),
-                None => LoopRead::Worker,
-            };
-        }
-        LoopRead::Fetch(pending)
+        self.loop_read_chunks(&mut pending, positions)
+            .then_some(pending)
     }
 
     /// A degraded read of coded value `e` (a data member down, or data position `forced`

@@ -24,6 +24,7 @@
 use crate::agent::keylock::KeyGuard;
 
 use crate::agent::index::Entry;
+use crate::agent::loop_read::LoopPending;
 use crate::carrier::peer::{ArithMeta, Attempt, Once, Request, Response};
 use crate::node::{bump, lock, Node};
 use crate::record::{self, Kind};
@@ -88,6 +89,9 @@ pub enum LoopModifyStart {
     NonNumeric,
     /// The new value's write, as a `set`'s ([`LoopWrite::number`]: incr/decr's number).
     Send(Box<LoopWrite>),
+    /// A coded value: its data chunks to read first ([`LoopModify::read`]), the key's lock
+    /// held; [`Node::loop_modify_resume`] then makes the new value's write.
+    Fetch(Box<LoopModify>),
     /// Stored: every record was this node's own. The CAS value, incr/decr's number and the
     /// item's exptime.
     Stored {
@@ -95,6 +99,71 @@ pub enum LoopModifyStart {
         number: Option<(bool, u64)>,
         exptime: i64,
     },
+}
+
+/// An owned [`Modify`], kept while a coded value's chunks are read.
+#[derive(Clone, Debug)]
+enum ModifyOwned {
+    Arith {
+        incr: bool,
+        delta: u64,
+        meta: ArithMeta,
+    },
+    Concat {
+        prepend: bool,
+        data: Vec<u8>,
+    },
+}
+
+impl ModifyOwned {
+    fn of(m: Modify<'_>) -> ModifyOwned {
+        match m {
+            Modify::Arith { incr, delta, meta } => ModifyOwned::Arith { incr, delta, meta },
+            Modify::Concat { prepend, data } => ModifyOwned::Concat {
+                prepend,
+                data: data.to_vec(),
+            },
+        }
+    }
+
+    fn as_modify(&self) -> Modify<'_> {
+        match self {
+            ModifyOwned::Arith { incr, delta, meta } => Modify::Arith {
+                incr: *incr,
+                delta: *delta,
+                meta: *meta,
+            },
+            ModifyOwned::Concat { prepend, data } => Modify::Concat {
+                prepend: *prepend,
+                data,
+            },
+        }
+    }
+}
+
+/// A change of a coded value run on the loop: its present value read first (the data chunks,
+/// from their members), under the key's lock, which it keeps until the new value's write
+/// ends.
+pub struct LoopModify {
+    /// The read of the present value (its requests: [`LoopPending::remote`]).
+    pub read: LoopPending,
+    key_guard: KeyGuard,
+    stripe: usize,
+    key: Vec<u8>,
+    modify: ModifyOwned,
+    flags: u32,
+    /// The new value's exptime (absolute).
+    exptime: i64,
+    id: u64,
+}
+
+impl std::fmt::Debug for LoopModify {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoopModify")
+            .field("stripe", &self.stripe)
+            .field("remote", &self.read.remote)
+            .finish_non_exhaustive()
+    }
 }
 
 /// What the client loop can do with a `set`.
@@ -111,6 +180,9 @@ pub enum LoopWriteStart {
     Refused(Decision),
     /// Another node leads the key's stripe: send it the request.
     Forward(usize),
+    /// An `append` or `prepend` of a coded value: its chunks read first (from
+    /// [`LoopModifyStart::Fetch`]; a `set` never gives it).
+    Fetch(Box<LoopModify>),
 }
 
 /// A write waiting for the acks of other members.
@@ -476,14 +548,98 @@ impl Node {
             }
         }
         let exptime = ttl.unwrap_or(e.exptime);
-        let Some(present) = self
-            .own_position(stripe, &e)
-            .and_then(|p| self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec))
-        else {
+        let present = match self.own_position(stripe, &e) {
+            Some(p) => self.with_own_record(stripe, key, &e, p, <[u8]>::to_vec),
+            // A coded value: its chunks read first, the key's lock kept.
+            None if e.kind == Kind::Coded => {
+                return self.loop_modify_fetch(guard, stripe, key, e, m, exptime, id);
+            }
+            None => None,
+        };
+        let Some(present) = present else {
             return LoopModifyStart::Worker;
         };
         self.local_messages
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let flags = e.flags;
+        self.modify_with(guard, stripe, key, m, flags, exptime, &present, id)
+    }
+
+    /// Starts the read of coded value `e`'s data chunks for `m` (every data member up; any
+    /// other read goes to a worker), or, with every chunk this node's own, makes the change.
+    #[allow(clippy::too_many_arguments)]
+    fn loop_modify_fetch(
+        &self,
+        guard: KeyGuard,
+        stripe: usize,
+        key: &[u8],
+        e: Entry,
+        m: Modify<'_>,
+        exptime: i64,
+        id: u64,
+    ) -> LoopModifyStart {
+        let k = self.k();
+        if (0..k).any(|p| !self.is_up(self.placement.node_of(stripe, p))) {
+            return LoopModifyStart::Worker;
+        }
+        let flags = e.flags;
+        let Some(read) = self.loop_read_pending(stripe, key, e, (0..k).collect()) else {
+            return LoopModifyStart::Worker;
+        };
+        let fetch = Box::new(LoopModify {
+            read,
+            key_guard: guard,
+            stripe,
+            key: key.to_vec(),
+            modify: ModifyOwned::of(m),
+            flags,
+            exptime,
+            id,
+        });
+        if fetch.read.remote.is_empty() {
+            return self.loop_modify_resume(fetch);
+        }
+        LoopModifyStart::Fetch(fetch)
+    }
+
+    /// Makes the change of a coded value once its chunks are in ([`LoopModifyStart::Fetch`]):
+    /// the new value's write, under the lock the read kept. `Worker` if the value could not be
+    /// read (the lease lost, a chunk of another version), is not a number for an `incr`, or
+    /// grows too large: a worker runs the request (nothing was written).
+    pub fn loop_modify_resume(&self, fetch: Box<LoopModify>) -> LoopModifyStart {
+        let LoopModify {
+            read,
+            key_guard,
+            stripe,
+            key,
+            modify,
+            flags,
+            exptime,
+            id,
+        } = *fetch;
+        let Some(v) = self.loop_read_finish(read) else {
+            return LoopModifyStart::Worker;
+        };
+        let m = modify.as_modify();
+        match self.modify_with(key_guard, stripe, &key, m, flags, exptime, &v.value, id) {
+            LoopModifyStart::NonNumeric => LoopModifyStart::Worker,
+            other => other,
+        }
+    }
+
+    /// The write of `present` changed by `m`, under the key's lock (`guard`).
+    #[allow(clippy::too_many_arguments)]
+    fn modify_with(
+        &self,
+        guard: KeyGuard,
+        stripe: usize,
+        key: &[u8],
+        m: Modify<'_>,
+        flags: u32,
+        exptime: i64,
+        present: &[u8],
+        id: u64,
+    ) -> LoopModifyStart {
         let (value, number, mode) = match m {
             Modify::Arith { incr, delta, .. } => {
                 let op = if incr {
@@ -491,7 +647,7 @@ impl Node {
                 } else {
                     proto::ArithOp::Decr
                 };
-                match proto::incr_decr(&present, op, delta) {
+                match proto::incr_decr(present, op, delta) {
                     Ok(r) => (r.value, Some((incr, r.number)), StoreMode::Set),
                     Err(_) => return LoopModifyStart::NonNumeric,
                 }
@@ -506,11 +662,11 @@ impl Node {
                 } else {
                     StoreMode::Append
                 };
-                (semantics::combine(mode, &present, data), None, mode)
+                (semantics::combine(mode, present, data), None, mode)
             }
         };
         let set = StoreIf::SET;
-        let start = self.loop_write_locked(guard, stripe, key, set, e.flags, exptime, &value, id);
+        let start = self.loop_write_locked(guard, stripe, key, set, flags, exptime, &value, id);
         modify_started(start, number, mode, exptime)
     }
 
@@ -668,8 +824,9 @@ fn modify_started(
             number,
             exptime,
         },
-        LoopWriteStart::Worker | LoopWriteStart::Refused(_) | LoopWriteStart::Forward(_) => {
-            LoopModifyStart::Worker
-        }
+        LoopWriteStart::Worker
+        | LoopWriteStart::Refused(_)
+        | LoopWriteStart::Forward(_)
+        | LoopWriteStart::Fetch(_) => LoopModifyStart::Worker,
     }
 }

@@ -29,9 +29,9 @@ pub mod read;
 mod rewhole;
 pub mod whole;
 pub mod write;
-pub use loop_notice::{LoopGatStart, LoopNotice, LoopNoticeStart};
+pub use loop_notice::{LoopGatFetch, LoopGatStart, LoopNotice, LoopNoticeStart};
 pub use loop_read::{LoopPending, LoopRead, LoopValue, PLAN_STEP};
-pub use loop_write::{LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
+pub use loop_write::{LoopModify, LoopModifyStart, LoopWrite, LoopWriteStart, Modify, StoreIf};
 
 impl Node {
     /// Runs an operation at the agent of the key's stripe, wherever it is: locally, or

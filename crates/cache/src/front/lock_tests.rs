@@ -82,6 +82,7 @@ fn requests_for_a_locked_key_wait_on_the_loop_and_run_in_order_once_it_is_freed(
     let key = String::from_utf8(crate::node::tests::key_of_stripe_0(&node)).expect("utf-8");
     let old = "o".repeat(100);
     set_when_ready(addr, &key, &old);
+    wait_leading(&nodes);
     let c = &node.counters;
     let (workers_before, waits_before) = (
         c.worker_jobs.load(Ordering::Relaxed),
@@ -130,4 +131,157 @@ fn requests_for_a_locked_key_wait_on_the_loop_and_run_in_order_once_it_is_freed(
     assert_eq!(line(&mut b), "END\r\n");
     // No worker ran any of them.
     assert_eq!(c.worker_jobs.load(Ordering::Relaxed), workers_before);
+}
+
+/// Waits until node i leads stripe i, each of them (the leases settled after the start: no
+/// heartbeat grants one anew meanwhile, which may hand the peer's heartbeat to a worker).
+fn wait_leading(nodes: &[(SocketAddr, Arc<Node>)]) {
+    let end = Instant::now() + Duration::from_secs(20);
+    for (i, (_, node)) in nodes.iter().enumerate() {
+        while !node.leads(i) {
+            assert!(Instant::now() < end, "node {i} never led stripe {i}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    // A heartbeat round after the last lease was granted.
+    std::thread::sleep(Duration::from_millis(300));
+}
+
+fn value_of(c: &mut BufReader<TcpStream>, key: &str) -> Option<String> {
+    send(c, format!("get {key}\r\n").as_bytes());
+    let head = line(c);
+    if head == "END\r\n" {
+        return None;
+    }
+    let len: usize = head.trim_end().rsplit(' ').next().unwrap().parse().unwrap();
+    let mut data = vec![0u8; len + 2];
+    c.read_exact(&mut data).expect("data");
+    assert_eq!(line(c), "END\r\n");
+    Some(String::from_utf8(data[..len].to_vec()).expect("utf-8"))
+}
+
+#[test]
+fn incr_append_ma_and_gat_of_coded_values_run_on_the_loop_one_at_a_time() {
+    let nodes = cluster();
+    let (addr, node) = (nodes[0].0, Arc::clone(&nodes[0].1));
+    let key = String::from_utf8(crate::node::tests::key_of_stripe_0(&node)).expect("utf-8");
+    // 19 digits: longer than replicate-below (16 bytes), so coded over the two data positions.
+    let start: u64 = 1_000_000_000_000_000_000;
+    set_when_ready(addr, &key, &start.to_string());
+    wait_leading(&nodes);
+    let c = &node.counters;
+    let workers_before = c.worker_jobs.load(Ordering::Relaxed);
+    let peer_workers_before: u64 = nodes
+        .iter()
+        .map(|(_, n)| n.counters.peer_worker_jobs.load(Ordering::Relaxed))
+        .sum();
+
+    // Four connections increment at once, two of them through node 1 (forwarded to node 0):
+    // every answer a different number, the last the sum.
+    let per = 50u64;
+    let answers: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|i| {
+                let (key, at) = (key.clone(), nodes[i % 2].0);
+                s.spawn(move || {
+                    let mut conn = connect(at);
+                    (0..per)
+                        .map(|_| {
+                            send(&mut conn, format!("incr {key} 1\r\n").as_bytes());
+                            line(&mut conn).trim_end().parse::<u64>().expect("a number")
+                        })
+                        .collect::<Vec<u64>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("incrementer"))
+            .collect()
+    });
+    let mut sorted = answers.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        answers.len(),
+        "two increments answered the same number"
+    );
+    assert_eq!(*sorted.last().unwrap(), start + 4 * per);
+    let mut conn = connect(addr);
+    assert_eq!(
+        value_of(&mut conn, &key),
+        Some((start + 4 * per).to_string())
+    );
+
+    // decr, append, prepend and a meta arithmetic of the coded value.
+    send(&mut conn, format!("decr {key} 100\r\n").as_bytes());
+    assert_eq!(line(&mut conn), format!("{}\r\n", start + 4 * per - 100));
+    let text = "t".repeat(40);
+    send(
+        &mut conn,
+        format!("set {key} 3 0 {}\r\n{text}\r\n", text.len()).as_bytes(),
+    );
+    assert_eq!(line(&mut conn), "STORED\r\n");
+    send(
+        &mut conn,
+        format!("append {key} 0 0 3\r\nxyz\r\n").as_bytes(),
+    );
+    assert_eq!(line(&mut conn), "STORED\r\n");
+    send(
+        &mut conn,
+        format!("prepend {key} 0 0 3\r\nabc\r\n").as_bytes(),
+    );
+    assert_eq!(line(&mut conn), "STORED\r\n");
+    assert_eq!(value_of(&mut conn, &key), Some(format!("abc{text}xyz")));
+    let n = "5".repeat(18);
+    send(&mut conn, format!("set {key} 0 0 18\r\n{n}\r\n").as_bytes());
+    assert_eq!(line(&mut conn), "STORED\r\n");
+    send(&mut conn, format!("ma {key} D5 v\r\n").as_bytes());
+    let next = n.parse::<u64>().unwrap() + 5;
+    assert_eq!(
+        line(&mut conn),
+        format!("VA {}\r\n", next.to_string().len())
+    );
+    assert_eq!(line(&mut conn), format!("{next}\r\n"));
+
+    // A gat of the coded value: read, then touched, on the loop.
+    send(&mut conn, format!("gat 100 {key}\r\n").as_bytes());
+    assert_eq!(
+        line(&mut conn),
+        format!("VALUE {key} 0 {}\r\n", next.to_string().len())
+    );
+    assert_eq!(line(&mut conn), format!("{next}\r\n"));
+    assert_eq!(line(&mut conn), "END\r\n");
+    send(&mut conn, format!("mg {key} t\r\n").as_bytes());
+    let ttl = line(&mut conn);
+    let left: i64 = ttl
+        .trim_end()
+        .strip_prefix("HD t")
+        .expect(&ttl)
+        .parse()
+        .unwrap();
+    assert!((98..=100).contains(&left), "{ttl}");
+
+    // None of it ran on a worker, here or at node 1.
+    assert_eq!(c.worker_jobs.load(Ordering::Relaxed), workers_before);
+    let peer_workers: u64 = nodes
+        .iter()
+        .map(|(_, n)| n.counters.peer_worker_jobs.load(Ordering::Relaxed))
+        .sum();
+    assert_eq!(peer_workers, peer_workers_before);
+
+    // An incr of a coded value that is not a number: refused as memcached refuses it (the
+    // loop gives it to a worker, which answers), the value unchanged.
+    send(
+        &mut conn,
+        format!("set {key} 0 0 {}\r\n{text}\r\n", text.len()).as_bytes(),
+    );
+    assert_eq!(line(&mut conn), "STORED\r\n");
+    send(&mut conn, format!("incr {key} 1\r\n").as_bytes());
+    assert_eq!(
+        line(&mut conn),
+        "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"
+    );
+    assert_eq!(value_of(&mut conn, &key), Some(text));
 }

@@ -26,8 +26,8 @@ use proto::{
 mod pool;
 
 use crate::agent::{
-    LoopGatStart, LoopModifyStart, LoopNotice, LoopNoticeStart, LoopPending, LoopRead, LoopWrite,
-    LoopWriteStart, Modify, StoreIf, PLAN_STEP,
+    LoopGatFetch, LoopGatStart, LoopModify, LoopModifyStart, LoopNotice, LoopNoticeStart,
+    LoopPending, LoopRead, LoopWrite, LoopWriteStart, Modify, StoreIf, PLAN_STEP,
 };
 use crate::carrier::peer::{self, AgentOp, AgentResult, ArithMeta, Attempt, Once};
 use crate::node::{ExecMode, Node, RecoveryState};
@@ -306,6 +306,32 @@ const IN_DOUBT: &str =
 const UNFINISHED: &str = "the write did not finish and the key's agent may have lost its lease \
      meanwhile: it may or may not have been applied";
 
+/// What a [`LoopOp::ReadThen`] reads a coded value for.
+enum ReadFirst {
+    /// `incr`, `decr`, `append`, `prepend` or `ma` (`Node::loop_modify_start`): then the new
+    /// value's write, a [`LoopOp::Write`] (`Node::loop_modify_resume`).
+    Modify(Box<LoopModify>),
+    /// `gat`, `gats` or a meta get with `T` (`Node::loop_gat_start`): then the touch, a
+    /// [`LoopOp::Notice`] with the value (`Node::loop_gat_resume`).
+    Gat(Box<LoopGatFetch>),
+}
+
+impl ReadFirst {
+    fn read(&self) -> &LoopPending {
+        match self {
+            ReadFirst::Modify(m) => &m.read,
+            ReadFirst::Gat(g) => &g.read,
+        }
+    }
+
+    fn read_mut(&mut self) -> &mut LoopPending {
+        match self {
+            ReadFirst::Modify(m) => &mut m.read,
+            ReadFirst::Gat(g) => &mut g.read,
+        }
+    }
+}
+
 /// A request the event loop runs to completion, waiting for other nodes.
 struct PendingOp {
     /// The connection the reply goes to: a client's, or a peer's (a forwarded request).
@@ -383,6 +409,10 @@ enum LoopOp {
     /// `set`, `add`, `replace` or `cas` (`Node::loop_write_start`), or the new value of an
     /// `incr`, `decr`, `append` or `prepend` (`Node::loop_modify_start`).
     Write { write: Box<LoopWrite>, to: ReplyTo },
+    /// A coded value's data chunks read under the key's lock, then what the request does
+    /// with the value, as the op that [`LoopOps::settle`] turns this one into: see
+    /// [`ReadFirst`].
+    ReadThen { first: ReadFirst, to: ReplyTo },
     /// `delete` or `touch` (`Node::loop_delete_start`, `Node::loop_touch_start`): the index
     /// is changed before any message leaves, so a member that fails to answer does not fail it
     /// ([`LoopOp::tolerant`]).
@@ -462,6 +492,7 @@ impl LoopOp {
     fn remote(&self) -> &[(usize, usize)] {
         match self {
             LoopOp::Read { read, .. } => &read.remote,
+            LoopOp::ReadThen { first, .. } => &first.read().remote,
             LoopOp::Write { write, .. } => &write.remote,
             LoopOp::Notice { notice, .. } => &notice.remote,
             LoopOp::MultiGet(m) => &m.remote,
@@ -472,6 +503,7 @@ impl LoopOp {
     fn request(&mut self, position: usize) -> peer::Request {
         match self {
             LoopOp::Read { read, .. } => read.request(position),
+            LoopOp::ReadThen { first, .. } => first.read().request(position),
             LoopOp::Write { write, .. } => write.request(position),
             LoopOp::Notice { notice, .. } => notice.request(),
             LoopOp::MultiGet(m) => {
@@ -536,6 +568,9 @@ impl LoopOp {
         let reply = reply.ok();
         match self {
             LoopOp::Read { read, .. } => node.loop_read_chunk(read, position, reply),
+            LoopOp::ReadThen { first, .. } => {
+                node.loop_read_chunk(first.read_mut(), position, reply)
+            }
             LoopOp::Write { .. } => node.loop_write_acked(reply),
             LoopOp::Notice { .. } => true,
             LoopOp::MultiGet(_) => unreachable!("taken above"),
@@ -620,29 +655,13 @@ impl LoopOp {
                     return Some(in_doubt_reply(node, to));
                 };
                 bump(&c.loop_writes);
-                let (r, incr) = match number {
-                    Some((incr, number)) => {
-                        let r = AgentResult::Number {
-                            number,
-                            cas,
-                            exptime,
-                        };
-                        (r, Some(incr))
-                    }
-                    None => (AgentResult::Stored { cas }, None),
-                };
-                match (to, incr) {
-                    (ReplyTo::Client { noreply, .. }, Some(incr)) => {
-                        arith_reply(node, incr, &r, noreply, &mut out);
-                    }
-                    (ReplyTo::Client { noreply, .. }, None) => {
-                        store_reply(node, mode == StoreMode::Cas, &r, noreply, &mut out);
-                    }
-                    (ReplyTo::Meta, _) => meta_result(node, retry, &r, &mut out),
-                    (ReplyTo::Peer, _) => {
-                        out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
-                    }
-                }
+                out = write_reply(node, to, retry, mode, number, cas, exptime);
+            }
+            // Turned into its next op by `settle`; were it not, a worker runs it (nothing was
+            // written, and the key's lock is freed with it).
+            LoopOp::ReadThen { .. } => {
+                bump(&c.loop_write_fallbacks);
+                return None;
             }
             LoopOp::MultiGet(m) => return m.finish(node),
             LoopOp::Notice { notice, to, value } => {
@@ -876,6 +895,8 @@ impl LoopOp {
                 node.loop_write_abandon(*write);
             }
             LoopOp::Forward { .. } => bump(&c.loop_forward_fallbacks),
+            // Nothing written: the key's lock is freed with it.
+            LoopOp::ReadThen { .. } => bump(&c.loop_read_fallbacks),
             LoopOp::Notice { .. } => unreachable!("a delete or touch is not given up (`tolerant`)"),
             LoopOp::MultiGet(m) => {
                 for part in m.parts {
@@ -1075,6 +1096,9 @@ struct LoopOps {
     early_failures: Answers,
     /// This loop's mailbox: where the end of a repair run an op launched is posted.
     home: Arc<Mailbox>,
+    /// Peers' forwarded requests waiting for a key lock: the peer connection, the request
+    /// and the lock (`agent::keylock`).
+    parked_peer: Vec<(Token, peer::Request, usize)>,
 }
 
 /// The end of a loop request: a reply for the connection, or the request handed to a worker.
@@ -1128,7 +1152,7 @@ impl LoopOps {
     }
 
     /// The request's end, if it has come: every reply in, or a failure.
-    fn settle(&mut self, node: &Node, id: u64) -> Option<Done> {
+    fn settle(&mut self, node: &Node, registry: &Registry, id: u64) -> Option<Done> {
         let pr = self.pending.get(&id)?;
         let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len() || pr.op.enough(node);
         if !pr.failed && !complete {
@@ -1152,6 +1176,58 @@ impl LoopOps {
             };
             return Some(Done::Worker(pr.conn, retry));
         }
+        // A coded value's chunks in: the change's write, or the gat's touch, goes on as an op
+        // of its own (a new id: replies to the read still on their way are not the next op's).
+        let pr = match pr.op {
+            LoopOp::ReadThen {
+                first: ReadFirst::Gat(g),
+                to,
+            } => {
+                let PendingOp { conn, retry, .. } = pr;
+                return match node.loop_gat_resume(g) {
+                    LoopGatStart::Send(notice, value) => {
+                        let value = Some(value);
+                        let op = LoopOp::Notice { notice, to, value };
+                        start_loop_op(self, node, registry, conn, op, retry)
+                    }
+                    _ => {
+                        bump(&node.counters.loop_read_fallbacks);
+                        Some(Done::Worker(conn, retry))
+                    }
+                };
+            }
+            LoopOp::ReadThen {
+                first: ReadFirst::Modify(m),
+                to,
+            } => {
+                let PendingOp { conn, retry, .. } = pr;
+                return match node.loop_modify_resume(m) {
+                    LoopModifyStart::Send(write) => {
+                        let op = LoopOp::Write { write, to };
+                        start_loop_op(self, node, registry, conn, op, retry)
+                    }
+                    LoopModifyStart::Stored {
+                        cas,
+                        number,
+                        exptime,
+                    } => {
+                        bump(&node.counters.loop_writes);
+                        let mode = if number.is_some() {
+                            StoreMode::Set
+                        } else {
+                            StoreMode::Append
+                        };
+                        let out = write_reply(node, to, &retry, mode, number, cas, exptime);
+                        Some(Done::Reply(conn, out))
+                    }
+                    _ => {
+                        bump(&node.counters.loop_write_fallbacks);
+                        Some(Done::Worker(conn, retry))
+                    }
+                };
+            }
+            op => PendingOp { op, ..pr },
+        };
         // A write stored everywhere that could not be committed is tried again as a retry.
         let unfinished = match &pr.op {
             LoopOp::Write { write, .. } if write.id() != 0 => Some(Once {
@@ -1275,7 +1351,7 @@ impl LoopOps {
             pr.failed = true;
         }
         self.pump(node, registry, id);
-        self.settle(node, id)
+        self.settle(node, registry, id)
     }
 
     /// Takes replies (or failures) of the loop's peer connections.
@@ -1292,7 +1368,7 @@ impl LoopOps {
                 pr.failed = true;
             }
             self.pump(node, registry, id);
-            done.extend(self.settle(node, id));
+            done.extend(self.settle(node, registry, id));
         }
         done
     }
@@ -1332,7 +1408,7 @@ impl LoopOps {
             if let Some(pr) = self.pending.get_mut(&id) {
                 pr.failed = true;
             }
-            done.extend(self.settle(node, id));
+            done.extend(self.settle(node, registry, id));
         }
         done.extend(self.answered(node, registry, aborted));
         done
@@ -1379,7 +1455,7 @@ fn start_loop_op(
         },
     );
     ops.pump(node, registry, id);
-    ops.settle(node, id)
+    ops.settle(node, registry, id)
 }
 
 /// [`start_loop_op`] for a client connection, busy until the op ends.
@@ -1421,6 +1497,17 @@ fn start_peer_request(
     hand: &Handoff,
 ) -> Option<Vec<u8>> {
     let c = &node.counters;
+    // A key whose lock is held: the request waits on the loop, as a client's does.
+    if let (false, peer::Request::Agent(op)) = (ops.links.is_empty(), &request) {
+        let index = agent_op_key(op).map(crate::node::key_lock_index);
+        if let Some(index) = index.filter(|&i| node.key_locks.is_locked(i)) {
+            if node.key_locks.wait(index, ops.home.id) {
+                bump(&c.key_lock_waits);
+                ops.parked_peer.push((token, request, index));
+                return None;
+            }
+        }
+    }
     let op = match &request {
         _ if ops.links.is_empty() => None,
         peer::Request::Agent(AgentOp::Get {
@@ -1506,6 +1593,10 @@ fn start_peer_request(
                     write,
                     to: ReplyTo::Peer,
                 }),
+                LoopWriteStart::Fetch(m) => Some(LoopOp::ReadThen {
+                    first: ReadFirst::Modify(m),
+                    to: ReplyTo::Peer,
+                }),
                 LoopWriteStart::Worker | LoopWriteStart::Forward(_) => None,
             }
         }
@@ -1522,6 +1613,10 @@ fn start_peer_request(
                 notice,
                 to: ReplyTo::Peer,
                 value: Some(value),
+            }),
+            LoopGatStart::Fetch(g) => Some(LoopOp::ReadThen {
+                first: ReadFirst::Gat(g),
+                to: ReplyTo::Peer,
             }),
             LoopGatStart::Worker | LoopGatStart::Forward(_) => None,
         },
@@ -1856,6 +1951,7 @@ impl EventLoop {
             patience: (node.cfg.down_after * 2).clamp(Duration::from_millis(200), PEER_TIMEOUT),
             early_failures: Vec::new(),
             home: Arc::clone(&self.hand.home),
+            parked_peer: Vec::new(),
         };
         if self.engine.is_some() {
             ops.links.carry_plans();
@@ -2035,6 +2131,24 @@ impl EventLoop {
                 touched.push(t);
                 false
             });
+            for (t, request, index) in std::mem::take(&mut ops.parked_peer) {
+                if node.key_locks.wait(index, self.id) {
+                    ops.parked_peer.push((t, request, index));
+                    continue;
+                }
+                if !peer_conns.contains_key(&t) {
+                    continue;
+                }
+                let registry = self.poll.registry();
+                let hand = &self.hand;
+                if let Some(framed) = start_peer_request(request, t, node, &mut ops, registry, hand)
+                {
+                    if let Some(pc) = peer_conns.get_mut(&t) {
+                        pc.resume(&framed);
+                        touched.push(t);
+                    }
+                }
+            }
             touched.sort_unstable();
             touched.dedup();
             for token in touched {
@@ -2509,6 +2623,10 @@ fn service(
                                     let op = LoopOp::Write { write, to };
                                     Next::Loop(op, once)
                                 }
+                                LoopWriteStart::Fetch(m) => {
+                                    let first = ReadFirst::Modify(m);
+                                    Next::Loop(LoopOp::ReadThen { first, to }, once)
+                                }
                                 LoopWriteStart::Forward(agent) => {
                                     let set = store_op(st, once);
                                     let op = LoopOp::forward(agent, st.key, set, to);
@@ -2605,6 +2723,13 @@ fn service(
                                 LoopWriteStart::Send(write) => {
                                     let op = LoopOp::Write {
                                         write,
+                                        to: ReplyTo::Meta,
+                                    };
+                                    Next::Loop(op, once)
+                                }
+                                LoopWriteStart::Fetch(m) => {
+                                    let op = LoopOp::ReadThen {
+                                        first: ReadFirst::Modify(m),
                                         to: ReplyTo::Meta,
                                     };
                                     Next::Loop(op, once)
@@ -2761,6 +2886,18 @@ fn service(
     }
 }
 
+/// The key of a forwarded agent operation that takes a key lock.
+fn agent_op_key(op: &AgentOp) -> Option<&[u8]> {
+    match op {
+        AgentOp::Get { key, .. }
+        | AgentOp::Store { key, .. }
+        | AgentOp::Delete { key, .. }
+        | AgentOp::Touch { key, .. }
+        | AgentOp::Arith { key, .. } => Some(key),
+        _ => None,
+    }
+}
+
 /// A lock held of the keys `command` names (for a command with keys), by the key lock index.
 fn held_key_lock(node: &Node, command: &Command<'_>) -> Option<usize> {
     let held = |key: &[u8]| {
@@ -2807,6 +2944,10 @@ fn gat_next(node: &Node, key: &[u8], exptime: i64, to: ReplyTo, miss: impl FnOnc
         LoopGatStart::Send(notice, value) => {
             let value = Some(value);
             Next::Loop(LoopOp::Notice { notice, to, value }, Once::default())
+        }
+        LoopGatStart::Fetch(g) => {
+            let first = ReadFirst::Gat(g);
+            Next::Loop(LoopOp::ReadThen { first, to }, Once::default())
         }
         LoopGatStart::Forward(agent) => {
             let gat = AgentOp::Get {
@@ -2872,6 +3013,10 @@ fn arith_next(
             })
         }
         LoopModifyStart::Send(write) => ArithNext::Loop(LoopOp::Write { write, to }),
+        LoopModifyStart::Fetch(m) => {
+            let first = ReadFirst::Modify(m);
+            ArithNext::Loop(LoopOp::ReadThen { first, to })
+        }
         LoopModifyStart::Forward(agent) => match forward() {
             Some(op) => ArithNext::Loop(LoopOp::forward(agent, key, op, to)),
             None => ArithNext::Worker,
@@ -2889,8 +3034,47 @@ fn concat_start(start: LoopModifyStart) -> LoopWriteStart {
         LoopModifyStart::Missing => LoopWriteStart::Refused(Decision::NotStored),
         LoopModifyStart::Stored { cas, .. } => LoopWriteStart::Stored(cas),
         LoopModifyStart::Send(write) => LoopWriteStart::Send(write),
+        LoopModifyStart::Fetch(m) => LoopWriteStart::Fetch(m),
         LoopModifyStart::Forward(agent) => LoopWriteStart::Forward(agent),
     }
+}
+
+/// The reply to a write stored as `cas` (`number`: an `incr` (true) or `decr` and the number
+/// it stored; `mode`: the storage command's).
+fn write_reply(
+    node: &Node,
+    to: ReplyTo,
+    retry: &Retry,
+    mode: StoreMode,
+    number: Option<(bool, u64)>,
+    cas: u64,
+    exptime: i64,
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let (r, incr) = match number {
+        Some((incr, number)) => {
+            let r = AgentResult::Number {
+                number,
+                cas,
+                exptime,
+            };
+            (r, Some(incr))
+        }
+        None => (AgentResult::Stored { cas }, None),
+    };
+    match (to, incr) {
+        (ReplyTo::Client { noreply, .. }, Some(incr)) => {
+            arith_reply(node, incr, &r, noreply, &mut out);
+        }
+        (ReplyTo::Client { noreply, .. }, None) => {
+            store_reply(node, mode == StoreMode::Cas, &r, noreply, &mut out);
+        }
+        (ReplyTo::Meta, _) => meta_result(node, retry, &r, &mut out),
+        (ReplyTo::Peer, _) => {
+            out = crate::member::conn::frame_reply(node, &peer::Response::Agent(r));
+        }
+    }
+    out
 }
 
 /// The reply to a write found in doubt on the loop ([`IN_DOUBT`]), for its client or, framed,
@@ -3756,6 +3940,7 @@ mod tests {
             patience: Duration::from_secs(1),
             early_failures: Vec::new(),
             home: Arc::clone(&Loops::new(1).unwrap().homes[0]),
+            parked_peer: Vec::new(),
         }
     }
 
@@ -3773,7 +3958,8 @@ mod tests {
             deadline: Instant::now(),
         };
         ops.pending.insert(0, pending);
-        ops.settle(node, 0)
+        let poll = Poll::new().expect("poll");
+        ops.settle(node, poll.registry(), 0)
     }
 
     /// A delete on the loop whose members did not all answer in time is still answered

@@ -639,10 +639,21 @@ fn modifications_of_a_value_held_here_run_on_the_loop() {
     assert_eq!(value_of(&node, &key), (b"x0 7".to_vec(), cas));
     assert!(matches!(start(incr(1), 8), LoopModifyStart::NonNumeric));
     assert_eq!(value_of(&node, &key), (b"x0 7".to_vec(), cas), "unchanged");
-    // A coded value (16 bytes and more) is not held whole here: a worker reads it.
+    // A coded value (16 bytes and more) is not held whole here: the loop reads its other data
+    // chunk first (position 1's member), the key's lock held meanwhile, and freed if the
+    // change is dropped.
     assert!(matches!(
         set(&node, &key, &[b'1'; 20], Once::first(9)),
         AgentResult::Stored { .. }
     ));
-    assert!(matches!(start(incr(1), 10), LoopModifyStart::Worker));
+    let LoopModifyStart::Fetch(fetch) = start(incr(1), 10) else {
+        panic!("a coded value's change starts with its chunks read");
+    };
+    assert_eq!(fetch.read.remote, vec![(node.placement.node_of(0, 1), 1)]);
+    assert!(
+        matches!(start(incr(1), 11), LoopModifyStart::Worker),
+        "the lock is held"
+    );
+    drop(fetch);
+    assert!(matches!(start(incr(1), 12), LoopModifyStart::Fetch(_)));
 }
