@@ -1329,8 +1329,11 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     assert_eq!(stat("loop_reads") - loop_reads0, 2);
     assert_eq!(stat("read_plan_runs") - reads0, 0);
     assert_eq!(front_stat("loop_forwards") - forwards0, 2);
-    // A meta get is forwarded by the front's worker; the agent's loop still reads it.
+    // A meta get is forwarded by the front's loop too; the agent's loop reads it.
+    let front_workers0 = front_stat("worker_jobs");
     assert_eq!(other.mg(key), Got::Hit(vec![2u8; 8192]));
+    assert_eq!(front_stat("loop_forwards") - forwards0, 3);
+    assert_eq!(front_stat("worker_jobs"), front_workers0);
     let (m4, p4) = count();
     assert_eq!(m4 - m3, 2 * (k - 1) as u64 + 2, "forwarded mg");
     assert_eq!(
@@ -1380,6 +1383,23 @@ fn messages_per_operation(code: &str, n: usize, k: usize) {
     let helpers = if lrc { 2 } else { k - 1 } as u64;
     assert_eq!(p5 - p4, 2 * (k - 2) as u64, "degraded read: peer messages");
     assert_eq!(m5 - m4, 2 * (k - 2) as u64 + 2 * helpers, "degraded read");
+    // Through another node: forwarded by its loop, read at the agent's loop, as above plus
+    // the forward and its reply; no worker at either node.
+    let agent_peer_workers0 = stat("peer_worker_jobs");
+    assert_eq!(other.mg_degraded(key, 1), Got::Hit(vec![2u8; 8192]));
+    let (m5f, p5f) = count();
+    assert_eq!(
+        p5f - p5,
+        2 * (k - 2) as u64 + 2,
+        "forwarded degraded read: peer"
+    );
+    assert_eq!(
+        m5f - m5,
+        2 * (k - 2) as u64 + 2 * helpers + 2,
+        "forwarded degraded read"
+    );
+    assert_eq!(front_stat("worker_jobs"), front_workers0);
+    assert_eq!(stat("peer_worker_jobs"), agent_peer_workers0);
     assert_eq!(c.sum_stat("degraded_plan_fallbacks"), 0);
     // No template was installed after start-up, not even for the degraded reads.
     assert_eq!(installed, 0);

@@ -1513,6 +1513,18 @@ fn start_peer_request(
         peer::Request::Agent(AgentOp::Get {
             key,
             touch: None,
+            degrade: Some(position),
+        }) => match node.loop_read_start_degraded(key, *position) {
+            LoopRead::Fetch(read) => Some(LoopOp::Read {
+                read,
+                to: ReplyTo::Peer,
+                meta: None,
+            }),
+            _ => None,
+        },
+        peer::Request::Agent(AgentOp::Get {
+            key,
+            touch: None,
             degrade: None,
         }) => match node.loop_read_start(key) {
             LoopRead::Miss => {
@@ -2428,6 +2440,17 @@ fn service(
                                     let op = LoopOp::meta_read(read, &command);
                                     Next::LoopNow(op)
                                 }
+                                // Another node leads the key: the read goes to it, forced
+                                // degraded there.
+                                LoopRead::Forward(agent) => {
+                                    let get = AgentOp::Get {
+                                        key: key.to_vec(),
+                                        touch: None,
+                                        degrade: Some(position),
+                                    };
+                                    let op = LoopOp::forward(agent, &key, get, ReplyTo::Meta);
+                                    Next::Loop(op, Once::default())
+                                }
                                 _ => Next::Worker(Once::default()),
                             }
                         }
@@ -2454,7 +2477,16 @@ fn service(
                                     let op = LoopOp::meta_read(read, &command);
                                     Next::Loop(op, Once::default())
                                 }
-                                LoopRead::Worker | LoopRead::Forward(_) | LoopRead::Composed => {
+                                LoopRead::Forward(agent) => {
+                                    let get = AgentOp::Get {
+                                        key: key.to_vec(),
+                                        touch: None,
+                                        degrade: None,
+                                    };
+                                    let op = LoopOp::forward(agent, &key, get, ReplyTo::Meta);
+                                    Next::Loop(op, Once::default())
+                                }
+                                LoopRead::Worker | LoopRead::Composed => {
                                     Next::Worker(Once::default())
                                 }
                             }
