@@ -332,6 +332,54 @@ impl ReadFirst {
     }
 }
 
+/// What comes of a [`LoopOp::ReadThen`] once its chunks are in.
+enum Then {
+    /// The next op: the change's write, or the gat's touch.
+    Op(Box<LoopOp>),
+    /// Answered now (a change stored on this node alone).
+    Reply(Vec<u8>),
+    /// A worker runs the request (nothing was written).
+    Worker,
+}
+
+/// The op that follows a coded value's read: the change's write
+/// (`Node::loop_modify_resume`), or the gat's touch (`Node::loop_gat_resume`).
+fn read_then(node: &Node, first: ReadFirst, to: ReplyTo, retry: &Retry) -> Then {
+    let c = &node.counters;
+    match first {
+        ReadFirst::Gat(g) => match node.loop_gat_resume(g) {
+            LoopGatStart::Send(notice, value) => {
+                let value = Some(value);
+                Then::Op(Box::new(LoopOp::Notice { notice, to, value }))
+            }
+            _ => {
+                bump(&c.loop_read_fallbacks);
+                Then::Worker
+            }
+        },
+        ReadFirst::Modify(m) => match node.loop_modify_resume(m) {
+            LoopModifyStart::Send(write) => Then::Op(Box::new(LoopOp::Write { write, to })),
+            LoopModifyStart::Stored {
+                cas,
+                number,
+                exptime,
+            } => {
+                bump(&c.loop_writes);
+                let mode = if number.is_some() {
+                    StoreMode::Set
+                } else {
+                    StoreMode::Append
+                };
+                Then::Reply(write_reply(node, to, retry, mode, number, cas, exptime))
+            }
+            _ => {
+                bump(&c.loop_write_fallbacks);
+                Then::Worker
+            }
+        },
+    }
+}
+
 /// A request the event loop runs to completion, waiting for other nodes.
 struct PendingOp {
     /// The connection the reply goes to: a client's, or a peer's (a forwarded request).
@@ -1179,51 +1227,12 @@ impl LoopOps {
         // A coded value's chunks in: the change's write, or the gat's touch, goes on as an op
         // of its own (a new id: replies to the read still on their way are not the next op's).
         let pr = match pr.op {
-            LoopOp::ReadThen {
-                first: ReadFirst::Gat(g),
-                to,
-            } => {
+            LoopOp::ReadThen { first, to } => {
                 let PendingOp { conn, retry, .. } = pr;
-                return match node.loop_gat_resume(g) {
-                    LoopGatStart::Send(notice, value) => {
-                        let value = Some(value);
-                        let op = LoopOp::Notice { notice, to, value };
-                        start_loop_op(self, node, registry, conn, op, retry)
-                    }
-                    _ => {
-                        bump(&node.counters.loop_read_fallbacks);
-                        Some(Done::Worker(conn, retry))
-                    }
-                };
-            }
-            LoopOp::ReadThen {
-                first: ReadFirst::Modify(m),
-                to,
-            } => {
-                let PendingOp { conn, retry, .. } = pr;
-                return match node.loop_modify_resume(m) {
-                    LoopModifyStart::Send(write) => {
-                        let op = LoopOp::Write { write, to };
-                        start_loop_op(self, node, registry, conn, op, retry)
-                    }
-                    LoopModifyStart::Stored {
-                        cas,
-                        number,
-                        exptime,
-                    } => {
-                        bump(&node.counters.loop_writes);
-                        let mode = if number.is_some() {
-                            StoreMode::Set
-                        } else {
-                            StoreMode::Append
-                        };
-                        let out = write_reply(node, to, &retry, mode, number, cas, exptime);
-                        Some(Done::Reply(conn, out))
-                    }
-                    _ => {
-                        bump(&node.counters.loop_write_fallbacks);
-                        Some(Done::Worker(conn, retry))
-                    }
+                return match read_then(node, first, to, &retry) {
+                    Then::Op(op) => start_loop_op(self, node, registry, conn, *op, retry),
+                    Then::Reply(out) => Some(Done::Reply(conn, out)),
+                    Then::Worker => Some(Done::Worker(conn, retry)),
                 };
             }
             op => PendingOp { op, ..pr },
