@@ -693,7 +693,7 @@ fn demo(
         result
     });
     let phases = phases?;
-    let (killed, restarted, stripes_whole, recovered, statuses, recovery_bytes) = {
+    let (killed, restarted, stripes_whole, recovered, statuses, recovery_bytes, split) = {
         let mut g = lock(&seen);
         let rb = g.statuses.last().map_or(0, |(_, s)| {
             s.nodes.get(kill).map_or(0, |n| n.recovery_bytes)
@@ -709,12 +709,10 @@ fn demo(
                 .ok_or_else(|| failure!("recovery was not seen"))?,
             std::mem::take(&mut g.statuses),
             rb,
+            (g.split_then, g.split_left),
         )
     };
-    let (split_then, split_left) = {
-        let g = lock(&seen);
-        (g.split_then, g.split_left)
-    };
+    let (split_then, split_left) = split;
 
     // ---- 7. verify ----
     out.step(

@@ -202,8 +202,9 @@ pub struct Counters {
     /// (`peer_worker_jobs`), as they may wait (docs/cache.md, "Operating it").
     pub worker_jobs: AtomicU64,
     pub peer_worker_jobs: AtomicU64,
-    /// Client requests an event loop held back, unread, until their key's lock was freed (a
-    /// write of the key in flight), rather than hand them to a worker (`agent::keylock`).
+    /// Requests (a client's, or one another node forwarded) an event loop held back, unread,
+    /// until their key's lock was freed (a write of the key in flight), rather than hand them
+    /// to a worker (`agent::keylock`).
     pub key_lock_waits: AtomicU64,
     /// Queued deltas dropped, not sent: their node restarted after they were made, and its
     /// page rebuild holds them.

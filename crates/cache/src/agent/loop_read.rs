@@ -217,7 +217,9 @@ impl Node {
                 _ => LoopRead::Worker,
             };
         }
-        // A write of the key under way holds its lock: the worker waits for it.
+        // A write of the key under way holds its lock: the worker waits for it. (The front
+        // holds a request for a locked key back before it gets here; this is a lock taken
+        // since it looked.)
         let Some(_key_guard) = self.key_locks.try_lock(crate::node::key_lock_index(key)) else {
             return LoopRead::Worker;
         };

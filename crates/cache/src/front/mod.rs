@@ -336,7 +336,9 @@ impl ReadFirst {
 enum Then {
     /// The next op: the change's write, or the gat's touch.
     Op(Box<LoopOp>),
-    /// Answered now (a change stored on this node alone).
+    /// Answered now: a change stored on this node alone, which a read that needed other
+    /// nodes' chunks all but rules out (every data position but this node's is elsewhere), but
+    /// a stored change is answered, never run again.
     Reply(Vec<u8>),
     /// A worker runs the request (nothing was written).
     Worker,
@@ -705,12 +707,7 @@ impl LoopOp {
                 bump(&c.loop_writes);
                 out = write_reply(node, to, retry, mode, number, cas, exptime);
             }
-            // Turned into its next op by `settle`; were it not, a worker runs it (nothing was
-            // written, and the key's lock is freed with it).
-            LoopOp::ReadThen { .. } => {
-                bump(&c.loop_write_fallbacks);
-                return None;
-            }
+            LoopOp::ReadThen { .. } => unreachable!("`settle` turns it into its next op"),
             LoopOp::MultiGet(m) => return m.finish(node),
             LoopOp::Notice { notice, to, value } => {
                 let touch = notice.is_touch();
