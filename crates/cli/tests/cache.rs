@@ -1864,12 +1864,15 @@ fn expiry_touch_and_flush_follow_memcached() {
     // Negative exptime: stored and gone at once.
     assert_eq!(a.send(b"set gone 0 -1 1\r\nx\r\n"), "STORED\r\n");
     assert_eq!(b.get("gone"), Got::Miss);
-    // Relative exptime of 1 s (coded and replicated values), then touch extends one of them.
-    let mut req = b"set short 0 1 5000\r\n".to_vec();
+    // Relative exptime of 2 s (coded and replicated values), then touch extends one of them.
+    // The clock counts whole seconds (as memcached's): an exptime of 2 lives at least 1 s and
+    // at most 2 s, so the reads below, within 1 s of the sets, hit, and the one 2.1 s later
+    // misses (an exptime of 1 could lapse at once, the set made just before a second turns).
+    let mut req = b"set short 0 2 5000\r\n".to_vec();
     req.extend_from_slice(&big);
     req.extend_from_slice(b"\r\n");
     assert_eq!(a.send(&req), "STORED\r\n");
-    assert_eq!(a.send(b"set small 0 1 2\r\nhi\r\n"), "STORED\r\n");
+    assert_eq!(a.send(b"set small 0 2 2\r\nhi\r\n"), "STORED\r\n");
     assert_eq!(b.send(b"touch small 100\r\n"), "TOUCHED\r\n");
     assert_eq!(b.send(b"touch nothing 100\r\n"), "NOT_FOUND\r\n");
     assert_eq!(b.get("short"), Got::Hit(big.clone()));
