@@ -200,6 +200,54 @@ pub struct StripeIndex {
     /// Unique to this index in the process: a write given up on the event loop and written
     /// again by a worker may be written anew only in the index it was given up in (`once`).
     pub epoch: u64,
+    /// Which values the layout wants whole ([`StripeIndex::split_values`]).
+    whole_rule: WholeRule,
+    /// Counts kept as entries come, change and go (see [`Tally`]).
+    tally: Tally,
+    /// The entries that expire: (exptime, hash of the key) → how many entries have both (two
+    /// keys may share a hash). The sweep takes the expired ones from the front.
+    expiring: BTreeMap<(i64, u64), u32>,
+    /// The flush (`oldest_live_us`) whose flushed entries the sweep has taken out: a sweep
+    /// walks the entries once per flush, not once a second.
+    flush_swept: u64,
+    /// Walks over the entries the periodic work made (hole filling, split values, a flush's
+    /// sweep): none while there is nothing to find.
+    walks: std::cell::Cell<u64>,
+}
+
+/// Which values the layout wants kept whole at their home: those under `below_bytes`, whose
+/// record (key and value with the record's overhead) fits `record_max_bytes` (a slab page).
+/// The default wants none (the split layout, or a node that holds more than one position of
+/// its stripes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WholeRule {
+    pub below_bytes: u64,
+    pub record_max_bytes: usize,
+}
+
+impl WholeRule {
+    /// Whether a value of `value_bytes` under a key of `key_bytes` is wanted whole.
+    pub fn wants(&self, key_bytes: usize, value_bytes: u64) -> bool {
+        value_bytes < self.below_bytes
+            && (record::OVERHEAD_BYTES + key_bytes) as u64 + value_bytes
+                <= self.record_max_bytes as u64
+    }
+}
+
+/// What the index keeps count of as entries come, change and go, so that its periodic work
+/// (hole filling, the rewrite of split values, `stats`) needs no walk over every entry: in a
+/// cache of millions of values a walk holds the stripe's lock, and with it every read of the
+/// stripe, for tens of milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Tally {
+    /// Entries with at least one hole ...
+    holed: usize,
+    /// ... and the holes of all entries.
+    holes: u64,
+    /// Entries stored split (coded or replicated) that the layout wants whole.
+    split_wanted_whole: usize,
+    /// [`StripeIndex::footprint`].
+    footprint: [u64; 6],
 }
 
 /// The source of [`StripeIndex::epoch`].
@@ -221,6 +269,59 @@ impl StripeIndex {
             unheard: 0,
             built_at: std::time::Instant::now(),
             epoch: EPOCHS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+            whole_rule: WholeRule::default(),
+            tally: Tally::default(),
+            expiring: BTreeMap::new(),
+            flush_swept: 0,
+            walks: std::cell::Cell::new(0),
+        }
+    }
+
+    /// How many walks over the entries the periodic work has made.
+    pub fn walks(&self) -> u64 {
+        self.walks.get()
+    }
+
+    fn walked(&self) {
+        self.walks.set(self.walks.get() + 1);
+    }
+
+    /// The index with `rule` for the values its layout wants whole (before any entry).
+    pub fn with_whole_rule(mut self, rule: WholeRule) -> StripeIndex {
+        debug_assert!(self.entries.is_empty());
+        self.whole_rule = rule;
+        self
+    }
+
+    /// Counts `e` (of a key of `key_bytes`) in or out of the tallies and the expiry order.
+    fn count(&mut self, key_bytes: usize, hash: u64, e: &Entry, add: bool) {
+        let t = &mut self.tally;
+        let step = |v: &mut u64, by: u64| *v = if add { *v + by } else { v.saturating_sub(by) };
+        let step_n = |v: &mut usize, on: bool| {
+            if on {
+                *v = if add { *v + 1 } else { v.saturating_sub(1) };
+            }
+        };
+        step_n(&mut t.holed, e.holes != 0);
+        step(&mut t.holes, u64::from(e.holes.count_ones()));
+        step_n(
+            &mut t.split_wanted_whole,
+            e.kind != Kind::Whole && self.whole_rule.wants(key_bytes, e.value_bytes),
+        );
+        let f = footprint_of(key_bytes, e);
+        for (sum, by) in t.footprint.iter_mut().zip(f) {
+            step(sum, by);
+        }
+        if e.exptime != 0 {
+            let at = (e.exptime, hash);
+            if add {
+                *self.expiring.entry(at).or_insert(0) += 1;
+            } else if let Some(c) = self.expiring.get_mut(&at) {
+                *c -= 1;
+                if *c == 0 {
+                    self.expiring.remove(&at);
+                }
+            }
         }
     }
 
@@ -404,6 +505,7 @@ impl StripeIndex {
             .ok()?
             .remove()
             .0;
+        self.count(key.len(), hash, &e, false);
         self.lru.remove(&e.lru_filed);
         for u in &mut self.used_bytes[..e.positions] {
             *u = u.saturating_sub(e.charge_bytes);
@@ -449,6 +551,7 @@ impl StripeIndex {
             }
             let ((key, e), _) = found.remove();
             let key = key.bytes().to_vec();
+            self.count(key.len(), hash, &e, false);
             for u in &mut self.used_bytes[..e.positions] {
                 *u = u.saturating_sub(e.charge_bytes);
             }
@@ -519,6 +622,7 @@ impl StripeIndex {
             }
         }
         self.lru.insert(entry.lru_filed, hash);
+        self.count(key.len(), hash, &entry, true);
         let hasher = &self.hasher;
         self.entries
             .insert_unique(hash, (IndexKey::new(key), entry), |(k, _)| {
@@ -547,20 +651,34 @@ impl StripeIndex {
     /// Marks positions (a bit mask) of the key's `version` as holes; nothing if the key now
     /// has another version.
     pub fn mark_holes(&mut self, key: &[u8], version: u64, mask: u64) {
-        if let Some(e) = self.get_mut(key).filter(|e| e.version == version) {
-            e.holes |= mask & position_mask(e.positions);
-        }
+        self.change_holes(key, version, |holes, positions| {
+            holes | (mask & position_mask(positions))
+        });
     }
 
     /// Clears holes (a bit mask) of the key's `version` once filled.
     pub fn clear_holes(&mut self, key: &[u8], version: u64, mask: u64) {
-        if let Some(e) = self.get_mut(key).filter(|e| e.version == version) {
-            e.holes &= !mask;
-        }
+        self.change_holes(key, version, |holes, _| holes & !mask);
+    }
+
+    /// Sets the holes of the key's `version` to `f(holes, positions)`, keeping the tallies.
+    fn change_holes(&mut self, key: &[u8], version: u64, f: impl FnOnce(u64, usize) -> u64) {
+        let Some(e) = self.get_mut(key).filter(|e| e.version == version) else {
+            return;
+        };
+        let (before, after) = (e.holes, f(e.holes, e.positions));
+        e.holes = after;
+        let t = &mut self.tally;
+        t.holed = t.holed + usize::from(after != 0) - usize::from(before != 0);
+        t.holes = t.holes + u64::from(after.count_ones()) - u64::from(before.count_ones());
     }
 
     /// Up to `max` entries with holes at positions `wanted` admits: (key, version, holes).
     pub fn holes(&self, wanted: u64, max: usize) -> Vec<(Vec<u8>, u64, u64)> {
+        if self.tally.holed == 0 {
+            return Vec::new();
+        }
+        self.walked();
         self.entries
             .iter()
             .filter(|(_, e)| e.holes & wanted != 0)
@@ -569,63 +687,87 @@ impl StripeIndex {
             .collect()
     }
 
-    /// The values stored split (coded or replicated) that `whole` accepts (given the key's and
-    /// the value's length): how many there are, and the key and version of up to `max` of them.
-    pub fn split_values(
-        &self,
-        whole: impl Fn(usize, u64) -> bool,
-        max: usize,
-    ) -> (usize, Vec<(Vec<u8>, u64)>) {
-        let mut some = Vec::new();
-        let mut count = 0;
-        for (k, e) in self.entries.iter() {
-            if e.kind != Kind::Whole && whole(k.bytes().len(), e.value_bytes) {
-                count += 1;
-                if some.len() < max {
-                    some.push((k.bytes().to_vec(), e.version));
-                }
-            }
+    /// The values stored split (coded or replicated) that the layout wants whole
+    /// ([`WholeRule`]): how many there are, and the key and version of up to `max` of them
+    /// (the entries are walked only for those, and only while there are any).
+    pub fn split_values(&self, max: usize) -> (usize, Vec<(Vec<u8>, u64)>) {
+        let count = self.tally.split_wanted_whole;
+        if count == 0 || max == 0 {
+            return (count, Vec::new());
         }
+        self.walked();
+        let rule = self.whole_rule;
+        let some = self
+            .entries
+            .iter()
+            .filter(|(k, e)| e.kind != Kind::Whole && rule.wants(k.bytes().len(), e.value_bytes))
+            .take(max.min(count))
+            .map(|(k, e)| (k.bytes().to_vec(), e.version))
+            .collect();
         (count, some)
     }
 
     /// Holes of every entry, counted per position.
     pub fn hole_count(&self) -> u64 {
-        self.entries
-            .iter()
-            .map(|(_, e)| u64::from(e.holes.count_ones()))
-            .sum()
+        self.tally.holes
     }
 
     /// Changes the exptime of a live entry.
     pub fn set_exptime(&mut self, key: &[u8], exptime: i64) {
-        if let Some(e) = self.get_mut(key) {
-            e.exptime = exptime;
-        }
+        let hash = self.hash(key);
+        let Some(e) = self.get_mut(key) else {
+            return;
+        };
+        let before = e.clone();
+        e.exptime = exptime;
+        let after = e.clone();
+        self.count(key.len(), hash, &before, false);
+        self.count(key.len(), hash, &after, true);
     }
 
-    /// Removes and returns every expired or flushed entry (the periodic sweep).
+    /// Removes and returns every expired or flushed entry (the periodic sweep). The expired
+    /// ones are found in the expiry order, without a walk over the entries; the entries are
+    /// walked once per flush (`oldest_live_us`), after it has come.
     pub fn sweep(
         &mut self,
         now_secs: i64,
         now_us: u64,
         oldest_live_us: u64,
     ) -> Vec<(Vec<u8>, Entry)> {
-        let dead: Vec<Vec<u8>> = self
-            .entries
-            .iter()
-            .filter(|(_, e)| {
-                crate::time::is_expired(e.exptime, now_secs)
-                    || (oldest_live_us != 0
-                        && oldest_live_us <= now_us
-                        && e.stored_at_us <= oldest_live_us)
-            })
-            .map(|(k, _)| k.bytes().to_vec())
+        let mut dead: Vec<Vec<u8>> = Vec::new();
+        let due: Vec<(i64, u64)> = self
+            .expiring
+            .range(..(now_secs + 1, 0))
+            .map(|(&at, _)| at)
+            .filter(|&(exptime, _)| crate::time::is_expired(exptime, now_secs))
             .collect();
+        for (exptime, hash) in due {
+            dead.extend(
+                self.entries
+                    .iter_hash(hash)
+                    .filter(|(k, e)| e.exptime == exptime && self.hash(k.bytes()) == hash)
+                    .map(|(k, _)| k.bytes().to_vec()),
+            );
+        }
+        let flush_due =
+            oldest_live_us != 0 && oldest_live_us <= now_us && oldest_live_us > self.flush_swept;
+        if flush_due {
+            self.walked();
+            dead.extend(
+                self.entries
+                    .iter()
+                    .filter(|(_, e)| {
+                        e.stored_at_us <= oldest_live_us
+                            && !crate::time::is_expired(e.exptime, now_secs)
+                    })
+                    .map(|(k, _)| k.bytes().to_vec()),
+            );
+            self.flush_swept = oldest_live_us;
+        }
         dead.into_iter()
-            .map(|k| {
-                let e = self.remove(&k).expect("present");
-                (k, e)
+            .filter_map(|k| {
+                let e = self.remove(&k)?;
+                Some((k, e))
             })
             .collect()
     }
@@ -639,22 +781,25 @@ impl StripeIndex {
     /// positions (coded, replicated), bytes of whole values and of their records at their
     /// home (the parity pages covering them are counted by the members that keep them).
     pub fn footprint(&self) -> [u64; 6] {
-        let mut f = [0u64; 6];
-        for (key, e) in &self.entries {
-            match e.kind {
-                Kind::Coded | Kind::Replica => {
-                    let i = usize::from(e.kind == Kind::Replica);
-                    f[i] += e.value_bytes;
-                    f[2 + i] += e.charge_bytes * e.positions as u64;
-                }
-                Kind::Whole => {
-                    f[4] += e.value_bytes;
-                    f[5] += (record::OVERHEAD_BYTES + key.bytes().len()) as u64 + e.value_bytes;
-                }
-            }
-        }
-        f
+        self.tally.footprint
     }
+}
+
+/// [`StripeIndex::footprint`]'s share of one entry under a key of `key_bytes`.
+fn footprint_of(key_bytes: usize, e: &Entry) -> [u64; 6] {
+    let mut f = [0u64; 6];
+    match e.kind {
+        Kind::Coded | Kind::Replica => {
+            let i = usize::from(e.kind == Kind::Replica);
+            f[i] = e.value_bytes;
+            f[2 + i] = e.charge_bytes * e.positions as u64;
+        }
+        Kind::Whole => {
+            f[4] = e.value_bytes;
+            f[5] = (record::OVERHEAD_BYTES + key_bytes) as u64 + e.value_bytes;
+        }
+    }
+    f
 }
 
 #[cfg(test)]
@@ -931,6 +1076,180 @@ mod tests {
         ix.hold_open(b"j", v);
         ix.release_held(b"j");
         assert_eq!(ix.watermark(), v + 1);
+    }
+
+    /// The tallies, recounted by walking every entry (what the periodic work did before it
+    /// kept them), and the expiry order rebuilt from the entries.
+    fn recount(ix: &StripeIndex) -> (Tally, BTreeMap<(i64, u64), u32>) {
+        let mut t = Tally::default();
+        let mut expiring = BTreeMap::new();
+        for (k, e) in ix.entries() {
+            t.holed += usize::from(e.holes != 0);
+            t.holes += u64::from(e.holes.count_ones());
+            t.split_wanted_whole +=
+                usize::from(e.kind != Kind::Whole && ix.whole_rule.wants(k.len(), e.value_bytes));
+            for (sum, by) in t.footprint.iter_mut().zip(footprint_of(k.len(), e)) {
+                *sum += by;
+            }
+            if e.exptime != 0 {
+                *expiring.entry((e.exptime, ix.hash(k))).or_insert(0) += 1;
+            }
+        }
+        (t, expiring)
+    }
+
+    /// Random commits (new keys and replacements, of every kind and size, some with an
+    /// exptime, some with holes), evictions, removals, touches, hole marks and fills, and
+    /// sweeps: after each step the kept tallies and expiry order equal a recount, and every
+    /// sweep takes out exactly the entries a walk finds expired or flushed.
+    #[test]
+    fn tallies_and_the_expiry_order_follow_every_change() {
+        use rand::{rngs::SmallRng, Rng, SeedableRng};
+        let rule = WholeRule {
+            below_bytes: 4096,
+            record_max_bytes: 3000,
+        };
+        let mut ix = StripeIndex::new(9, 200_000).with_whole_rule(rule);
+        let mut rng = SmallRng::seed_from_u64(5);
+        let kinds = [Kind::Coded, Kind::Replica, Kind::Whole];
+        let mut now_us = 1_000_000_000u64;
+        let mut oldest = 0u64;
+        for step in 0..20_000 {
+            now_us += rng.gen_range(0..20_000);
+            let now_secs = crate::time::secs_of(now_us);
+            let key = format!("key-{}", rng.gen_range(0..400)).into_bytes();
+            // Keys past 30 bytes are boxed, not inline.
+            let key = if rng.gen_bool(0.1) {
+                [key, vec![b'x'; 40]].concat()
+            } else {
+                key
+            };
+            match rng.gen_range(0..10) {
+                0..=3 => {
+                    let kind = kinds[rng.gen_range(0..3)];
+                    let bytes = rng.gen_range(0..6000u64);
+                    let (positions, charge) = charge(kind, key.len(), bytes, 6, 9, 3);
+                    let Ok(_victims) = ix.reserve(positions, charge) else {
+                        continue;
+                    };
+                    let v = ix.next_version(now_us);
+                    let mut e = Entry::new(v, bytes, 0, 0, kind, now_us, positions, charge);
+                    if rng.gen_bool(0.3) {
+                        e.exptime = now_secs + rng.gen_range(-1..4);
+                    }
+                    if rng.gen_bool(0.2) {
+                        e.holes = rng.gen::<u64>() & position_mask(positions);
+                    }
+                    ix.commit(&key, e);
+                    ix.finish(v);
+                }
+                4 => {
+                    ix.remove(&key);
+                }
+                5 => {
+                    let exptime = [0, now_secs + rng.gen_range(0..4)][rng.gen_range(0..2)];
+                    ix.set_exptime(&key, exptime);
+                }
+                6 => {
+                    if let Some(v) = ix.get(&key).map(|e| e.version) {
+                        ix.mark_holes(&key, v, rng.gen());
+                    }
+                }
+                7 => {
+                    if let Some(v) = ix.get(&key).map(|e| e.version) {
+                        ix.clear_holes(&key, v, rng.gen());
+                    }
+                }
+                8 => {
+                    if rng.gen_bool(0.02) {
+                        oldest = now_us + rng.gen_range(0..50_000);
+                    }
+                    let mut want: Vec<Vec<u8>> = ix
+                        .entries()
+                        .filter(|(_, e)| {
+                            crate::time::is_expired(e.exptime, now_secs)
+                                || (oldest != 0 && oldest <= now_us && e.stored_at_us <= oldest)
+                        })
+                        .map(|(k, _)| k.to_vec())
+                        .collect();
+                    let mut got: Vec<Vec<u8>> = ix
+                        .sweep(now_secs, now_us, oldest)
+                        .into_iter()
+                        .map(|(k, _)| k)
+                        .collect();
+                    want.sort();
+                    got.sort();
+                    assert_eq!(got, want, "step {step}: swept");
+                }
+                _ => {
+                    let _ = ix.lookup(&key, now_secs, now_us, oldest);
+                }
+            }
+            let (tally, expiring) = recount(&ix);
+            assert_eq!(ix.tally, tally, "step {step}");
+            assert_eq!(ix.expiring, expiring, "step {step}");
+            assert_eq!(ix.hole_count(), tally.holes);
+            let (count, some) = ix.split_values(5);
+            assert_eq!(count, tally.split_wanted_whole);
+            assert_eq!(some.len(), count.min(5));
+        }
+        assert!(ix.evictions > 0, "the share was small enough to evict");
+        assert!(ix.tally.split_wanted_whole > 0 && ix.tally.holed > 0);
+    }
+
+    /// In a stripe with no hole, no split value the layout wants whole and no flush to apply,
+    /// the periodic work walks no entry, however many there are and however many expire.
+    #[test]
+    fn the_periodic_work_walks_no_entry_while_there_is_nothing_to_find() {
+        let rule = WholeRule {
+            below_bytes: u64::MAX,
+            record_max_bytes: 1 << 20,
+        };
+        let mut ix = StripeIndex::new(9, 1 << 40).with_whole_rule(rule);
+        let now_secs = 1_000_000;
+        let now_us = now_secs as u64 * 1_000_000;
+        for i in 0..10_000u64 {
+            let key = format!("k{i}").into_bytes();
+            let (positions, charge) = charge(Kind::Whole, key.len(), 100, 6, 9, 3);
+            ix.reserve(positions, charge).unwrap();
+            let mut e = Entry::new(i + 1, 100, 0, 0, Kind::Whole, now_us, positions, charge);
+            // One in ten expires, a tenth of them by now.
+            if i % 10 == 0 {
+                e.exptime = now_secs + (i as i64 / 10) % 10;
+            }
+            ix.commit(&key, e);
+        }
+        let swept = ix.sweep(now_secs, now_us, 0);
+        assert_eq!(swept.len(), 100);
+        assert!(ix.holes(u64::MAX, 256).is_empty());
+        assert_eq!(ix.split_values(1024), (0, Vec::new()));
+        assert_eq!(ix.walks(), 0);
+        // A flush that has come is applied by one walk, and not walked for again.
+        let flushed = ix.sweep(now_secs, now_us + 10, now_us + 5);
+        assert_eq!(flushed.len(), 9_900);
+        assert_eq!(ix.walks(), 1);
+        assert!(ix.sweep(now_secs, now_us + 20, now_us + 5).is_empty());
+        assert_eq!(ix.walks(), 1);
+        // A hole, or a value stored split that the layout wants whole, is walked for.
+        let (positions, charge) = charge(Kind::Coded, 1, 100, 6, 9, 3);
+        ix.reserve(positions, charge).unwrap();
+        ix.commit(
+            b"s",
+            Entry::new(
+                20_000,
+                100,
+                0,
+                0,
+                Kind::Coded,
+                now_us + 30,
+                positions,
+                charge,
+            ),
+        );
+        ix.mark_holes(b"s", 20_000, 0b10);
+        assert_eq!(ix.holes(u64::MAX, 256), vec![(b"s".to_vec(), 20_000, 0b10)]);
+        assert_eq!(ix.split_values(1024), (1, vec![(b"s".to_vec(), 20_000)]));
+        assert_eq!(ix.walks(), 3);
     }
 
     #[test]

@@ -235,7 +235,8 @@ impl Node {
 
     pub(crate) fn rebuild_index(&self, stripe: usize) -> StripeIndex {
         bump(&self.counters.index_rebuilds);
-        let mut ix = StripeIndex::new(self.n(), self.share_bytes());
+        let mut ix =
+            StripeIndex::new(self.n(), self.share_bytes()).with_whole_rule(self.whole_rule());
         let mut nodes: Vec<usize> = self.placement.members(stripe);
         nodes.sort_unstable();
         nodes.dedup();

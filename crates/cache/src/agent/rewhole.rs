@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::agent::index::{self, Entry};
 use crate::agent::whole::Layout;
 use crate::node::{bump, lock, Node};
-use crate::record::{self, Kind};
+use crate::record::Kind;
 use crate::time;
 
 /// Values looked up per stripe and round.
@@ -59,14 +59,6 @@ impl Node {
         }
         let started = Instant::now();
         let mut todo: Vec<(usize, Vec<u8>, u64)> = Vec::new();
-        // Those the layout wants whole and a slab page holds (none when this node holds more
-        // than one position of its stripes: no whole value then).
-        let layout_whole = self.placement.slots_of(self.cfg.id) == self.n();
-        let fits = |key_len: usize, bytes: u64| {
-            layout_whole
-                && self.whole_wanted(bytes as usize)
-                && record::OVERHEAD_BYTES + key_len + bytes as usize <= self.cfg.page_bytes
-        };
         let mut waiting = 0;
         for s in 0..self.cfg.node_count {
             if !self.leads(s) {
@@ -87,7 +79,7 @@ impl Node {
                 }
             }
             if let Some(ix) = lock(&self.stripes[s]).as_ref() {
-                let (count, some) = ix.split_values(fits, if now { PER_ROUND } else { 0 });
+                let (count, some) = ix.split_values(if now { PER_ROUND } else { 0 });
                 waiting += count as u64;
                 todo.extend(some.into_iter().map(|(key, version)| (s, key, version)));
             }

@@ -206,6 +206,24 @@ impl Node {
     }
 
     /// Whether the layout asks for a value of `value_bytes` to be whole.
+    /// The values this node, as an agent, wants whole at their home (its indexes count those
+    /// stored split: `agent::rewhole`): those [`Node::whole_wanted`] accepts whose record a
+    /// slab page holds, and none when this node holds more than one position of its stripes
+    /// (no whole value then).
+    pub(crate) fn whole_rule(&self) -> crate::agent::index::WholeRule {
+        let layout_whole = self.placement.slots_of(self.cfg.id) == self.n();
+        let below_bytes = match self.cfg.layout {
+            _ if !layout_whole => 0,
+            Layout::Split => 0,
+            Layout::Whole => u64::MAX,
+            Layout::Auto => self.cfg.whole_below_bytes as u64,
+        };
+        crate::agent::index::WholeRule {
+            below_bytes,
+            record_max_bytes: self.cfg.page_bytes,
+        }
+    }
+
     pub(crate) fn whole_wanted(&self, value_bytes: usize) -> bool {
         match self.cfg.layout {
             Layout::Split => false,
