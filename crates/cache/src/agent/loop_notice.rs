@@ -159,9 +159,11 @@ impl Node {
     /// then each member node that holds the value's records told (a whole value's location
     /// lies at every position of its stripe).
     pub fn loop_touch_start(&self, key: &[u8], exptime: i64) -> LoopNoticeStart {
+        let stripe = self.placement.stripe_of(key);
         let begun = self.loop_notice_begin(key, |ix, e, now_us| {
             let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
             ix.set_exptime(key, abs);
+            ix.mark_holes(key, e.version, self.touch_misses(stripe, &e));
             Ok((e, abs))
         });
         match begun {
@@ -194,6 +196,7 @@ impl Node {
             }
             let abs = time::absolute_exptime(exptime, time::secs_of(now_us));
             ix.set_exptime(key, abs);
+            ix.mark_holes(key, e.version, self.touch_misses(stripe, &e));
             Ok((e, abs, own))
         });
         let (mut t, (e, abs, own)) = match begun {

@@ -592,7 +592,11 @@ impl Node {
 
     pub(crate) fn touch_entry(&self, stripe: usize, key: &[u8], e: &Entry, exptime: i64) {
         let abs = time::absolute_exptime(exptime, time::now_secs());
-        self.with_index(stripe, |ix| ix.set_exptime(key, abs));
+        let missed = self.touch_misses(stripe, e);
+        self.with_index(stripe, |ix| {
+            ix.set_exptime(key, abs);
+            ix.mark_holes(key, e.version, missed);
+        });
         let calls = self
             .member_nodes(stripe, self.touch_reach(e))
             .into_iter()
@@ -610,6 +614,21 @@ impl Node {
             })
             .collect();
         self.call(calls);
+    }
+
+    /// The positions of `e` (a value stored split: its coded chunks, or its replicas) whose
+    /// node is down, and so misses a touch of it: marked as holes of the entry, they are
+    /// written again with the new expiry once their node is back (hole filling), so an index
+    /// rebuilt from the records later does not take the old expiry from one of them. A whole
+    /// value's home keeps its record's bytes through a touch anyway (the parity positions'
+    /// location records carry the expiry).
+    pub(crate) fn touch_misses(&self, stripe: usize, e: &Entry) -> u64 {
+        if e.kind == Kind::Whole {
+            return 0;
+        }
+        (0..e.positions)
+            .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
+            .fold(0, |mask, p| mask | index::bit(p))
     }
 
     /// Items and value bytes of the stripes this node leads; evictions; footprint

@@ -393,3 +393,48 @@ fn a_stripe_handed_back_is_taken_over_again_when_its_agent_loses_the_coordinator
     assert!(matches!(r, AgentResult::Stored { .. }), "{r:?}");
     hub.clear();
 }
+
+/// A touch while a replica's node is cut off leaves that replica with the old expiry: the
+/// agent marks it a hole, and once the node is back hole filling writes the replica again
+/// with the new expiry, so an index rebuilt from the records (a takeover) reads the new
+/// expiry whichever replica it hears first.
+#[test]
+fn a_touch_missed_by_a_member_is_written_there_once_it_is_back() {
+    let (hub, nodes) = cluster();
+    let k = key(&nodes[0], "touched");
+    assert!(matches!(
+        nodes[0].route(0, set(&k, b"v", Once::first(1))),
+        AgentResult::Stored { .. }
+    ));
+    let e = nodes[0].lookup(0, &k).expect("stored");
+    assert_eq!(
+        (e.kind, e.positions, e.exptime),
+        (crate::record::Kind::Replica, 2, 0)
+    );
+    let member = nodes[0].placement.node_of(0, 1);
+    assert_ne!(member, 0);
+    hub.cut(0, member);
+    nodes[0].mark_down(member);
+    let touch = AgentOp::Touch {
+        key: k.clone(),
+        exptime: 1000,
+    };
+    assert!(matches!(nodes[0].route(0, touch), AgentResult::Touched));
+    let touched = nodes[0].lookup(0, &k).expect("still there");
+    assert!(touched.exptime > crate::time::now_secs() + 900);
+    assert_eq!(touched.holes, 0b10, "the cut-off replica is a hole");
+    let expiry_at = |node: &Node| {
+        let store = super::lock(&node.store);
+        let bytes = store.get(0, 1, &k, e.version).expect("the replica");
+        crate::record::parse(bytes).expect("a record").0.exptime
+    };
+    assert_eq!(expiry_at(&nodes[member]), 0, "missed while cut off");
+    hub.heal();
+    rounds(&nodes);
+    assert!(nodes[0].fill_holes(u64::MAX) > 0);
+    assert_eq!(expiry_at(&nodes[member]), touched.exptime);
+    assert_eq!(nodes[0].lookup(0, &k).expect("there").holes, 0);
+    let rebuilt = nodes[0].rebuild_index(0);
+    assert_eq!(rebuilt.get(&k).map(|e| e.exptime), Some(touched.exptime));
+    hub.clear();
+}
