@@ -205,7 +205,6 @@ impl Node {
             }
     }
 
-    /// Whether the layout asks for a value of `value_bytes` to be whole.
     /// The values this node, as an agent, wants whole at their home (its indexes count those
     /// stored split: `agent::rewhole`): those [`Node::whole_wanted`] accepts whose record a
     /// slab page holds, and none when this node holds more than one position of its stripes
@@ -224,6 +223,7 @@ impl Node {
         }
     }
 
+    /// Whether the layout asks for a value of `value_bytes` to be whole.
     pub(crate) fn whole_wanted(&self, value_bytes: usize) -> bool {
         match self.cfg.layout {
             Layout::Split => false,
