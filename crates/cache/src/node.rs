@@ -191,6 +191,10 @@ pub struct Counters {
     /// Deltas of a dead home that a rebuild sent, from a parity position that kept them, to
     /// the parity positions that missed them (`agent::whole`, `complete_torn`).
     pub whole_deltas_completed: AtomicU64,
+    /// `Commit` messages this node sent as a home (`Node::announce_commits`, once a second
+    /// while its pages' deltas are being applied) and those it answered as a parity position.
+    pub whole_commits_sent: AtomicU64,
+    pub whole_commits_answered: AtomicU64,
     /// Values stored split that their home wrote whole again in the background
     /// (`agent::rewhole`).
     pub whole_rewritten: AtomicU64,

@@ -187,6 +187,78 @@ impl Cluster {
             .map(|i| self.client(i).stats("inec")[name].parse::<u64>().unwrap())
             .sum()
     }
+
+    /// Peer messages and replies sent, summed over the nodes (heartbeats are not counted).
+    fn peer_messages(&self) -> u64 {
+        self.sum_stat("peer_messages_sent") + self.sum_stat("peer_replies_sent")
+    }
+
+    /// The peer messages `op` costs, counted in a window with no other traffic. In the whole
+    /// layout every home tells its parity positions once a second which kept deltas every
+    /// position applied (`Commit`), and such a round may fall in any window. So this waits
+    /// until every `Commit` sent was answered and no message moved for 100 ms, runs `op`,
+    /// waits (up to 2 s) until `want` messages were counted, and runs `op` again when a
+    /// `Commit` was sent meanwhile. Returns the count, how many times `op` ran, and what
+    /// moved in the window, node by node.
+    fn messages_of(&self, want: u64, mut op: impl FnMut()) -> (u64, usize, String) {
+        let commits = || {
+            (
+                self.sum_stat("whole_commits_sent"),
+                self.sum_stat("whole_commits_answered"),
+            )
+        };
+        for attempt in 1..=20 {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let (c, p) = (commits(), self.peer_messages());
+                std::thread::sleep(Duration::from_millis(100));
+                if c.0 == c.1 && commits() == c && self.peer_messages() == p {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "the cluster never fell quiet");
+            }
+            let (c0, all) = (commits(), self.all_stats());
+            let before = self.peer_messages();
+            op();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while self.peer_messages() - before < want && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            let sent = self.peer_messages() - before;
+            if commits() == c0 {
+                return (sent, attempt, Cluster::moved(&all, &self.all_stats()));
+            }
+        }
+        panic!("every window held a Commit round");
+    }
+
+    /// Every node's numeric `stats inec` counters, to say what moved when a count is off.
+    fn all_stats(&self) -> Vec<HashMap<String, u64>> {
+        (0..self.clients.len())
+            .map(|i| {
+                self.client(i)
+                    .stats("inec")
+                    .into_iter()
+                    .filter_map(|(k, v)| Some((k, v.parse::<u64>().ok()?)))
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The counters that moved between two [`Cluster::all_stats`], node by node.
+    fn moved(before: &[HashMap<String, u64>], after: &[HashMap<String, u64>]) -> String {
+        let mut out = String::new();
+        for (i, (b, a)) in before.iter().zip(after).enumerate() {
+            let mut moved: Vec<_> = a
+                .iter()
+                .filter(|(k, v)| b.get(*k) != Some(*v))
+                .map(|(k, v)| format!("{k} +{}", v.wrapping_sub(b.get(k).copied().unwrap_or(0))))
+                .collect();
+            moved.sort();
+            out.push_str(&format!("node {i}: {}\n", moved.join(", ")));
+        }
+        out
+    }
 }
 
 impl Drop for Cluster {
@@ -551,29 +623,26 @@ fn round_trip_whole_with(code: &str, scheme: &str, chunks: usize, repair: &str) 
     let placement = cache::cluster::placement::Placement::new(n, chunks);
     let (key, v) = &values[8 - 1];
     let mut home = c.client(placement.stripe_of(key.as_bytes()));
-    let peer = || c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent");
-    let before = peer();
-    assert!(home.get(key) == Got::Hit(v.clone()));
-    assert_eq!(peer(), before, "a get at the home");
+    let (sent, _, moved) = c.messages_of(0, || assert!(home.get(key) == Got::Hit(v.clone())));
+    assert_eq!(sent, 0, "a get at the home; what moved:\n{moved}");
     let code: codes::Code = code.parse().unwrap();
     if planned {
         // A forced-degraded read at the home: one plan run, no message of the cache's own
         // (the plan's frames are the engine's).
-        let (before, runs) = (peer(), c.sum_stat("degraded_plan_runs"));
-        assert!(home.mg_degraded(key, 0) == Got::Hit(v.clone()));
-        assert_eq!(peer(), before, "a degraded read on the plan");
-        assert_eq!(c.sum_stat("degraded_plan_runs") - runs, 1);
+        let runs = c.sum_stat("degraded_plan_runs");
+        let (sent, tries, moved) = c.messages_of(0, || {
+            assert!(home.mg_degraded(key, 0) == Got::Hit(v.clone()))
+        });
+        assert_eq!(sent, 0, "a degraded read on the plan; what moved:\n{moved}");
+        assert_eq!(c.sum_stat("degraded_plan_runs") - runs, tries as u64);
     } else {
         degraded_read_on_the_loop(&c, &mut home, key, v, &code);
     }
     // A set at the home: one delta to each of the parity positions, and their acks.
-    let before = peer();
-    assert_eq!(home.set(key, &v[..100]), "STORED\r\n");
-    assert_eq!(
-        peer() - before,
-        2 * code.parity_count() as u64,
-        "a set at the home"
-    );
+    let want = 2 * code.parity_count() as u64;
+    let (sent, _, moved) =
+        c.messages_of(want, || assert_eq!(home.set(key, &v[..100]), "STORED\r\n"));
+    assert_eq!(sent, want, "a set at the home; what moved:\n{moved}");
 }
 
 /// Whole values' degraded reads run every scheme's repair plan on the engine (the plan's chunk
@@ -772,21 +841,14 @@ fn degraded_read_on_the_loop(
     v: &[u8],
     code: &codes::Code,
 ) {
-    let peer = || c.sum_stat("peer_messages_sent") + c.sum_stat("peer_replies_sent");
-    let (before, loop_reads, fallbacks) = (
-        peer(),
-        c.sum_stat("loop_reads"),
-        c.sum_stat("loop_read_fallbacks"),
-    );
-    assert!(home.mg_degraded(key, 0) == Got::Hit(v.to_vec()));
+    let (loop_reads, fallbacks) = (c.sum_stat("loop_reads"), c.sum_stat("loop_read_fallbacks"));
     // The read may finish on the first k consistent pieces; the last replies still come.
     let want = 2 * (code.n() as u64 - 1);
-    let deadline = Instant::now() + Duration::from_secs(2);
-    while peer() - before < want && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    assert_eq!(peer() - before, want, "a degraded read");
-    assert_eq!(c.sum_stat("loop_reads") - loop_reads, 1);
+    let (sent, tries, moved) = c.messages_of(want, || {
+        assert!(home.mg_degraded(key, 0) == Got::Hit(v.to_vec()))
+    });
+    assert_eq!(sent, want, "a degraded read; what moved:\n{moved}");
+    assert_eq!(c.sum_stat("loop_reads") - loop_reads, tries as u64);
     assert_eq!(c.sum_stat("loop_read_fallbacks"), fallbacks);
 }
 

@@ -1022,6 +1022,9 @@ impl Node {
             calls.push((node, Request::Commit(list.collect())));
             told.push((node, pages));
         }
+        self.counters
+            .whole_commits_sent
+            .fetch_add(calls.len() as u64, Ordering::Relaxed);
         let answers = self.call(calls);
         for ((node, pages), answer) in told.into_iter().zip(answers) {
             if !matches!(answer, Ok(Response::Ack)) {

@@ -3930,6 +3930,8 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "whole_pages_salvaged", g(&c.whole_pages_salvaged));
     compose::stat(out, "whole_pages_realigned", g(&c.whole_pages_realigned));
     compose::stat(out, "whole_deltas_completed", g(&c.whole_deltas_completed));
+    compose::stat(out, "whole_commits_sent", g(&c.whole_commits_sent));
+    compose::stat(out, "whole_commits_answered", g(&c.whole_commits_answered));
     compose::stat(out, "whole_rewritten", g(&c.whole_rewritten));
     compose::stat(out, "whole_split_values", g(&c.whole_split_values));
     compose::stat(out, "whole_pages_rebuilt", g(&c.whole_pages_rebuilt));

@@ -240,7 +240,14 @@ impl Node {
                 Response::Ack
             }
             Request::Agent(op) => Response::Agent(self.agent(op)),
-            req => answer_chunk(&mut lock(&self.store), req),
+            req => {
+                if matches!(req, Request::Commit(_)) {
+                    self.counters
+                        .whole_commits_answered
+                        .fetch_add(1, Ordering::Relaxed);
+                }
+                answer_chunk(&mut lock(&self.store), req)
+            }
         }
     }
 
