@@ -649,10 +649,11 @@ impl StripeIndex {
     }
 
     /// Marks positions (a bit mask) of the key's `version` as holes; nothing if the key now
-    /// has another version.
+    /// has another version. A value stored split has holes among its positions; a whole value
+    /// among every position of the stripe (its parity positions' location records).
     pub fn mark_holes(&mut self, key: &[u8], version: u64, mask: u64) {
-        self.change_holes(key, version, |holes, positions| {
-            holes | (mask & position_mask(positions))
+        self.change_holes(key, version, |holes, reach| {
+            holes | (mask & position_mask(reach))
         });
     }
 
@@ -661,12 +662,19 @@ impl StripeIndex {
         self.change_holes(key, version, |holes, _| holes & !mask);
     }
 
-    /// Sets the holes of the key's `version` to `f(holes, positions)`, keeping the tallies.
+    /// Sets the holes of the key's `version` to `f(holes, reach)`, keeping the tallies; its
+    /// reach is its positions, or the stripe's for a whole value.
     fn change_holes(&mut self, key: &[u8], version: u64, f: impl FnOnce(u64, usize) -> u64) {
+        let n = self.used_bytes.len();
         let Some(e) = self.get_mut(key).filter(|e| e.version == version) else {
             return;
         };
-        let (before, after) = (e.holes, f(e.holes, e.positions));
+        let reach = if e.kind == Kind::Whole {
+            n
+        } else {
+            e.positions
+        };
+        let (before, after) = (e.holes, f(e.holes, reach));
         e.holes = after;
         let t = &mut self.tally;
         t.holed = t.holed + usize::from(after != 0) - usize::from(before != 0);

@@ -616,17 +616,20 @@ impl Node {
         self.call(calls);
     }
 
-    /// The positions of `e` (a value stored split: its coded chunks, or its replicas) whose
-    /// node is down, and so misses a touch of it: marked as holes of the entry, they are
-    /// written again with the new expiry once their node is back (hole filling), so an index
-    /// rebuilt from the records later does not take the old expiry from one of them. A whole
-    /// value's home keeps its record's bytes through a touch anyway (the parity positions'
-    /// location records carry the expiry).
+    /// The positions of `e` whose node is down, and so misses a touch of it: marked as holes
+    /// of the entry, they are written again with the new expiry once their node is back (hole
+    /// filling), so an index rebuilt from the records later does not take the old expiry
+    /// from one of them. For a value stored split, its coded chunks or replicas; for a whole
+    /// value, the other positions of the stripe (those that are parity positions of its page
+    /// keep its location record, which carries the expiry; its home keeps the record's bytes
+    /// through a touch).
     pub(crate) fn touch_misses(&self, stripe: usize, e: &Entry) -> u64 {
-        if e.kind == Kind::Whole {
-            return 0;
-        }
-        (0..e.positions)
+        let (first, reach) = if e.kind == Kind::Whole {
+            (1, self.n())
+        } else {
+            (0, e.positions)
+        };
+        (first..reach)
             .filter(|&p| !self.is_up(self.placement.node_of(stripe, p)))
             .fold(0, |mask, p| mask | index::bit(p))
     }

@@ -595,7 +595,10 @@ impl Node {
         e: &Entry,
         position: usize,
     ) -> Option<Vec<u8>> {
-        let at = self.whole_location(stripe, key, e).ok()?;
+        let at = match e.whole_at {
+            Some(at) => at,
+            None => self.whole_location(stripe, key, e).ok()?,
+        };
         let home = self.placement.node_of(stripe, 0);
         let (_, d, _) = whole::page_of(home, at.page, self.k(), self.cfg.node_count);
         ((self.k() - d..self.n() - d).contains(&position))

@@ -4,10 +4,10 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::agent::index;
+use crate::agent::index::{self, Entry};
 use crate::carrier::peer::{AgentOp, AgentResult, Request, Response};
 use crate::node::{bump, lock, Node, RecoveryState};
-use crate::record;
+use crate::record::{self, Kind};
 use crate::time;
 
 impl Node {
@@ -66,6 +66,10 @@ impl Node {
                 let Some(e) = self.lookup(s, &key).filter(|e| e.version == version) else {
                     continue;
                 };
+                if e.kind == Kind::Whole {
+                    done += self.fill_location_records(s, &key, &e, holes & e.holes);
+                    continue;
+                }
                 for p in (0..e.positions).filter(|&p| holes & e.holes & index::bit(p) != 0) {
                     let Ok(data) = self.repair_chunk(s, &key, &e, p) else {
                         continue;
@@ -76,6 +80,33 @@ impl Node {
                         done += data.len() as u64;
                     }
                 }
+            }
+        }
+        done
+    }
+
+    /// Fills the holes `holes` of a whole value (positions that missed a touch): each parity
+    /// position of its page gets its location record again, with the entry's expiry; a
+    /// position that is none of them holds no record of it, and its hole just goes. Returns
+    /// the bytes written.
+    fn fill_location_records(&self, s: usize, key: &[u8], e: &Entry, holes: u64) -> u64 {
+        let mut done = 0;
+        for p in (1..self.n()).filter(|&p| holes & index::bit(p) != 0) {
+            let Some(rec) = self.whole_location_record(s, key, e, p) else {
+                self.with_index(s, |ix| ix.clear_holes(key, e.version, index::bit(p)));
+                continue;
+            };
+            let bytes = rec.len() as u64;
+            let put = Request::Put {
+                stripe: s as u32,
+                watermark: self.with_index(s, |ix| ix.watermark()),
+                record: rec,
+            };
+            let node = self.placement.node_of(s, p);
+            if let Some(Ok(Response::Ack)) = self.call(vec![(node, put)]).pop() {
+                self.with_index(s, |ix| ix.clear_holes(key, e.version, index::bit(p)));
+                bump(&self.counters.holes_filled);
+                done += bytes;
             }
         }
         done

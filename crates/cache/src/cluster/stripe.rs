@@ -63,15 +63,24 @@ pub struct Adopted {
 /// the version before it would serve the value an acknowledged write replaced.
 pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
     let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
+    // A whole value's home keeps its record's bytes through a touch (they are in the slab,
+    // under parity); the records at the parity positions carry the exptime. One that missed a
+    // touch (its node down) is written again once its node is back (`Node::fill_holes`); if
+    // the agent that knew went first, they disagree, and the sooner expiry is taken: the
+    // value may then lapse early (a miss) but is never served past an expiry a write or a
+    // touch set.
+    let mut parity_exptime: HashMap<(Vec<u8>, u64), i64> = HashMap::new();
     for h in headers {
         let e = seen
             .entry((h.key.clone(), h.version))
             .or_insert_with(|| (h.clone(), Vec::new()));
         e.0.written_around |= h.written_around;
-        // A whole value's home keeps its record's bytes through a touch (they are in the
-        // slab, under parity); the records at the parity positions carry the exptime.
         if h.kind == Kind::Whole && h.chunk_index != 0 {
-            e.0.exptime = h.exptime;
+            let x = parity_exptime
+                .entry((h.key.clone(), h.version))
+                .or_insert(h.exptime);
+            *x = sooner(*x, h.exptime);
+            e.0.exptime = *x;
         }
         if !e.1.contains(&h.chunk_index) {
             e.1.push(h.chunk_index);
@@ -110,6 +119,14 @@ pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, A
         );
     }
     out
+}
+
+/// The sooner of two absolute expiries (0: never).
+fn sooner(a: i64, b: i64) -> i64 {
+    match (a, b) {
+        (0, x) | (x, 0) => x,
+        (a, b) => a.min(b),
+    }
 }
 
 #[cfg(test)]
@@ -192,5 +209,31 @@ mod tests {
         assert_eq!(a[&b"a".to_vec()].held, 0b11);
         assert_eq!(a[&b"b".to_vec()].version, 5);
         assert!(!a.contains_key(b"d".as_slice()));
+    }
+
+    /// A whole value's expiry is its parity positions' location records' (the home's record
+    /// keeps the write's); when they disagree (one missed a touch), the sooner, 0 meaning never,
+    /// in whatever order the members answered.
+    #[test]
+    fn adopt_takes_a_whole_values_soonest_parity_expiry() {
+        let at = |idx: u8, exptime: i64| Header {
+            exptime,
+            ..h(b"w", 3, idx, Kind::Whole)
+        };
+        for (records, want) in [
+            (vec![at(0, 0), at(2, 500)], 500),
+            (vec![at(0, 900), at(2, 0), at(3, 0)], 0),
+            (vec![at(0, 100), at(2, 0), at(3, 700)], 700),
+            (vec![at(2, 700), at(3, 600), at(0, 100)], 600),
+            (vec![at(3, 0), at(2, 650), at(0, 0)], 650),
+            (vec![at(0, 0)], 0),
+        ] {
+            for rotate in 0..records.len() {
+                let mut hs = records.clone();
+                hs.rotate_left(rotate);
+                let a = adopt(&hs, 2, 0);
+                assert_eq!(a[&b"w".to_vec()].exptime, want, "{hs:?}");
+            }
+        }
     }
 }

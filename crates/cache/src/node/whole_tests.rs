@@ -1334,3 +1334,74 @@ fn a_torn_delta_kept_by_a_parity_position_completes_the_cut_when_m_homes_are_los
     check_parity(&nodes);
     hub.clear();
 }
+
+/// A touch while a parity position of a whole value's page is cut off leaves that position's
+/// location record with the old expiry: the agent marks the position a hole, and once the
+/// node is back hole filling writes the record again with the new expiry. Before that, an
+/// index rebuilt from the records takes the sooner expiry of the two (the value may lapse
+/// early, never late); after it, the touched one.
+#[test]
+fn a_touch_a_parity_position_missed_is_written_there_once_it_is_back() {
+    let (hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "t", 1).remove(0);
+    let res = nodes[0].route_key(
+        AgentOp::Store {
+            mode: proto::StoreMode::Set,
+            key: key.clone(),
+            flags: 3,
+            exptime: 500,
+            compare_cas: None,
+            value: vec![5; 600],
+            once: Once::first(nodes[0].next_request_id()),
+        },
+        &key,
+    );
+    stored(res);
+    let e = nodes[0].lookup(0, &key).expect("stored");
+    assert_eq!(e.kind, crate::record::Kind::Whole);
+    let at = e.whole_at.expect("whole at its home");
+    let (k, n) = (nodes[0].k(), nodes[0].n());
+    let (_, d, _) = whole::page_of(0, at.page, k, NODES);
+    let parity: Vec<usize> = (k - d..n - d).collect();
+    let p = parity[0];
+    let member = nodes[0].placement.node_of(0, p);
+    assert_ne!(member, 0);
+    let expiry_at = |node: usize, p: usize| {
+        let store = lock(&nodes[node].store);
+        let bytes = store
+            .get(0, p as u8, &key, e.version)
+            .expect("a location record");
+        crate::record::parse(bytes).expect("a record").0.exptime
+    };
+    assert_eq!(expiry_at(member, p), e.exptime);
+    hub.cut(0, member);
+    nodes[0].mark_down(member);
+    let touch = AgentOp::Touch {
+        key: key.clone(),
+        exptime: 1000,
+    };
+    assert!(matches!(nodes[0].route(0, touch), AgentResult::Touched));
+    let touched = nodes[0].lookup(0, &key).expect("still there");
+    assert!(touched.exptime > e.exptime + 400);
+    assert_eq!(touched.holes, 1 << p, "the cut-off position is a hole");
+    assert_eq!(expiry_at(member, p), e.exptime, "missed while cut off");
+    for &q in &parity[1..] {
+        let other = nodes[0].placement.node_of(0, q);
+        assert_eq!(expiry_at(other, q), touched.exptime, "position {q}");
+    }
+    hub.heal();
+    rounds(&nodes);
+    let rebuilt = nodes[0].rebuild_index(0);
+    assert_eq!(
+        rebuilt.get(&key).map(|e| e.exptime),
+        Some(e.exptime),
+        "the sooner expiry while the records disagree"
+    );
+    assert!(nodes[0].fill_holes(u64::MAX) > 0);
+    assert_eq!(expiry_at(member, p), touched.exptime);
+    assert_eq!(nodes[0].lookup(0, &key).expect("there").holes, 0);
+    let rebuilt = nodes[0].rebuild_index(0);
+    assert_eq!(rebuilt.get(&key).map(|e| e.exptime), Some(touched.exptime));
+    expect_value(get(&nodes[3], &key), &[5; 600], "read after the fill");
+    hub.clear();
+}
