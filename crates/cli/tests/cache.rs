@@ -132,6 +132,18 @@ impl Cluster {
             .status()
             .unwrap();
         assert!(ok.success(), "kill -{sig} {pid}");
+        if sig == "STOP" {
+            // Every thread of the node stopped before the test goes on: what it sends next
+            // must meet a node that cannot answer.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !all_threads_stopped(pid) {
+                assert!(
+                    Instant::now() < deadline,
+                    "node {node} (pid {pid}) did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
     }
 
     fn restart(&self, node: usize) {
@@ -259,6 +271,20 @@ impl Cluster {
         }
         out
     }
+}
+
+/// Whether every thread of process `pid` is stopped (state `T` in `/proc/<pid>/task/*/stat`).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).is_ok_and(|stat| {
+            // The state follows the command name, which is in parentheses.
+            stat.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+        })
+    })
 }
 
 impl Drop for Cluster {
