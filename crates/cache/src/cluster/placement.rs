@@ -84,9 +84,14 @@ impl Placement {
     }
 
     /// How many (stripe, position) slots node `node` holds: its memory is shared among them.
+    /// Asked on every whole write: counted without building a list per stripe.
     pub fn slots_of(&self, node: usize) -> usize {
         (0..self.node_count)
-            .map(|s| self.positions_of(s, node).len())
+            .map(|s| {
+                (0..self.chunk_count)
+                    .filter(|&p| self.node_of(s, p) == node)
+                    .count()
+            })
             .sum()
     }
 }
@@ -140,6 +145,14 @@ mod tests {
         assert_eq!(p.members(7), vec![7, 8, 0, 1, 2, 3, 4, 5, 6]);
         let p = Placement::new(12, 10);
         assert_eq!(p.members(5), vec![5, 6, 7, 8, 9, 10, 11, 0, 1, 2]);
+        // Fewer nodes than positions: a node holds several positions of a stripe.
+        for (nodes, chunks) in [(12, 10), (5, 9), (1, 9), (3, 3)] {
+            let p = Placement::new(nodes, chunks);
+            for node in 0..nodes {
+                let listed: usize = (0..nodes).map(|s| p.positions_of(s, node).len()).sum();
+                assert_eq!(p.slots_of(node), listed, "{nodes} nodes, {chunks} chunks");
+            }
+        }
         assert_eq!(p.stripes_of(0).len(), 10);
     }
 
