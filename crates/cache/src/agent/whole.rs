@@ -180,10 +180,11 @@ fn queued_bytes(req: &Request) -> u64 {
 impl Node {
     /// Whether a value of `value_bytes` under `key` is written whole now: the layout wants it
     /// whole ([`Node::whole_rule`]: its size, the slots this node holds, the record fitting a
-    /// slab page), this node is the stripe's home (its designated agent) and has its pages (not
-    /// rebuilding them after a restart), and every member of the stripe is up or, with at most m down and all of
-    /// them refused (not running: they come back as restarted processes, which rebuild their
-    /// pages), the deltas queued for down parity positions are below [`PENDING_MAX_BYTES`].
+    /// slab page), this node is the stripe's home (its designated agent) and has its pages
+    /// (not rebuilding them after a restart), and every member of the stripe is up or, with at
+    /// most m down and all of them refused (not running: they come back as restarted
+    /// processes, which rebuild their pages), the deltas queued for down parity positions are
+    /// below [`PENDING_MAX_BYTES`].
     pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
         if !self.whole_rule().wants(key.len(), value_bytes as u64) {
             return false;
