@@ -217,8 +217,7 @@ pub struct StripeIndex {
 
 /// Which values the layout wants kept whole at their home: those under `below_bytes`, whose
 /// record (key and value with the record's overhead) fits `record_max_bytes` (a slab page).
-/// The default wants none (the split layout, or a node that holds more than one position of
-/// its stripes).
+/// The default wants none (the split layout).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct WholeRule {
     pub below_bytes: u64,

@@ -179,12 +179,12 @@ fn queued_bytes(req: &Request) -> u64 {
 
 impl Node {
     /// Whether a value of `value_bytes` under `key` is written whole now: the layout wants it
-    /// whole ([`Node::whole_rule`]: its size, the slots this node holds, the record fitting a
-    /// slab page), this node is the stripe's home (its designated agent) and has its pages
-    /// (not rebuilding them after a restart), and every member of the stripe is up or, with at
-    /// most m down and all of them refused (not running: they come back as restarted
-    /// processes, which rebuild their pages), the deltas queued for down parity positions are
-    /// below [`PENDING_MAX_BYTES`].
+    /// whole ([`Node::whole_rule`]: its size, and the record fitting a slab page), this node
+    /// is the stripe's home (its designated agent) and has its pages (not rebuilding them
+    /// after a restart), and every member of the stripe is up or, with at most m down and all
+    /// of them refused (not running: they come back as restarted processes, which rebuild
+    /// their pages), the deltas queued for down parity positions are below
+    /// [`PENDING_MAX_BYTES`].
     pub(crate) fn whole_ok(&self, stripe: usize, key: &[u8], value_bytes: usize) -> bool {
         if !self.whole_rule().wants(key.len(), value_bytes as u64) {
             return false;
@@ -206,12 +206,10 @@ impl Node {
 
     /// The values this node, as an agent, wants whole at their home (its indexes count those
     /// stored split: `agent::rewhole`): those [`Node::whole_wanted`] accepts whose record a
-    /// slab page holds, and none when this node holds more than one position of its stripes
-    /// (no whole value then).
+    /// slab page holds. (With fewer nodes than positions a node holds several positions of
+    /// a page stripe; the layout works the same, with less to survive.)
     pub(crate) fn whole_rule(&self) -> crate::agent::index::WholeRule {
-        let layout_whole = self.placement.slots_of(self.cfg.id) == self.n();
         let below_bytes = match self.cfg.layout {
-            _ if !layout_whole => 0,
             Layout::Split => 0,
             Layout::Whole => u64::MAX,
             Layout::Auto => self.cfg.whole_below_bytes as u64,
@@ -1049,7 +1047,7 @@ impl Node {
     fn collect_commits(&self) {
         let (k, n, nodes) = (self.k(), self.n(), self.cfg.node_count);
         let pages = lock(&self.store).slab.take_announced();
-        if pages.is_empty() || self.placement.slots_of(self.cfg.id) != n {
+        if pages.is_empty() {
             return;
         }
         let mut per_node = lock(&self.whole_commits);
@@ -1341,10 +1339,6 @@ impl Node {
     pub(crate) fn rebuild_pages(&self) -> Result<u64, String> {
         let (k, n, nodes, me) = (self.k(), self.n(), self.cfg.node_count, self.cfg.id);
         let page_bytes = self.cfg.page_bytes;
-        if self.placement.slots_of(me) != n {
-            lock(&self.store).finish_rebuild();
-            return Ok(0);
-        }
         let started = std::time::Instant::now();
         let mut done = 0u64;
         // How many pages each position holds, first: the progress shown is of them all.

@@ -84,7 +84,7 @@ impl Placement {
     }
 
     /// How many (stripe, position) slots node `node` holds: its memory is shared among them.
-    /// Asked on every whole write: counted without building a list per stripe.
+    /// The rotation gives every node one slot per position, n in all, however many nodes.
     pub fn slots_of(&self, node: usize) -> usize {
         (0..self.node_count)
             .map(|s| {
@@ -151,6 +151,7 @@ mod tests {
             for node in 0..nodes {
                 let listed: usize = (0..nodes).map(|s| p.positions_of(s, node).len()).sum();
                 assert_eq!(p.slots_of(node), listed, "{nodes} nodes, {chunks} chunks");
+                assert_eq!(listed, chunks, "{nodes} nodes, {chunks} chunks");
             }
         }
         assert_eq!(p.stripes_of(0).len(), 10);
