@@ -394,6 +394,25 @@ fn a_stripe_handed_back_is_taken_over_again_when_its_agent_loses_the_coordinator
     hub.clear();
 }
 
+/// Node 0 (stripe 0's agent) touches `key` to 1000 s while `member` is cut off from it and
+/// seen down; the entry after the touch.
+pub(super) fn touch_while_cut_off(
+    hub: &MemHub,
+    nodes: &[Arc<Node>],
+    member: usize,
+    key: &[u8],
+) -> crate::agent::index::Entry {
+    assert_ne!(member, 0);
+    hub.cut(0, member);
+    nodes[0].mark_down(member);
+    let touch = AgentOp::Touch {
+        key: key.to_vec(),
+        exptime: 1000,
+    };
+    assert!(matches!(nodes[0].route(0, touch), AgentResult::Touched));
+    nodes[0].lookup(0, key).expect("still there")
+}
+
 /// A touch while a replica's node is cut off leaves that replica with the old expiry: the
 /// agent marks it a hole, and once the node is back hole filling writes the replica again
 /// with the new expiry, so an index rebuilt from the records (a takeover) reads the new
@@ -412,15 +431,7 @@ fn a_touch_missed_by_a_member_is_written_there_once_it_is_back() {
         (crate::record::Kind::Replica, 2, 0)
     );
     let member = nodes[0].placement.node_of(0, 1);
-    assert_ne!(member, 0);
-    hub.cut(0, member);
-    nodes[0].mark_down(member);
-    let touch = AgentOp::Touch {
-        key: k.clone(),
-        exptime: 1000,
-    };
-    assert!(matches!(nodes[0].route(0, touch), AgentResult::Touched));
-    let touched = nodes[0].lookup(0, &k).expect("still there");
+    let touched = touch_while_cut_off(&hub, &nodes, member, &k);
     assert!(touched.exptime > crate::time::now_secs() + 900);
     assert_eq!(touched.holes, 0b10, "the cut-off replica is a hole");
     let expiry_at = |node: &Node| {

@@ -1365,7 +1365,6 @@ fn a_touch_a_parity_position_missed_is_written_there_once_it_is_back() {
     let parity: Vec<usize> = (k - d..n - d).collect();
     let p = parity[0];
     let member = nodes[0].placement.node_of(0, p);
-    assert_ne!(member, 0);
     let expiry_at = |node: usize, p: usize| {
         let store = lock(&nodes[node].store);
         let bytes = store
@@ -1374,14 +1373,7 @@ fn a_touch_a_parity_position_missed_is_written_there_once_it_is_back() {
         crate::record::parse(bytes).expect("a record").0.exptime
     };
     assert_eq!(expiry_at(member, p), e.exptime);
-    hub.cut(0, member);
-    nodes[0].mark_down(member);
-    let touch = AgentOp::Touch {
-        key: key.clone(),
-        exptime: 1000,
-    };
-    assert!(matches!(nodes[0].route(0, touch), AgentResult::Touched));
-    let touched = nodes[0].lookup(0, &key).expect("still there");
+    let touched = super::cluster_tests::touch_while_cut_off(&hub, &nodes, member, &key);
     assert!(touched.exptime > e.exptime + 400);
     assert_eq!(touched.holes, 1 << p, "the cut-off position is a hole");
     assert_eq!(expiry_at(member, p), e.exptime, "missed while cut off");
