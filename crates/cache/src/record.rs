@@ -139,37 +139,73 @@ pub enum RecordError {
     BadCrc { stored: u32, computed: u32 },
 }
 
+/// The bytes a record of `header` and `data_bytes` bytes of data takes.
+pub fn encoded_len(header: &Header, data_bytes: usize) -> usize {
+    OVERHEAD_BYTES + header.key.len() + data_bytes
+}
+
 /// Encodes a record.
 pub fn encode(header: &Header, data: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(OVERHEAD_BYTES + header.key.len() + data.len());
-    out.extend_from_slice(&MAGIC);
+    let mut out = Vec::with_capacity(encoded_len(header, data.len()));
+    out.extend_from_slice(&head(header, data.len()));
+    out.extend_from_slice(&header.key);
+    out.extend_from_slice(data);
+    let crc = crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
+/// Encodes a record into `out`, which is [`encoded_len`] bytes long (a slab slot's range, so a
+/// whole value is not built elsewhere first).
+pub fn encode_into(header: &Header, data: &[u8], out: &mut [u8]) {
+    assert_eq!(
+        out.len(),
+        encoded_len(header, data.len()),
+        "a record fills `out`"
+    );
+    let key_end = HEADER_BYTES + header.key.len();
+    let body = out.len() - 4;
+    out[..HEADER_BYTES].copy_from_slice(&head(header, data.len()));
+    out[HEADER_BYTES..key_end].copy_from_slice(&header.key);
+    out[key_end..body].copy_from_slice(data);
+    let crc = crc32c(&out[..body]);
+    out[body..].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// A record's fixed header: magic, kind, chunk index, key length, version, value length,
+/// flags, exptime, data length, trail.
+fn head(header: &Header, data_bytes: usize) -> [u8; HEADER_BYTES] {
+    let mut out = [0; HEADER_BYTES];
+    out[0..4].copy_from_slice(&MAGIC);
     let kind = match header.kind {
         Kind::Coded => 0,
         Kind::Replica => 1,
         Kind::Whole => 2,
     };
-    out.push(
-        kind | if header.written_around {
+    out[4] = kind
+        | if header.written_around {
             WRITTEN_AROUND
         } else {
             0
-        },
-    );
-    out.push(header.chunk_index);
-    out.extend_from_slice(&(header.key.len() as u16).to_le_bytes());
-    out.extend_from_slice(&header.version.to_le_bytes());
-    out.extend_from_slice(&header.value_bytes.to_le_bytes());
-    out.extend_from_slice(&header.flags.to_le_bytes());
-    out.extend_from_slice(&header.exptime.to_le_bytes());
-    out.extend_from_slice(&(data.len() as u32).to_le_bytes());
-    for id in header.trail {
-        out.extend_from_slice(&id.to_le_bytes());
+        };
+    out[5] = header.chunk_index;
+    out[6..8].copy_from_slice(&(header.key.len() as u16).to_le_bytes());
+    out[8..16].copy_from_slice(&header.version.to_le_bytes());
+    out[16..24].copy_from_slice(&header.value_bytes.to_le_bytes());
+    out[24..28].copy_from_slice(&header.flags.to_le_bytes());
+    out[28..36].copy_from_slice(&header.exptime.to_le_bytes());
+    out[36..40].copy_from_slice(&(data_bytes as u32).to_le_bytes());
+    for (i, id) in header.trail.iter().enumerate() {
+        out[40 + 8 * i..48 + 8 * i].copy_from_slice(&id.to_le_bytes());
     }
-    out.extend_from_slice(&header.key);
-    out.extend_from_slice(data);
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
     out
+}
+
+/// CRC32C (Castagnoli, the iSCSI CRC) of `bytes`. Every read of a record checks one over the
+/// whole record, so it runs on carry-less multiplication folds where the CPU has them (about
+/// four times the rate of the `crc32` instruction on an 8 KiB value).
+pub fn crc32c(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, bytes) as u32
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -268,7 +304,7 @@ pub fn check(bytes: &[u8]) -> Result<Checked<'_>, RecordError> {
 fn check_crc(bytes: &[u8]) -> Result<(), RecordError> {
     let body = bytes.len() - 4;
     let stored = u32_at(bytes, body);
-    let computed = crc32c::crc32c(&bytes[..body]);
+    let computed = crc32c(&bytes[..body]);
     if stored != computed {
         return Err(RecordError::BadCrc { stored, computed });
     }
@@ -295,6 +331,33 @@ pub fn parse(bytes: &[u8]) -> Result<(Header, &[u8]), RecordError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn encode_into_writes_what_encode_returns() {
+        let h = header();
+        for data in [&b""[..], b"v", &[7u8; 9000]] {
+            let want = encode(&h, data);
+            let mut out = vec![0xa5; encoded_len(&h, data.len())];
+            encode_into(&h, data, &mut out);
+            assert_eq!(out, want);
+            assert_eq!(parse(&out).unwrap(), (h.clone(), data));
+        }
+    }
+
+    #[test]
+    fn crc32c_is_the_castagnoli_crc_at_every_length_and_alignment() {
+        assert_eq!(crc32c(b"123456789"), 0xe306_9283);
+        assert_eq!(crc32c(b""), 0);
+        let bytes: Vec<u8> = (0..20_000u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+            .collect();
+        for start in 0..16 {
+            for len in (0..600).chain([4095, 4096, 8191, 8192, 8300, 19_000]) {
+                let b = &bytes[start..start + len];
+                assert_eq!(crc32c(b), crc32c::crc32c(b), "{len} bytes from {start}");
+            }
+        }
+    }
 
     fn header() -> Header {
         Header {

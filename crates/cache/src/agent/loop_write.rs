@@ -420,10 +420,10 @@ impl Node {
         };
         if kind == Kind::Whole {
             // The home's slot written here, then a delta to each parity position of its page.
-            let rec = record::encode(&self.header(key, &w.entry, 0), value);
+            let header = self.header(key, &w.entry, 0);
             self.local_messages
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let written = lock(&self.store).put_whole(stripe as u32, &rec, watermark);
+            let written = lock(&self.store).put_whole(stripe as u32, header, value, watermark);
             let Ok(Some(written)) = written else {
                 self.loop_write_abandon(w);
                 return LoopWriteStart::Worker;

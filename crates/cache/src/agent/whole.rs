@@ -274,8 +274,8 @@ impl Node {
         value: &[u8],
         watermark: u64,
     ) -> Result<WholeAt, WholeFail> {
-        let rec = record::encode(&self.header(key, e, 0), value);
-        let written = match lock(&self.store).put_whole(stripe as u32, &rec, watermark) {
+        let header = self.header(key, e, 0);
+        let written = match lock(&self.store).put_whole(stripe as u32, header, value, watermark) {
             Ok(Some(w)) => w,
             Ok(None) => {
                 return Err(WholeFail::Refused(
@@ -284,7 +284,6 @@ impl Node {
             }
             Err(why) => return Err(WholeFail::Refused(why)),
         };
-        drop(rec);
         // Parity positions known down are not asked: their deltas wait in the queue.
         let (calls, down): (Vec<_>, Vec<_>) = self
             .whole_deltas(stripe, key, e, &written, watermark)

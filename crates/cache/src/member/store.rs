@@ -794,20 +794,20 @@ impl ChunkStore {
         ))
     }
 
-    /// Stores the record of a whole-layout value at its home, in a slab slot: the slot's
-    /// delta for the parity positions of its page, or why not (`None` from a stale record:
-    /// nothing written). Errors: the record is not valid, larger than a page, or the slab's
-    /// pages were lost in a restart.
+    /// Stores the record of a whole-layout value at its home (`header` and the value), encoded
+    /// in a slab slot: the slot's delta for the parity positions of its page, or why not
+    /// (`None` from a stale record: nothing written). Errors: the record is larger than a
+    /// page, or the slab's pages were lost in a restart.
     pub fn put_whole(
         &mut self,
         stripe: u32,
-        bytes: &[u8],
+        header: Header,
+        data: &[u8],
         watermark: u64,
     ) -> Result<Option<SlotWrite>, String> {
         if self.whole_lost {
             return Err("this node's slab pages were lost in a restart".into());
         }
-        let (header, _) = record::parse(bytes).map_err(|e| e.to_string())?;
         if self.is_stale(stripe, &header) {
             return Ok(None);
         }
@@ -819,14 +819,17 @@ impl ChunkStore {
             Some(Held::Slab(at)) => Some(at.page as usize),
             _ => None,
         };
-        let at = self.slab.alloc(bytes.len(), want).ok_or_else(|| {
+        let len = record::encoded_len(&header, data.len());
+        let at = self.slab.alloc(len, want).ok_or_else(|| {
             format!(
-                "a record of {} bytes does not fit a {}-byte slab page",
-                bytes.len(),
+                "a record of {len} bytes does not fit a {}-byte slab page",
                 self.slab.page_bytes()
             )
         })?;
-        let written = self.slab.write(at, bytes);
+        // Encoded in its slot: the value is copied once, from the request into the slab.
+        let written = self
+            .slab
+            .write(at, |slot| record::encode_into(&header, data, slot));
         match self.put_held(stripe, header, Held::Slab(at), watermark) {
             PutOutcome::Stored => Ok(Some(written)),
             // Not reached (checked above), but the slot's delta stands either way.

@@ -335,23 +335,20 @@ impl Slab {
         self.free[class][at.page as usize % self.residues].push((at.page, at.offset));
     }
 
-    /// Writes a record into its slot: the delta for the parity positions and the page's seq.
-    pub fn write(&mut self, at: WholeAt, record: &[u8]) -> SlotWrite {
-        assert_eq!(
-            record.len(),
-            at.len as usize,
-            "a record fills its slot's range"
-        );
+    /// Writes a record into its slot (`fill` writes the slot's `at.len` bytes in place): the
+    /// delta for the parity positions and the page's seq.
+    pub fn write(&mut self, at: WholeAt, fill: impl FnOnce(&mut [u8])) -> SlotWrite {
         let page = &mut self.pages[at.page as usize];
-        let range = at.offset as usize..at.offset as usize + record.len();
+        let range = at.offset as usize..at.offset as usize + at.len as usize;
         // Made once, shared by the deltas to every parity position: the old bytes copied, then
-        // the new ones added in place (a loop the compiler vectorizes).
+        // the new ones added (a loop the compiler vectorizes) once written in place.
         let mut delta: std::sync::Arc<[u8]> = std::sync::Arc::from(&page.bytes[range.clone()]);
+        let slot = &mut page.bytes[range];
+        fill(slot);
         let fresh = std::sync::Arc::get_mut(&mut delta).expect("not shared yet");
-        for (d, &b) in fresh.iter_mut().zip(record) {
+        for (d, &b) in fresh.iter_mut().zip(slot.iter()) {
             *d ^= b;
         }
-        page.bytes[range].copy_from_slice(record);
         page.seq += 1;
         SlotWrite {
             at,
@@ -844,7 +841,7 @@ mod tests {
     fn slots_are_reused_and_their_old_bytes_enter_the_delta() {
         let mut slab = Slab::new(4096);
         let a = slab.alloc(100, None).unwrap();
-        let w = slab.write(a, &[1; 100]);
+        let w = slab.write(a, |s| s.copy_from_slice(&[1; 100]));
         assert_eq!(w.seq, 1);
         assert_eq!(&w.delta[..], &[1; 100][..]);
         slab.free(a);
@@ -852,7 +849,7 @@ mod tests {
         // the new record's bytes, old ones included.
         let b = slab.alloc(101, None).unwrap();
         assert_eq!((b.page, b.offset), (a.page, a.offset));
-        let w = slab.write(b, &[3; 101]);
+        let w = slab.write(b, |s| s.copy_from_slice(&[3; 101]));
         let mut want = vec![2; 100];
         want.push(3);
         assert_eq!(&w.delta[..], &want[..]);
@@ -951,7 +948,7 @@ mod tests {
             };
             live[d].push(at);
             let bytes: Vec<u8> = (0..len).map(|i| (i as u64 * 31 + round) as u8).collect();
-            let w = slabs[d].write(at, &bytes);
+            let w = slabs[d].write(at, |s| s.copy_from_slice(&bytes));
             for i in k..n {
                 let applied = parity
                     .apply(
