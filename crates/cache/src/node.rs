@@ -231,6 +231,11 @@ pub struct Counters {
     /// Replies this node's peer server sent to data requests (heartbeats excluded).
     pub peer_replies_sent: AtomicU64,
     pub index_rebuilds: AtomicU64,
+    /// Microseconds the last index rebuild took (listings asked to keys adopted), the longest
+    /// and all of them.
+    pub index_rebuild_us_last: AtomicU64,
+    pub index_rebuild_us_max: AtomicU64,
+    pub index_rebuild_us_total: AtomicU64,
     /// Writes acknowledged while some member did not store its record (it was down).
     pub writes_with_holes: AtomicU64,
     /// Records the agent rebuilt and stored at a member that lacked them (holes filled).

@@ -62,63 +62,75 @@ pub struct Adopted {
 /// members not heard, and it is adopted though it cannot be read until they answer. Adopting
 /// the version before it would serve the value an acknowledged write replaced.
 pub fn adopt(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
-    let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
-    // A whole value's home keeps its record's bytes through a touch (they are in the slab,
-    // under parity); the records at the parity positions carry the exptime. One that missed a
-    // touch (its node down) is written again once its node is back (`Node::fill_holes`); if
-    // the agent that knew went first, they disagree, and the sooner expiry is taken: the
-    // value may then lapse early (a miss) but is never served past an expiry a write or a
-    // touch set.
-    let mut parity_exptime: HashMap<(Vec<u8>, u64), i64> = HashMap::new();
-    for h in headers {
-        let e = seen
-            .entry((h.key.clone(), h.version))
-            .or_insert_with(|| (h.clone(), Vec::new()));
-        e.0.written_around |= h.written_around;
-        if h.kind == Kind::Whole && h.chunk_index != 0 {
-            let x = parity_exptime
-                .entry((h.key.clone(), h.version))
-                .or_insert(h.exptime);
-            *x = sooner(*x, h.exptime);
-            e.0.exptime = *x;
-        }
-        if !e.1.contains(&h.chunk_index) {
-            e.1.push(h.chunk_index);
-        }
+    /// What the records of one (key, version) say together. The fields not listed are the
+    /// first record's.
+    struct Seen {
+        first: usize,
+        written_around: bool,
+        /// A whole value's home keeps its record's bytes through a touch (they are in the
+        /// slab, under parity); the records at the parity positions carry the exptime. One
+        /// that missed a touch (its node down) is written again once its node is back
+        /// (`Node::fill_holes`); if the agent that knew went first, they disagree, and the
+        /// sooner expiry is taken: the value may then lapse early (a miss) but is never served
+        /// past an expiry a write or a touch set.
+        parity_exptime: Option<i64>,
+        /// The positions heard (bit p of word p / 64).
+        positions: [u64; 4],
     }
-    let mut out: HashMap<Vec<u8>, Adopted> = HashMap::new();
-    for ((key, version), (h, positions)) in seen {
+    // Keys borrowed from the headers (a takeover reads a record per position of every key:
+    // no copy of a key per record, and a fast hash).
+    let mut seen: hashbrown::HashMap<(&[u8], u64), Seen> = hashbrown::HashMap::new();
+    for (i, h) in headers.iter().enumerate() {
+        let e = seen.entry((&h.key, h.version)).or_insert(Seen {
+            first: i,
+            written_around: false,
+            parity_exptime: None,
+            positions: [0; 4],
+        });
+        e.written_around |= h.written_around;
+        if h.kind == Kind::Whole && h.chunk_index != 0 {
+            e.parity_exptime = Some(e.parity_exptime.map_or(h.exptime, |x| sooner(x, h.exptime)));
+        }
+        let p = usize::from(h.chunk_index);
+        e.positions[p / 64] |= 1 << (p % 64);
+    }
+    let mut best: hashbrown::HashMap<&[u8], (u64, &Seen)> = hashbrown::HashMap::new();
+    for (&(key, version), s) in &seen {
+        let h = &headers[s.first];
+        let heard = s
+            .positions
+            .iter()
+            .map(|w| w.count_ones() as usize)
+            .sum::<usize>();
         let readable = match h.kind {
-            Kind::Coded => {
-                positions.len() >= k || (h.written_around && positions.len() + unheard >= k)
-            }
+            Kind::Coded => heard >= k || (s.written_around && heard + unheard >= k),
             // The home's record, or a parity position's record of where it lies: the value
             // is read from the home or rebuilt from its page's stripe.
-            Kind::Replica | Kind::Whole => !positions.is_empty(),
+            Kind::Replica | Kind::Whole => heard > 0,
         };
         if !readable {
             continue;
         }
-        if out.get(&key).is_some_and(|a| a.version >= version) {
-            continue;
+        let b = best.entry(key).or_insert((version, s));
+        if version > b.0 {
+            *b = (version, s);
         }
-        out.insert(
-            key,
-            Adopted {
+    }
+    best.into_iter()
+        .map(|(key, (version, s))| {
+            let h = &headers[s.first];
+            let adopted = Adopted {
                 version,
                 kind: h.kind,
                 value_bytes: h.value_bytes,
                 flags: h.flags,
-                exptime: h.exptime,
+                exptime: s.parity_exptime.unwrap_or(h.exptime),
                 trail: h.trail,
-                held: positions
-                    .iter()
-                    .filter(|&&p| p < 64)
-                    .fold(0u64, |m, &p| m | (1 << p)),
-            },
-        );
-    }
-    out
+                held: s.positions[0],
+            };
+            (key.to_vec(), adopted)
+        })
+        .collect()
 }
 
 /// The sooner of two absolute expiries (0: never).
@@ -168,6 +180,93 @@ mod tests {
             flags: 0,
             exptime: 0,
             trail: [version + 100, version + 99, 0],
+        }
+    }
+
+    /// `adopt` as it was first written (a key copied per record, every record's fields
+    /// compared in turn): the oracle of the one that borrows the keys.
+    fn adopt_by_copies(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
+        let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
+        let mut parity_exptime: HashMap<(Vec<u8>, u64), i64> = HashMap::new();
+        for h in headers {
+            let e = seen
+                .entry((h.key.clone(), h.version))
+                .or_insert_with(|| (h.clone(), Vec::new()));
+            e.0.written_around |= h.written_around;
+            if h.kind == Kind::Whole && h.chunk_index != 0 {
+                let x = parity_exptime
+                    .entry((h.key.clone(), h.version))
+                    .or_insert(h.exptime);
+                *x = sooner(*x, h.exptime);
+                e.0.exptime = *x;
+            }
+            if !e.1.contains(&h.chunk_index) {
+                e.1.push(h.chunk_index);
+            }
+        }
+        let mut out: HashMap<Vec<u8>, Adopted> = HashMap::new();
+        for ((key, version), (h, positions)) in seen {
+            let readable = match h.kind {
+                Kind::Coded => {
+                    positions.len() >= k || (h.written_around && positions.len() + unheard >= k)
+                }
+                Kind::Replica | Kind::Whole => !positions.is_empty(),
+            };
+            if !readable || out.get(&key).is_some_and(|a| a.version >= version) {
+                continue;
+            }
+            let held = positions
+                .iter()
+                .filter(|&&p| p < 64)
+                .fold(0u64, |m, &p| m | (1 << p));
+            let (kind, value_bytes, flags, exptime, trail) =
+                (h.kind, h.value_bytes, h.flags, h.exptime, h.trail);
+            let a = Adopted {
+                version,
+                kind,
+                value_bytes,
+                flags,
+                exptime,
+                trail,
+                held,
+            };
+            out.insert(key, a);
+        }
+        out
+    }
+
+    #[test]
+    fn adopt_equals_its_oracle_on_random_listings() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(2026);
+        for round in 0..2_000 {
+            let keys = rng.gen_range(1..6);
+            let records = rng.gen_range(0..40);
+            let hs: Vec<Header> = (0..records)
+                .map(|_| {
+                    let kind = [Kind::Coded, Kind::Replica, Kind::Whole][rng.gen_range(0..3)];
+                    let key = format!("k{}", rng.gen_range(0..keys)).into_bytes();
+                    let version = rng.gen_range(1..5u64);
+                    // Positions past 64 too: counted as heard, not in `held`.
+                    let idx = if rng.gen_bool(0.1) {
+                        rng.gen_range(60..200)
+                    } else {
+                        rng.gen_range(0..9)
+                    };
+                    let mut r = h(&key, version, idx, kind);
+                    r.written_around = rng.gen_bool(0.2);
+                    r.exptime = [0, 100, 200, 300][rng.gen_range(0..4)];
+                    r.flags = rng.gen_range(0..3);
+                    r.value_bytes = rng.gen_range(0..3);
+                    r
+                })
+                .collect();
+            let (k, unheard) = (rng.gen_range(1..5), rng.gen_range(0..3));
+            assert_eq!(
+                adopt(&hs, k, unheard),
+                adopt_by_copies(&hs, k, unheard),
+                "round {round}: {hs:?}"
+            );
         }
     }
 

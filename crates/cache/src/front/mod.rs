@@ -3878,6 +3878,9 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "retries_answered", g(&c.retries_answered));
     compose::stat(out, "retries_in_doubt", g(&c.retries_in_doubt));
     compose::stat(out, "index_rebuilds", g(&c.index_rebuilds));
+    compose::stat(out, "index_rebuild_us_last", g(&c.index_rebuild_us_last));
+    compose::stat(out, "index_rebuild_us_max", g(&c.index_rebuild_us_max));
+    compose::stat(out, "index_rebuild_us_total", g(&c.index_rebuild_us_total));
     compose::stat(out, "writes_with_holes", g(&c.writes_with_holes));
     compose::stat(out, "holes_pending", node.holes_pending());
     compose::stat(out, "holes_filled", g(&c.holes_filled));

@@ -153,6 +153,13 @@ fn an_index_rebuilt_without_enough_members_is_not_kept() {
     }
     assert!(node.stripes[0].lock().unwrap().is_none(), "no index kept");
     assert_eq!(node.counters.index_rebuilds.load(Ordering::Relaxed), 1);
+    // The rebuild was timed (rounded up to a microsecond), and it was the only one, so the
+    // last, the longest and the total are the same.
+    let us = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+    let c = &node.counters;
+    assert!(us(&c.index_rebuild_us_last) > 0, "the rebuild was timed");
+    assert_eq!(us(&c.index_rebuild_us_max), us(&c.index_rebuild_us_last));
+    assert_eq!(us(&c.index_rebuild_us_total), us(&c.index_rebuild_us_last));
 }
 
 /// Two members (more than m = 1) are left out of the rebuild though this node sees them up when
