@@ -541,7 +541,7 @@ impl Node {
 
     /// The share of memory of one (stripe, position) slot on this node.
     pub fn share_bytes(&self) -> u64 {
-        self.cfg.memory_bytes / self.placement.slots_of(self.cfg.id).max(1) as u64
+        self.cfg.memory_bytes / self.placement.slots_per_node() as u64
     }
 
     // ---- liveness ----

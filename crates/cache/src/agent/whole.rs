@@ -220,13 +220,10 @@ impl Node {
         }
     }
 
-    /// Whether the layout asks for a value of `value_bytes` to be whole.
+    /// Whether the layout asks for a value of `value_bytes` to be whole (its size alone;
+    /// [`Node::whole_rule`] also asks that its record fit a slab page).
     pub(crate) fn whole_wanted(&self, value_bytes: usize) -> bool {
-        match self.cfg.layout {
-            Layout::Split => false,
-            Layout::Whole => true,
-            Layout::Auto => value_bytes < self.cfg.whole_below_bytes,
-        }
+        (value_bytes as u64) < self.whole_rule().below_bytes
     }
 
     /// Counts a write the layout wanted whole that goes split (`whole_fallbacks`): called

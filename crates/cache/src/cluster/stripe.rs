@@ -183,8 +183,8 @@ mod tests {
         }
     }
 
-    /// `adopt` as it was first written (a key copied per record, every record's fields
-    /// compared in turn): the oracle of the one that borrows the keys.
+    /// `adopt` as it was first written (a key copied per record, the positions heard in a
+    /// list): the oracle of the one that borrows the keys.
     fn adopt_by_copies(headers: &[Header], k: usize, unheard: usize) -> HashMap<Vec<u8>, Adopted> {
         let mut seen: HashMap<(Vec<u8>, u64), (Header, Vec<u8>)> = HashMap::new();
         let mut parity_exptime: HashMap<(Vec<u8>, u64), i64> = HashMap::new();
