@@ -71,14 +71,7 @@ pub const PREVIOUS_MAX: usize = 4;
 struct Slot {
     cur_version: u64,
     cur: Held,
-    /// The records it replaced, oldest first (boxed: most slots have none, and a slot is in
-    /// every key's table entry at each position).
-    prev: Option<Box<Previous>>,
 }
-
-/// A slot's previous records.
-#[derive(Debug, Default)]
-struct Previous(Vec<Prev>);
 
 /// A record replaced by a newer version of its key, kept until that write is below the
 /// watermark.
@@ -89,32 +82,104 @@ struct Prev {
     held: Held,
 }
 
-impl Slot {
-    /// Drops the previous records whose replacing write is below `watermark`, and the oldest
-    /// past [`PREVIOUS_MAX`]: the bytes freed.
-    fn trim(&mut self, slab: &mut Slab, watermark: u64) -> u64 {
-        let Some(prev) = self.prev.as_mut() else {
-            return 0;
-        };
-        let over = prev.0.len().saturating_sub(PREVIOUS_MAX);
-        let mut freed = 0;
-        for (i, p) in std::mem::take(&mut prev.0).into_iter().enumerate() {
-            if i >= over && p.replaced_by >= watermark {
-                prev.0.push(p);
-            } else {
-                freed += p.held.len() as u64;
-                release(slab, p.held);
-            }
-        }
-        if prev.0.is_empty() {
-            self.prev = None;
-        }
-        freed
+/// The records replaced by newer versions of their keys, by (stripe, position, key), oldest
+/// first, each kept until the watermark passes the write that replaced it.
+///
+/// They are kept apart from the slot tables: there are few at a time (about as many as the
+/// writes in flight), so this table stays in the CPU's cache, where a slot table and its
+/// records are as large as the keys held. A put that replaces a record and the trim that later
+/// drops it then make one lookup in a slot table between them, not two.
+#[derive(Debug, Default)]
+struct Previous {
+    table: HashTable<(SlotKey, Vec<Prev>)>,
+    hasher: DefaultHashBuilder,
+}
+
+impl Previous {
+    fn hash(&self, stripe: u32, position: u8, key: &[u8]) -> u64 {
+        self.hasher.hash_one((stripe, position, key))
     }
 
-    /// The previous records, oldest first.
-    fn previous(&self) -> &[Prev] {
-        self.prev.as_deref().map_or(&[], |p| &p.0)
+    /// The previous records of a key at a position, oldest first.
+    fn of(&self, stripe: u32, position: u8, key: &[u8]) -> &[Prev] {
+        let hash = self.hash(stripe, position, key);
+        self.table
+            .find(hash, |((s, p, k), _)| {
+                (*s, *p, k.as_slice()) == (stripe, position, key)
+            })
+            .map_or(&[], |(_, v)| v)
+    }
+
+    fn push(&mut self, stripe: u32, position: u8, key: &[u8], prev: Prev) {
+        let hash = self.hash(stripe, position, key);
+        let hasher = &self.hasher;
+        let entry = self.table.entry(
+            hash,
+            |((s, p, k), _)| (*s, *p, k.as_slice()) == (stripe, position, key),
+            |((s, p, k), _)| hasher.hash_one((*s, *p, k.as_slice())),
+        );
+        entry
+            .or_insert_with(|| ((stripe, position, key.to_vec()), Vec::new()))
+            .into_mut()
+            .1
+            .push(prev);
+    }
+
+    /// Removes the previous records of a key at a position for which `go` (given its index
+    /// among them, oldest first, and their count) says so, keeping the others' order; returns
+    /// them.
+    fn remove_where(
+        &mut self,
+        stripe: u32,
+        position: u8,
+        key: &[u8],
+        mut go: impl FnMut(usize, usize, &Prev) -> bool,
+    ) -> Vec<Prev> {
+        let hash = self.hash(stripe, position, key);
+        let Ok(mut entry) = self.table.find_entry(hash, |((s, p, k), _)| {
+            (*s, *p, k.as_slice()) == (stripe, position, key)
+        }) else {
+            return Vec::new();
+        };
+        let prevs = &mut entry.get_mut().1;
+        let count = prevs.len();
+        let mut kept = 0;
+        for i in 0..count {
+            if !go(i, count, &prevs[i]) {
+                prevs.swap(kept, i);
+                kept += 1;
+            }
+        }
+        let gone = prevs.split_off(kept);
+        if prevs.is_empty() {
+            entry.remove();
+        }
+        gone
+    }
+
+    /// The newest previous record of a key at a position, taken out.
+    fn pop(&mut self, stripe: u32, position: u8, key: &[u8]) -> Option<Prev> {
+        self.remove_where(stripe, position, key, |i, count, _| i + 1 == count)
+            .pop()
+    }
+
+    /// Every previous record of a key at a position, taken out.
+    fn take(&mut self, stripe: u32, position: u8, key: &[u8]) -> Vec<Prev> {
+        self.remove_where(stripe, position, key, |_, _, _| true)
+    }
+
+    /// Drops the previous records of a key at a position whose replacing write is below
+    /// `watermark`, and the oldest past [`PREVIOUS_MAX`]: the bytes freed.
+    fn trim(&mut self, slab: &mut Slab, slot: (u32, u8, &[u8]), watermark: u64) -> u64 {
+        let gone = self.remove_where(slot.0, slot.1, slot.2, |i, count, p| {
+            i < count.saturating_sub(PREVIOUS_MAX) || p.replaced_by < watermark
+        });
+        let mut freed = 0;
+        for p in gone {
+            freed += p.held.len() as u64;
+            release(slab, p.held);
+        }
+        freed
     }
 }
 
@@ -194,6 +259,8 @@ pub struct ChunkStore {
     slots: HashMap<(u32, u8), Slots>,
     /// Slots held, over every (stripe, position).
     count: usize,
+    /// Records replaced by newer versions, until the watermark passes those.
+    prevs: Previous,
     /// Per stripe, the slots holding a previous record, with the version that replaced it.
     pending_prev: HashMap<u32, VecDeque<(SlotKey, u64)>>,
     bytes: u64,
@@ -250,6 +317,7 @@ impl ChunkStore {
         ChunkStore {
             slots: HashMap::new(),
             count: 0,
+            prevs: Previous::default(),
             pending_prev: HashMap::new(),
             bytes: 0,
             tombstones: HashMap::new(),
@@ -660,7 +728,8 @@ impl ChunkStore {
             .slots
             .iter_mut()
             .filter(|((s, p), _)| *s == stripe && *p != 0);
-        for (_, held) in held {
+        let prevs = &mut self.prevs;
+        for (&(_, position), held) in held {
             held.table.retain(|slot| {
                 let Held::Heap(bytes) = &slot.cur else {
                     return true;
@@ -673,14 +742,12 @@ impl ChunkStore {
                     return true;
                 }
                 bytes_out += slot.cur.len() as u64;
-                match slot.prev.as_mut().and_then(|p| p.0.pop()) {
+                let key = record::key_of(bytes);
+                match prevs.pop(stripe, position, key) {
                     Some(prev) => {
                         bytes_in += prev.held.len() as u64;
                         slot.cur_version = prev.version;
                         freed.push(std::mem::replace(&mut slot.cur, prev.held));
-                        if slot.prev.as_ref().is_some_and(|p| p.0.is_empty()) {
-                            slot.prev = None;
-                        }
                         true
                     }
                     None => {
@@ -892,13 +959,14 @@ impl ChunkStore {
             Some(slot) => {
                 let old = std::mem::replace(&mut slot.cur, bytes);
                 self.bytes += slot.cur.len() as u64;
-                slot.prev.get_or_insert_with(Box::default).0.push(Prev {
+                let prev = Prev {
                     version: slot.cur_version,
                     replaced_by: version,
                     held: old,
-                });
+                };
                 slot.cur_version = version;
-                self.bytes -= slot.trim(&mut self.slab, watermark);
+                self.prevs.push(stripe, key.1, &key.2, prev);
+                self.bytes -= (self.prevs).trim(&mut self.slab, (stripe, key.1, &key.2), watermark);
                 self.pending_prev
                     .entry(stripe)
                     .or_default()
@@ -914,7 +982,6 @@ impl ChunkStore {
                     Slot {
                         cur_version: version,
                         cur: bytes,
-                        prev: None,
                     },
                 );
                 PutOutcome::Stored
@@ -934,13 +1001,7 @@ impl ChunkStore {
                 break;
             }
             let ((s, p, key), _) = q.pop_front().expect("front");
-            if let Some(slot) = self
-                .slots
-                .get_mut(&(s, p))
-                .and_then(|m| m.get_mut(&self.slab, &key))
-            {
-                self.bytes -= slot.trim(&mut self.slab, watermark);
-            }
+            self.bytes -= self.prevs.trim(&mut self.slab, (s, p, &key), watermark);
         }
     }
 
@@ -950,7 +1011,8 @@ impl ChunkStore {
         if slot.cur_version == version {
             return Some(bytes_of(&self.slab, &slot.cur));
         }
-        slot.previous()
+        self.prevs
+            .of(stripe, position, key)
             .iter()
             .find(|p| p.version == version)
             .map(|p| bytes_of(&self.slab, &p.held))
@@ -988,7 +1050,7 @@ impl ChunkStore {
         let (mut slots, mut bytes) = (0, 0);
         let mut freed = Vec::new();
         let of_stripe = self.slots.iter_mut().filter(|((s, _), _)| *s == stripe);
-        for (_, held) in of_stripe {
+        for (&(_, position), held) in of_stripe {
             if held
                 .get(&self.slab, key)
                 .is_none_or(|slot| slot.cur_version >= version)
@@ -999,7 +1061,7 @@ impl ChunkStore {
             slots += 1;
             bytes += slot.cur.len() as u64;
             freed.push(slot.cur);
-            for p in slot.prev.map(|b| b.0).unwrap_or_default() {
+            for p in self.prevs.take(stripe, position, key) {
                 bytes += p.held.len() as u64;
                 freed.push(p.held);
             }
@@ -1037,11 +1099,12 @@ impl ChunkStore {
     pub fn list(&self, stripe: u32) -> Vec<Header> {
         let mut out = Vec::new();
         let held = self.slots.iter().filter(|((s, _), _)| *s == stripe);
-        for slot in held.flat_map(|(_, m)| m.values()) {
-            if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &slot.cur)) {
+        for (&(_, position), slot) in held.flat_map(|(at, m)| m.values().map(move |s| (at, s))) {
+            let bytes = bytes_of(&self.slab, &slot.cur);
+            if let Ok((h, _)) = record::parse_header(bytes) {
                 out.push(h);
             }
-            for p in slot.previous() {
+            for p in self.prevs.of(stripe, position, record::key_of(bytes)) {
                 if let Ok((h, _)) = record::parse_header(bytes_of(&self.slab, &p.held)) {
                     out.push(h);
                 }
@@ -1398,5 +1461,86 @@ mod tests {
         st.release_kept(|t, d, _| t == 0 && d == 0);
         assert_eq!(st.kept(), (0, 0));
         assert!(st.kept_deltas(key, 0, 0).is_empty());
+    }
+
+    /// The table of previous records against a plain model (a list per stripe, position and
+    /// key, oldest first): 20,000 random pushes, trims, pops, takes and reads over keys that
+    /// meet in few stripes and positions, each checked against the model, with the bytes a
+    /// trim frees and the table's size.
+    #[test]
+    fn previous_records_equal_their_model_under_random_changes() {
+        use rand::{Rng, SeedableRng};
+        type At = (u32, u8, Vec<u8>);
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(856);
+        let mut slab = Slab::new(PAGE_BYTES);
+        let mut prevs = Previous::default();
+        // (version, replaced_by, bytes), oldest first.
+        let mut model: HashMap<At, Vec<(u64, u64, usize)>> = HashMap::new();
+        let seen = |v: &[Prev]| -> Vec<(u64, u64, usize)> {
+            v.iter()
+                .map(|p| (p.version, p.replaced_by, p.held.len()))
+                .collect()
+        };
+        let mut version = 0;
+        let (mut trims, mut freeing_trims) = (0, 0);
+        for step in 0..20_000 {
+            let (s, p) = (rng.gen_range(0..3u32), rng.gen_range(0..3u8));
+            let key = format!("k{}", rng.gen_range(0..12)).into_bytes();
+            let at: At = (s, p, key.clone());
+            let want = model.entry(at.clone()).or_default();
+            match rng.gen_range(0..10) {
+                0..=4 => {
+                    version += 1;
+                    let (replaced_by, len) = (version + rng.gen_range(0..8), rng.gen_range(1..9));
+                    let held = Held::Heap(vec![7; len].into_boxed_slice());
+                    prevs.push(
+                        s,
+                        p,
+                        &key,
+                        Prev {
+                            version,
+                            replaced_by,
+                            held,
+                        },
+                    );
+                    want.push((version, replaced_by, len));
+                }
+                5..=6 => {
+                    let watermark = version.saturating_sub(rng.gen_range(0..12));
+                    let over = want.len().saturating_sub(PREVIOUS_MAX);
+                    let mut expect = 0;
+                    let mut i = 0;
+                    want.retain(|&(_, by, len)| {
+                        let go = i < over || by < watermark;
+                        i += 1;
+                        if go {
+                            expect += len as u64;
+                        }
+                        !go
+                    });
+                    let freed = prevs.trim(&mut slab, (s, p, &key), watermark);
+                    assert_eq!(freed, expect, "step {step}: bytes a trim freed");
+                    trims += 1;
+                    freeing_trims += usize::from(freed > 0);
+                }
+                7 => assert_eq!(seen(prevs.pop(s, p, &key).as_slice()), {
+                    want.pop().into_iter().collect::<Vec<_>>()
+                }),
+                8 => assert_eq!(seen(&prevs.take(s, p, &key)), std::mem::take(want)),
+                _ => {}
+            }
+            assert_eq!(seen(prevs.of(s, p, &key)), *want, "step {step}");
+            model.retain(|_, v| !v.is_empty());
+            assert_eq!(prevs.table.len(), model.len(), "step {step}: keys held");
+        }
+        for ((s, p, key), want) in &model {
+            assert_eq!(seen(prevs.of(*s, *p, key)), *want);
+        }
+        // The random walk reached the cases it is for.
+        assert!(
+            trims > 3_000 && freeing_trims > 1_000,
+            "{trims} {freeing_trims}"
+        );
+        assert!(model.values().any(|v| v.len() > 1));
     }
 }
