@@ -114,6 +114,9 @@ pub(crate) struct PeerState {
     pub(crate) last_ok: Instant,
     /// Since when this node has seen it up without a break.
     pub(crate) up_since: Instant,
+    /// Since when this node has seen it up and ready without a break (as far as heartbeats
+    /// tell).
+    pub(crate) serving_since: Instant,
     /// Since when this node has seen it up as the process it is now (its incarnation).
     pub(crate) incarnation_since: Instant,
 }
@@ -350,12 +353,18 @@ pub struct Node {
     /// Shared with the engine host's application, which reads and stores records for plans.
     pub(crate) store: Arc<Mutex<ChunkStore>>,
     pub(crate) stripes: Vec<Mutex<Option<StripeIndex>>>,
+    /// Per stripe, held over a rebuild of its index (`Node::with_index`): one rebuild at a
+    /// time, the threads that also want one waiting for it.
+    pub(crate) rebuilding: Vec<Mutex<()>>,
     /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
     /// this node does not lead the stripe even if its view says so.
     pub(crate) yielded: Vec<Mutex<Option<usize>>>,
     /// A client loop holds one across a write's replies (`loop_write`), and waits for one
     /// without blocking (`agent::keylock`).
     pub(crate) key_locks: KeyLocks,
+    /// The waits for every key lock to be free once that let this node grant a peer again
+    /// (`Node::heartbeat`).
+    pub(crate) drains: Arc<Mutex<Drains>>,
     pub(crate) peers: Mutex<Peers>,
     /// Per stripe, its distinct member nodes in position order (the lease's electorate; the
     /// placement is static).
@@ -389,6 +398,30 @@ pub struct Node {
     pub(crate) plans: Option<Arc<PlanExec>>,
     /// Leadership from a coordinator; `None`: the majority lease of the heartbeats.
     pub(crate) coord: Option<Leadership>,
+}
+
+/// The waits for the key locks behind grants given again (`Node::heartbeat`): a node that
+/// wants to grant a peer again first lets every operation under way finish, each key lock
+/// free once, and refuses the peer until then.
+#[derive(Debug)]
+pub(crate) struct Drains {
+    /// Per peer, when this node first wanted to grant it again and could not yet, while it has
+    /// seen it up and ready since.
+    pub wanted: Vec<Option<Instant>>,
+    /// When the latest finished wait began.
+    pub done_from: Option<Instant>,
+    /// A wait is under way (on a thread of its own).
+    pub running: bool,
+}
+
+impl Drains {
+    fn new(nodes: usize) -> Drains {
+        Drains {
+            wanted: vec![None; nodes],
+            done_from: None,
+            running: false,
+        }
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -435,6 +468,7 @@ impl Node {
                 incarnation: 0,
                 last_ok: now,
                 up_since: now,
+                serving_since: now,
                 incarnation_since: now,
             })
             .collect();
@@ -466,7 +500,9 @@ impl Node {
             store: parts.store,
             stripes,
             yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
+            rebuilding: (0..cfg.node_count).map(|_| Mutex::new(())).collect(),
             key_locks: KeyLocks::new(parts.loops),
+            drains: Arc::new(Mutex::new(Drains::new(cfg.node_count))),
             peers: Mutex::new(peers),
             ready: AtomicBool::new(!recover),
             recovery: Mutex::new(if recover {

@@ -30,7 +30,7 @@ pub fn key_lock_index(key: &[u8]) -> usize {
 }
 
 /// The agent's key locks and, per lock, the event loops waiting for it.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct KeyLocks(Arc<Table>);
 
 struct Table {

@@ -177,17 +177,30 @@ impl Node {
     ///
     /// The rebuild asks the members for their records without holding the stripe's lock: no
     /// lock that the event loop takes is held over a wait on another node, whose own loop may
-    /// be waiting for this node's loop to answer. Two threads may rebuild at once; the first
-    /// index in is kept. A rebuilt index is kept only if this node led the stripe before and
-    /// after the rebuild and heard enough members ([`Node::index_keepable`]); otherwise (an
-    /// operation under way whose index was dropped meanwhile) `f` runs on it and it is dropped.
+    /// be waiting for this node's loop to answer. One thread rebuilds a stripe's index at a
+    /// time (`Node::rebuilding`); one that wants it meanwhile waits and takes the index that
+    /// rebuild kept. (Before, each thread rebuilt its own and the first in was kept: at
+    /// 200,000 keys a stripe a takeover then ran two or three rebuilds of a second each side by
+    /// side, the expiry thread's and the operations'.) A rebuilt index is kept only if this
+    /// node led the stripe before and after the rebuild and heard enough members
+    /// ([`Node::index_keepable`]); otherwise (an operation under way whose index was dropped
+    /// meanwhile) `f` runs on it and it is dropped.
     pub(crate) fn with_index<T>(&self, stripe: usize, f: impl FnOnce(&mut StripeIndex) -> T) -> T {
         if let Some(ix) = lock(&self.stripes[stripe]).as_mut() {
             return f(ix);
         }
+        let rebuilding = lock(&self.rebuilding[stripe]);
+        {
+            let mut ix = lock(&self.stripes[stripe]);
+            if let Some(ix) = ix.as_mut() {
+                drop(rebuilding);
+                return f(ix);
+            }
+        }
         let leading = self.leads(stripe);
         let mut built = self.rebuild_index(stripe);
         if !(leading && self.index_keepable(stripe, &built)) {
+            drop(rebuilding);
             log::debug!(
                 "stripe {stripe}: rebuilt index not kept (leading before: {leading}, {} \
                  positions unheard)",
@@ -195,7 +208,9 @@ impl Node {
             );
             return f(&mut built);
         }
-        f(lock(&self.stripes[stripe]).get_or_insert(built))
+        let mut ix = lock(&self.stripes[stripe]);
+        drop(rebuilding);
+        f(ix.get_or_insert(built))
     }
 
     /// Whether `built`, an index of `stripe` just rebuilt, may be kept: this node leads the

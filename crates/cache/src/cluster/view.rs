@@ -264,6 +264,9 @@ impl Node {
                         if !p.up {
                             p.up_since = now;
                         }
+                        if !(p.up && p.ready) && ready {
+                            p.serving_since = now;
+                        }
                         p.up = true;
                         p.ready = ready;
                         p.incarnation = incarnation;
@@ -350,30 +353,48 @@ impl Node {
         }
     }
 
-    /// The answer to a heartbeat from `from`; `None` when answering must wait for the key
-    /// locks and `may_wait` is false.
-    pub(crate) fn heartbeat(&self, from: usize, may_wait: bool) -> Option<Response> {
+    /// The answer to a heartbeat from `from`, at once: it never waits for a lock that an
+    /// operation holds.
+    pub(crate) fn heartbeat(&self, from: usize) -> Response {
         let me = self.cfg.id;
         let term = self.cfg.down_after;
         let ready = self.is_ready();
-        let resumes = from < self.cfg.node_count && {
-            let peers = lock(&self.peers);
-            let view = |i| sight(&peers.list, me, ready, i);
-            let now = Instant::now();
-            lease::grants(view, &peers.leases, me, from, now, term, self.started)
-                && !peers.leases[from].granting
-        };
-        if resumes {
+        // (Whether this answer grants `from` again, and since when this node has seen it up
+        // and ready.)
+        let resumes = (from < self.cfg.node_count)
+            .then(|| {
+                let peers = lock(&self.peers);
+                let view = |i| sight(&peers.list, me, ready, i);
+                let now = Instant::now();
+                let (p, l) = (&peers.list[from], &peers.leases[from]);
+                let serving = p.up_since.max(p.serving_since);
+                // Granting again: after a refusal, or after a break in which this node saw it
+                // down without answering it (its latest grant is older than the break).
+                let again = !l.granting || l.granted_to.is_none_or(|g| g < serving);
+                (lease::grants(view, &peers.leases, me, from, now, term, self.started) && again)
+                    .then_some(serving)
+            })
+            .flatten();
+        if resumes
+            .is_some_and(|since| !self.key_locks.all_free_now() && !self.drained_for(from, since))
+        {
             // This node may have stood in for `from` while it saw it down: the operations
             // under way here finish before `from` may lead again (each checks `leads` under
-            // its key lock, and `from` is up in this view now). With none under way (every
-            // key lock free, as at a start), the loop answers at once.
-            if !self.key_locks.all_free_now() {
-                if !may_wait {
-                    return None;
-                }
-                self.key_locks.each_freed_once();
-            }
+            // its key lock, and `from` is up in this view now). Until each key lock has been
+            // free once since, `from` is refused, at once: an answer held for a lock (an
+            // operation waiting for an index rebuild holds its key lock for the rebuild,
+            // seconds at millions of keys) made `from` see this node down, and in turn drop
+            // its own index and hold its locks for its own rebuild.
+            return Response::Heartbeat {
+                incarnation: self.incarnation,
+                ready,
+                grant: false,
+                up_for_ms: 0,
+                exempt: Vec::new(),
+            };
+        }
+        if from < self.cfg.node_count {
+            lock(&self.drains).wanted[from] = None;
         }
         let now = Instant::now();
         let mut peers = lock(&self.peers);
@@ -393,13 +414,47 @@ impl Node {
         } else {
             0
         };
-        Some(Response::Heartbeat {
+        Response::Heartbeat {
             incarnation: self.incarnation,
             ready,
             grant,
             up_for_ms,
             exempt: exempt.into_iter().map(|n| n as u32).collect(),
-        })
+        }
+    }
+
+    /// Whether every key lock has been free once since this node first wanted to grant
+    /// `from` again, having seen it up and ready since `serving` (it may have stood in for it
+    /// before that, and a wait that began then may not cover what it started meanwhile); if
+    /// not, starts that wait (on a thread of its own, one at a time) unless one that began
+    /// since is under way.
+    fn drained_for(&self, from: usize, serving: Instant) -> bool {
+        let mut d = lock(&self.drains);
+        let wanted = match d.wanted[from] {
+            Some(w) if w >= serving => w,
+            _ => *d.wanted[from].insert(Instant::now()),
+        };
+        if d.done_from.is_some_and(|t| t >= wanted) {
+            return true;
+        }
+        if !d.running {
+            d.running = true;
+            let (locks, drains) = (self.key_locks.clone(), Arc::clone(&self.drains));
+            let spawned = std::thread::Builder::new()
+                .name("drain".into())
+                .spawn(move || {
+                    let began = Instant::now();
+                    locks.each_freed_once();
+                    let mut d = lock(&drains);
+                    d.done_from = Some(began);
+                    d.running = false;
+                });
+            if let Err(e) = spawned {
+                log::warn!("node {}: no thread for a key-lock wait: {e}", self.cfg.id);
+                d.running = false;
+            }
+        }
+        false
     }
 
     /// The state of a stripe in this node's view: `whole`, `recovering` (a member is

@@ -203,12 +203,15 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
 impl Node {
     /// Handles a message from a peer (or from this node to itself).
     /// Answers a peer's request at once when that needs no wait on a key lock or another
-    /// node (every chunk operation, most heartbeats); gives it back otherwise (an agent
-    /// operation, a heartbeat that resumes granting), for a thread that may wait.
+    /// node and is short (every chunk operation but a listing, every heartbeat); gives it back
+    /// otherwise (an agent operation; a stripe's listing for an index rebuild, which at
+    /// 200,000 keys a stripe keeps a loop busy for a second and more on a loaded machine,
+    /// long enough for its peers to miss its heartbeat answers and see it down), for a
+    /// thread that may wait.
     pub fn handle_peer_now(&self, req: Request) -> Result<Response, Request> {
         match req {
-            Request::Agent(_) => Err(req),
-            Request::Heartbeat { from } => self.heartbeat(from as usize, false).ok_or(req),
+            Request::Agent(_) | Request::List { .. } => Err(req),
+            Request::Heartbeat { from } => Ok(self.heartbeat(from as usize)),
             Request::Delta { .. } if !self.delta_delay().is_zero() => Err(req),
             req => Ok(self.handle_peer(req)),
         }
@@ -232,9 +235,7 @@ impl Node {
 
     pub fn handle_peer(&self, req: Request) -> Response {
         match req {
-            Request::Heartbeat { from } => self
-                .heartbeat(from as usize, true)
-                .expect("a heartbeat that may wait is answered"),
+            Request::Heartbeat { from } => self.heartbeat(from as usize),
             Request::Flush { oldest_live_us } => {
                 self.oldest_live_us.store(oldest_live_us, Ordering::Relaxed);
                 Response::Ack

@@ -449,3 +449,99 @@ fn a_touch_missed_by_a_member_is_written_there_once_it_is_back() {
     assert_eq!(rebuilt.get(&k).map(|e| e.exptime), Some(touched.exptime));
     hub.clear();
 }
+
+/// A node that wants to grant a peer again after seeing it down first lets its operations
+/// under way finish (each key lock free once), and answers the peer's heartbeats at once
+/// meanwhile, refusing: an answer held for a lock made the peer see it down.
+#[test]
+fn a_grant_given_again_waits_for_the_key_locks_without_holding_the_heartbeat() {
+    use crate::carrier::peer::Response;
+    let (_hub, nodes) = cluster();
+    let grant = |r: Response| match r {
+        Response::Heartbeat { grant, .. } => grant,
+        other => panic!("{other:?}"),
+    };
+    assert!(grant(nodes[1].heartbeat(0)), "node 1 grants node 0");
+    // Node 1 sees node 0 down and refuses it; then sees it up again.
+    nodes[1].mark_down(0);
+    assert!(!grant(nodes[1].heartbeat(0)));
+    nodes[1].heartbeat_round();
+    assert!(nodes[1].view()[0].0, "node 1 sees node 0 up again");
+    // An operation under way at node 1 (a key lock held, here by the test): node 0 is
+    // refused, at once, as long as it is held.
+    let held = nodes[1].key_locks.lock(7);
+    for _ in 0..3 {
+        assert!(
+            !grant(nodes[1].heartbeat(0)),
+            "granted with an operation under way"
+        );
+    }
+    assert!(
+        super::lock(&nodes[1].drains).running,
+        "a wait for the locks is under way"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while super::lock(&nodes[1].drains).done_from.is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the wait for the key locks never ended"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(
+        grant(nodes[1].heartbeat(0)),
+        "granted once every key lock was free"
+    );
+    // Seen down and up again before node 0 asks (a wait that ended before it was seen down
+    // again covers nothing node 1 started meanwhile): refused while a lock is held again.
+    nodes[1].mark_down(0);
+    nodes[1].heartbeat_round();
+    let held = nodes[1].key_locks.lock(9);
+    assert!(
+        !grant(nodes[1].heartbeat(0)),
+        "granted on a wait from before it was down"
+    );
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !grant(nodes[1].heartbeat(0)) {
+        assert!(Instant::now() < deadline, "never granted again");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(super::lock(&nodes[1].drains).wanted[0], None);
+    // Seen down and up again with no operation under way: granted at once.
+    nodes[1].mark_down(0);
+    assert!(!grant(nodes[1].heartbeat(0)));
+    nodes[1].heartbeat_round();
+    assert!(grant(nodes[1].heartbeat(0)));
+}
+
+/// A thread that finds no index while another rebuilds it waits for that rebuild and takes
+/// its index, instead of running a rebuild of its own beside it.
+#[test]
+fn a_thread_that_wants_an_index_being_rebuilt_waits_for_it() {
+    let (_hub, nodes) = cluster();
+    let n = &nodes[0];
+    for i in 0..3 {
+        let k = key(n, &format!("rebuilt-{i}-"));
+        let r = n.route(0, set(&k, b"value", Once::first(i + 1)));
+        assert!(matches!(r, AgentResult::Stored { .. }), "{r:?}");
+    }
+    *super::lock(&n.stripes[0]) = None;
+    let rebuilds = || n.counters.index_rebuilds.load(Ordering::Relaxed);
+    let before = rebuilds();
+    // The test is the thread rebuilding: it holds the stripe's rebuild while another thread
+    // wants the index.
+    let rebuilding = super::lock(&n.rebuilding[0]);
+    let waiter = {
+        let n = Arc::clone(n);
+        std::thread::spawn(move || n.with_index(0, |ix| ix.len()))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    let built = n.rebuild_index(0);
+    assert_eq!(built.len(), 3);
+    *super::lock(&n.stripes[0]) = Some(built);
+    drop(rebuilding);
+    assert_eq!(waiter.join().expect("the waiter"), 3);
+    assert_eq!(rebuilds() - before, 1, "one rebuild");
+}
