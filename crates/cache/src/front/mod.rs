@@ -262,6 +262,10 @@ impl Loops {
 struct Handoff {
     jobs: Arc<Pool<Job>>,
     peer_jobs: Arc<Pool<(PeerJob, Arc<Mailbox>)>>,
+    /// The stripes' listings for index rebuilds (`List`), on a thread of their own: the peer
+    /// workers may all be held by agent operations waiting for a rebuild, which waits for
+    /// listings, this node's and other nodes'.
+    listings: Arc<Pool<(PeerJob, Arc<Mailbox>)>>,
     home: Arc<Mailbox>,
     /// Counts the requests handed over (`worker_jobs`, `peer_worker_jobs`).
     node: Arc<Node>,
@@ -278,12 +282,16 @@ impl Handoff {
     /// A peer's request that may wait, for a peer worker.
     fn peer(&self, token: Token, request: peer::Request, tried_here: bool) {
         bump(&self.node.counters.peer_worker_jobs);
+        let pool = match request {
+            peer::Request::List { .. } => &self.listings,
+            _ => &self.peer_jobs,
+        };
         let job = PeerJob {
             token,
             request,
             tried_here,
         };
-        self.peer_jobs.submit((job, Arc::clone(&self.home)));
+        pool.submit((job, Arc::clone(&self.home)));
     }
 }
 
@@ -1822,22 +1830,20 @@ pub fn serve(
             job.home.post(Mail::Reply { token, out, close });
         })
     };
-    let peer_jobs = {
+    let peer_pool = |name: &'static str, max: usize| {
         let node = Arc::clone(&node);
-        Pool::new(
-            "peer-worker",
-            workers,
-            move |(job, home): (PeerJob, Arc<Mailbox>)| {
-                let token = job.token;
-                let out = crate::member::conn::run_job(&node, job);
-                home.post(Mail::Reply {
-                    token,
-                    out,
-                    close: false,
-                });
-            },
-        )
+        Pool::new(name, max, move |(job, home): (PeerJob, Arc<Mailbox>)| {
+            let token = job.token;
+            let out = crate::member::conn::run_job(&node, job);
+            home.post(Mail::Reply {
+                token,
+                out,
+                close: false,
+            });
+        })
     };
+    let peer_jobs = peer_pool("peer-worker", workers);
+    let listings = peer_pool("lister", 1);
     listener.set_nonblocking(true)?;
     peers.set_nonblocking(true)?;
     let mut acceptor = Some(Acceptor {
@@ -1855,6 +1861,7 @@ pub fn serve(
             hand: Handoff {
                 jobs: Arc::clone(&jobs),
                 peer_jobs: Arc::clone(&peer_jobs),
+                listings: Arc::clone(&listings),
                 home,
                 node: Arc::clone(&node),
             },

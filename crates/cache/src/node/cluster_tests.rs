@@ -545,3 +545,23 @@ fn a_thread_that_wants_an_index_being_rebuilt_waits_for_it() {
     assert_eq!(waiter.join().expect("the waiter"), 3);
     assert_eq!(rebuilds() - before, 1, "one rebuild");
 }
+
+/// A node's loop answers heartbeats and chunk requests itself, and hands a stripe's listing
+/// (long at scale) and agent operations over.
+#[test]
+fn a_listing_is_handed_over_and_a_heartbeat_never_is() {
+    use crate::carrier::peer::Request;
+    let (_hub, nodes) = cluster();
+    assert!(nodes[0]
+        .handle_peer_now(Request::List { stripe: 0 })
+        .is_err());
+    assert!(nodes[0]
+        .handle_peer_now(Request::Heartbeat { from: 1 })
+        .is_ok());
+    let held = nodes[0].key_locks.lock(3);
+    nodes[0].mark_down(1);
+    assert!(nodes[0]
+        .handle_peer_now(Request::Heartbeat { from: 1 })
+        .is_ok());
+    drop(held);
+}
