@@ -416,6 +416,11 @@ struct Applied {
 impl Applied {
     /// Whether `seq` is new (then it is noted).
     fn note(&mut self, seq: u64) -> bool {
+        // The usual case, the next seq with none above: no set touched.
+        if seq == self.floor + 1 && self.above.is_empty() {
+            self.floor = seq;
+            return true;
+        }
         if seq <= self.floor || !self.above.insert(seq) {
             return false;
         }
@@ -791,6 +796,34 @@ fn cuts(pieces: &[Piece], k: usize) -> Vec<Cut> {
 mod tests {
     use super::*;
     use codes::{Code, Codec};
+
+    #[test]
+    fn applied_seqs_equal_their_model_in_order_and_out_of_order() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(418);
+        for round in 0..200 {
+            let mut a = Applied::default();
+            let mut model = std::collections::BTreeSet::new();
+            let mut next = 1u64;
+            for _ in 0..200 {
+                // Mostly the next seq; sometimes one again, one skipped ahead, or an old one.
+                let seq = match rng.gen_range(0..10) {
+                    0 => rng.gen_range(1..next + 4),
+                    1 => next + rng.gen_range(1..4),
+                    _ => next,
+                };
+                next = next.max(seq + 1);
+                let fresh = model.insert(seq);
+                assert_eq!(a.note(seq), fresh, "round {round} seq {seq}");
+                let floor = (1..).take_while(|s| model.contains(s)).last().unwrap_or(0);
+                assert_eq!(a.floor, floor, "round {round} seq {seq}");
+                let above: Vec<u64> = model.range(floor + 1..).copied().collect();
+                assert_eq!(a.above.iter().copied().collect::<Vec<_>>(), above);
+                let agreed = if above.is_empty() { floor } else { GAPPED };
+                assert_eq!(a.agreed(), agreed);
+            }
+        }
+    }
 
     #[test]
     fn pages_rotate_over_the_stripes_a_node_is_a_data_position_of() {
