@@ -119,6 +119,9 @@ pub(crate) struct PeerState {
     pub(crate) serving_since: Instant,
     /// Since when this node has seen it up as the process it is now (its incarnation).
     pub(crate) incarnation_since: Instant,
+    /// When this node first heard the process it is now (a new incarnation: it restarted, or
+    /// it was first heard then).
+    pub(crate) restarted_at: Option<Instant>,
 }
 
 /// What a node knows of the others: how it sees each, and each one's lease (`lease.rs`), under
@@ -127,6 +130,9 @@ pub(crate) struct PeerState {
 pub(crate) struct Peers {
     pub(crate) list: Vec<PeerState>,
     pub(crate) leases: Vec<PeerLease>,
+    /// Per stripe, this node's current run of its lease (`lease::Run`), as its checks of the
+    /// lease found it.
+    pub(crate) runs: Vec<Option<lease::Run>>,
 }
 
 impl std::ops::Deref for Peers {
@@ -470,11 +476,13 @@ impl Node {
                 up_since: now,
                 serving_since: now,
                 incarnation_since: now,
+                restarted_at: None,
             })
             .collect();
         let peers = Peers {
             list: peers,
             leases: vec![PeerLease::default(); cfg.node_count],
+            runs: vec![None; cfg.node_count],
         };
         let recover = cfg.recover;
         let codec = Codec::new(cfg.code);

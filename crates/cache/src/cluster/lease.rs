@@ -238,17 +238,77 @@ pub fn holds(
     term: Duration,
     started: Instant,
 ) -> bool {
-    let Some((others, own)) = votes(members, me, view, leases, now, term, started) else {
-        return false;
-    };
-    let holds = is_majority(others + usize::from(own), members.len());
-    if holds && own {
-        let at = members.iter().position(|&m| m == me).unwrap_or(0);
-        for &a in &members[..at] {
+    holds_until(members, me, view, leases, now, term, started).is_some()
+}
+
+/// [`holds`], with how long the votes counted now stay promised: the time until which a
+/// majority of them does (each member's promise lasts `term` from the send time of the
+/// heartbeat its grant answered, this node's own `term` from now). `None`: not held.
+pub fn holds_until(
+    members: &[usize],
+    me: usize,
+    view: impl Fn(usize) -> Sight,
+    leases: &mut [PeerLease],
+    now: Instant,
+    term: Duration,
+    started: Instant,
+) -> Option<Instant> {
+    let (others, own) = votes(members, me, view, leases, now, term, started)?;
+    if !is_majority(others + usize::from(own), members.len()) {
+        return None;
+    }
+    let at = members.iter().position(|&m| m == me).unwrap_or(0);
+    let ahead = &members[..at];
+    if own {
+        for &a in ahead {
             leases[a].exempted_at = Some(now);
         }
     }
-    holds
+    let mut ends: Vec<Instant> = members[at + 1..]
+        .iter()
+        .filter(|&&m| leases[m].votes(ahead, now, term))
+        .filter_map(|&m| leases[m].grant_from.map(|g| g + term))
+        .collect();
+    if own {
+        ends.push(now + term);
+    }
+    ends.sort_unstable_by(|a, b| b.cmp(a));
+    // The smallest majority's last promise to end.
+    ends.get(members.len() / 2).copied()
+}
+
+/// A stretch of time over which a node held a stripe's lease without a break, as far as its
+/// own checks of it show: each check that finds it held before the promises counted at the
+/// last one ended carries it on. No other node can have led a stripe in a run of its lease
+/// (two majorities share a member, whose promise to this node was in force), so an index built
+/// within the run has seen every write: a member that restarted, and forgot what it saw of
+/// this node, need not vouch for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Run {
+    /// The first check of the run.
+    pub since: Instant,
+    /// When the promises counted so far end.
+    pub until: Instant,
+}
+
+impl Run {
+    /// The run after a check at `now` that found the lease held until `until` (`None`: not
+    /// held, which ends it).
+    pub fn next(run: Option<Run>, now: Instant, until: Option<Instant>) -> Option<Run> {
+        let until = until?;
+        Some(match run {
+            Some(r) if now < r.until => Run {
+                since: r.since,
+                until: r.until.max(until),
+            },
+            _ => Run { since: now, until },
+        })
+    }
+
+    /// Whether the run covers everything from `since` to `now`.
+    pub fn covers(&self, since: Instant, now: Instant) -> bool {
+        self.since <= since && now < self.until
+    }
 }
 
 #[cfg(test)]
@@ -476,6 +536,74 @@ mod tests {
         let seen = c.run(5000, |_, _| false);
         assert!(seen.iter().all(|l| l.len() <= 1), "{seen:?}");
         assert_eq!(seen.last().unwrap(), &vec![0]);
+    }
+
+    /// Random partitions as below. Each node checks its lease only now and then (in a node,
+    /// when an operation or a heartbeat round asks), and carries its run on from check to
+    /// check (`Run`). Whenever a check finds a run, no other node held the stripe at any step
+    /// since the run began: an index built in it has seen every write.
+    #[test]
+    fn a_run_of_the_lease_never_spans_another_leader() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(11);
+        let n = 5;
+        let mut c = Cluster::new(n);
+        let members: Vec<usize> = (0..n).collect();
+        let mut runs: Vec<Option<Run>> = vec![None; n];
+        // (time, the nodes holding the stripe then), every step.
+        let mut history: Vec<(Instant, Vec<usize>)> = Vec::new();
+        let (mut checked_runs, mut long_runs) = (0, 0);
+        for _ in 0..2000 {
+            let cuts: Vec<Vec<bool>> = (0..n)
+                .map(|_| (0..n).map(|_| rng.gen_bool(0.3)).collect())
+                .collect();
+            for _ in 0..rng.gen_range(1..8) {
+                c.run(100, |a, b| cuts[a][b]);
+                let now = c.now;
+                let mut leaders = Vec::new();
+                let mut found = Vec::new();
+                for me in 0..n {
+                    let view = &c.view[me];
+                    let until = holds_until(
+                        &members,
+                        me,
+                        |i| view[i],
+                        &mut c.leases[me],
+                        now,
+                        T,
+                        c.started,
+                    );
+                    if until.is_some() {
+                        leaders.push(me);
+                    }
+                    found.push(until);
+                }
+                history.push((now, leaders));
+                for me in 0..n {
+                    if !rng.gen_bool(0.05) {
+                        continue;
+                    }
+                    runs[me] = Run::next(runs[me], now, found[me]);
+                    let Some(run) = runs[me] else { continue };
+                    checked_runs += 1;
+                    if run.since < now {
+                        long_runs += 1;
+                    }
+                    for (at, leaders) in history.iter().filter(|(at, _)| *at >= run.since) {
+                        assert!(
+                            leaders.iter().all(|&l| l == me),
+                            "node {me}'s run from {:?} spans {leaders:?} holding at {:?}",
+                            run.since - c.started,
+                            *at - c.started,
+                        );
+                    }
+                }
+            }
+        }
+        assert!(
+            long_runs > 30 && checked_runs > long_runs,
+            "{long_runs} of {checked_runs}"
+        );
     }
 
     /// Random partitions, healed and cut again every few hundred ms, with random one-way cuts:

@@ -95,16 +95,19 @@ impl Node {
         let me = self.cfg.id;
         let ready = self.is_ready();
         let mut peers = lock(&self.peers);
-        let Peers { list, leases } = &mut *peers;
-        lease::holds(
+        let Peers { list, leases, runs } = &mut *peers;
+        let now = Instant::now();
+        let until = lease::holds_until(
             members,
             me,
             |i| sight(list, me, ready, i),
             leases,
-            Instant::now(),
+            now,
             self.cfg.down_after,
             self.started,
-        )
+        );
+        runs[stripe] = lease::Run::next(runs[stripe], now, until);
+        until.is_some()
     }
 
     /// The fencing token of this node's term of `stripe` (`cluster::coord`); 0 without a
@@ -204,20 +207,26 @@ impl Node {
         }
     }
 
-    /// Whether a member voting for this node in `stripe` now saw it down since `since`: the
-    /// stripe may have been led by another node meanwhile (leading needs a majority, which
-    /// shares a member with the one voting for this node now).
+    /// Whether the stripe may have been led by another node since `since`: this node's checks
+    /// of its lease found a break since (`lease::Run`), or a member voting for it now saw it
+    /// down since (leading needs a majority, which shares a member with the one voting for
+    /// this node now). A member that restarted since cannot tell what it saw before: the run
+    /// answers for that time.
     pub(crate) fn lease_lapsed_since(&self, stripe: usize, since: Instant) -> bool {
         if let Some(c) = &self.coord {
             return c.lapsed_since(stripe, since);
         }
         let now = Instant::now();
         let peers = lock(&self.peers);
+        if !peers.runs[stripe].is_some_and(|r| r.covers(since, now)) {
+            return true;
+        }
         self.lease_members[stripe].iter().any(|&m| {
             let l = &peers.leases[m];
             m != self.cfg.id
                 && l.grant_holds(now, self.cfg.down_after)
                 && l.may_have_led_since(since)
+                && peers.list[m].restarted_at.is_none_or(|r| r <= since)
         })
     }
 
@@ -241,7 +250,7 @@ impl Node {
         let now = Instant::now();
         {
             let mut peers = lock(&self.peers);
-            let Peers { list, leases } = &mut *peers;
+            let Peers { list, leases, .. } = &mut *peers;
             for (&i, r) in others.iter().zip(replies) {
                 let p = &mut list[i];
                 match r {
@@ -260,6 +269,9 @@ impl Node {
                                 x.connect(i);
                             }
                             p.incarnation_since = now;
+                        }
+                        if p.incarnation != incarnation {
+                            p.restarted_at = Some(now);
                         }
                         if !p.up {
                             p.up_since = now;
@@ -398,7 +410,7 @@ impl Node {
         }
         let now = Instant::now();
         let mut peers = lock(&self.peers);
-        let Peers { list, leases } = &mut *peers;
+        let Peers { list, leases, .. } = &mut *peers;
         let (grant, exempt, _) = lease::answer(
             |i| sight(list, me, ready, i),
             leases,

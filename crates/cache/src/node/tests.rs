@@ -21,6 +21,8 @@ pub(crate) struct Granting {
     pub silent: Vec<usize>,
     pub unheard: Vec<usize>,
     pub stores: Mutex<HashMap<usize, ChunkStore>>,
+    /// Per node, the (incarnation, up for ms) its heartbeat answers give, if not (1, an hour).
+    pub beats: Mutex<HashMap<usize, (u64, u64)>>,
 }
 
 impl PeerTransport for Granting {
@@ -28,13 +30,18 @@ impl PeerTransport for Granting {
         calls
             .into_iter()
             .map(|(node, r)| match r {
-                Request::Heartbeat { .. } => Ok(Response::Heartbeat {
-                    incarnation: 1,
-                    ready: true,
-                    grant: true,
-                    up_for_ms: 3_600_000,
-                    exempt: Vec::new(),
-                }),
+                Request::Heartbeat { .. } => {
+                    let beats = self.beats.lock().unwrap();
+                    let (incarnation, up_for_ms) =
+                        beats.get(&node).copied().unwrap_or((1, 3_600_000));
+                    Ok(Response::Heartbeat {
+                        incarnation,
+                        ready: true,
+                        grant: true,
+                        up_for_ms,
+                        exempt: Vec::new(),
+                    })
+                }
                 Request::List { .. } if self.silent.contains(&node) => Err(PeerError::NoReply {
                     node,
                     source: std::io::ErrorKind::TimedOut.into(),
@@ -64,19 +71,25 @@ pub(crate) fn leading_node(silent: &[usize]) -> Node {
 
 /// [`leading_node`] whose members `unheard` answer a `List` with something else.
 pub(crate) fn leading_node_with(silent: &[usize], unheard: &[usize]) -> Node {
+    leading_node_and_peers(silent, unheard).0
+}
+
+/// [`leading_node_with`], with the transport that plays its peers.
+fn leading_node_and_peers(silent: &[usize], unheard: &[usize]) -> (Node, Arc<Granting>) {
     let term = TERM;
     let cfg = config(0);
     let peers = Arc::new(Granting {
         silent: silent.to_vec(),
         unheard: unheard.to_vec(),
         stores: Mutex::new(HashMap::new()),
+        beats: Mutex::new(HashMap::new()),
     });
-    let mut node = Node::new(cfg, peers.clone(), peers);
+    let mut node = Node::new(cfg, peers.clone(), peers.clone());
     node.started = Instant::now()
         .checked_sub(2 * term)
         .expect("the clock has run for 20 s");
     node.heartbeat_round();
-    node
+    (node, peers)
 }
 
 /// Member `m` answers that it has seen `node` up only since now: it saw it down before, and
@@ -368,6 +381,50 @@ fn a_retried_write_is_answered_from_what_it_did_and_never_applied_twice() {
         AgentResult::Stored { .. }
     ));
     assert_eq!(value_of(&node, &key).0, b"c");
+}
+
+/// A member that restarted forgot what it saw of the agent: its grant says it has seen the
+/// agent up only since it started. The agent's own run of its lease (`lease::Run`) answers for
+/// that time, so its index stays. A member that did not restart and saw it down still makes
+/// it rebuild, and so does a break in the agent's own run.
+#[test]
+fn a_member_that_restarted_leaves_the_index_and_a_break_in_the_run_does_not() {
+    let (node, peers) = leading_node_and_peers(&[], &[]);
+    let key = key_of_stripe_0(&node);
+    assert!(matches!(
+        set(&node, &key, b"v1", Once::first(1)),
+        AgentResult::Stored { .. }
+    ));
+    let rebuilds = || node.counters.index_rebuilds.load(Ordering::Relaxed);
+    let before = rebuilds();
+    // Member 1 restarted: a new incarnation, up for nothing yet.
+    peers.beats.lock().unwrap().insert(1, (2, 0));
+    node.heartbeat_round();
+    assert!(node.leads(0));
+    assert_eq!(value_of(&node, &key).0, b"v1");
+    assert_eq!(rebuilds(), before, "a restarted member left the index");
+    // Member 2, the same process as before, saw the agent down since the index was built.
+    peers.beats.lock().unwrap().insert(2, (1, 0));
+    node.heartbeat_round();
+    assert_eq!(value_of(&node, &key).0, b"v1");
+    assert_eq!(rebuilds(), before + 1, "a member that saw it down");
+    // Every member vouches again; the agent's own run breaks: the grants it counted ran out
+    // before it checked again, then came back.
+    peers.beats.lock().unwrap().clear();
+    node.heartbeat_round();
+    assert_eq!(value_of(&node, &key).0, b"v1");
+    let before = rebuilds();
+    {
+        let mut p = super::lock(&node.peers);
+        for m in [1, 2] {
+            p.leases[m].grant_from = Instant::now().checked_sub(2 * TERM);
+        }
+    }
+    assert!(!node.leads(0), "the grants ran out");
+    node.heartbeat_round();
+    assert!(node.leads(0));
+    assert_eq!(value_of(&node, &key).0, b"v1");
+    assert_eq!(rebuilds(), before + 1, "a break in the run");
 }
 
 /// The ids travel in the records: an index rebuilt from them (here after a lease lapse, as a
