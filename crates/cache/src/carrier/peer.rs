@@ -347,6 +347,13 @@ pub struct KeptDelta {
     pub record: Vec<u8>,
 }
 
+impl KeptDelta {
+    /// The bytes it keeps (its delta and its record), as `whole_deltas_kept_bytes` counts them.
+    pub fn bytes(&self) -> u64 {
+        (self.delta.len() + self.record.len()) as u64
+    }
+}
+
 /// `req` with fencing token `token` (`req` itself when the token is 0: no coordinator).
 pub fn fenced(token: u64, req: Request) -> Request {
     if token == 0 {
