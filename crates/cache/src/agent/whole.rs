@@ -482,10 +482,12 @@ impl Node {
         let at = written.at.to_bytes();
         self.collect_commits();
         let mut commits = lock(&self.whole_commits);
+        let mut header = self.header(key, e, 0);
         (k..n)
             .map(|i| {
                 // Parity position i of page stripe t is position i − d of this stripe.
-                let meta = record::encode(&self.header(key, e, i - d), &at);
+                header.chunk_index = (i - d) as u8;
+                let meta = record::encode(&header, &at);
                 let node = (t + i) % nodes;
                 // What it has not been told of this home's pages applied everywhere.
                 let commits = commits.get_mut(&node).map_or_else(Vec::new, |pages| {

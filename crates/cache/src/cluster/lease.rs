@@ -29,12 +29,13 @@
 //!   stay promised (`holds_until`); a check made before the promises of the last one ended
 //!   carries the node's run of the lease on (`Run`). No other node can lead within a run: any
 //!   other majority shares a member with this node's, whose promise was in force.
-//! - **Lapses.** An index of a stripe built before the node's current run began is stale (another
-//!   leader may have written meanwhile) and is rebuilt from the members' records. So is one
-//!   built before a member voting for the node now saw it down: a grant says how long the
-//!   granting member has seen the node up without a break. A member that restarted since the
-//!   index was built forgot what it saw before; its word is not asked for that time, which
-//!   the run answers for (before runs, every member's restart made every agent rebuild).
+//! - **Lapses.** A grant says how long the granting member has seen the node up without a
+//!   break. A member that saw it down since the node built its index of a stripe may have
+//!   voted for another leader meanwhile, so the index is stale and is rebuilt from the members'
+//!   records. (Any other leader needed a majority, which shares a node with this node's current
+//!   majority, and that node saw it down.) A member that restarted since forgot what it saw
+//!   before; for it the node's run answers: the index stays if the run covers the time since
+//!   it was built (before runs, every member's restart made every agent rebuild).
 //! - **Giving back.** A node that starts granting a peer again (it saw it down, now up) first
 //!   waits for the operations under way at it to finish, so the returning agent, which
 //!   rebuilds its index after the lapse, sees every write the stand-in acknowledged.

@@ -207,26 +207,25 @@ impl Node {
         }
     }
 
-    /// Whether the stripe may have been led by another node since `since`: this node's checks
-    /// of its lease found a break since (`lease::Run`), or a member voting for it now saw it
-    /// down since (leading needs a majority, which shares a member with the one voting for
-    /// this node now). A member that restarted since cannot tell what it saw before: the run
-    /// answers for that time.
+    /// Whether the stripe may have been led by another node since `since`: a member voting for
+    /// this node now saw it down since (leading needs a majority, which shares a member with
+    /// the one voting for this node now). A member that restarted since cannot tell what it
+    /// saw before it started; for it, this node's own checks of its lease answer: a run of the
+    /// lease covering the time since `since` (`lease::Run`) leaves no room for another leader.
     pub(crate) fn lease_lapsed_since(&self, stripe: usize, since: Instant) -> bool {
         if let Some(c) = &self.coord {
             return c.lapsed_since(stripe, since);
         }
         let now = Instant::now();
         let peers = lock(&self.peers);
-        if !peers.runs[stripe].is_some_and(|r| r.covers(since, now)) {
-            return true;
-        }
+        let run_covers = peers.runs[stripe].is_some_and(|r| r.covers(since, now));
         self.lease_members[stripe].iter().any(|&m| {
             let l = &peers.leases[m];
+            let restarted = peers.list[m].restarted_at.is_some_and(|r| r > since);
             m != self.cfg.id
                 && l.grant_holds(now, self.cfg.down_after)
                 && l.may_have_led_since(since)
-                && peers.list[m].restarted_at.is_none_or(|r| r <= since)
+                && (!restarted || !run_covers)
         })
     }
 

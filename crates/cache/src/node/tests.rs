@@ -385,10 +385,11 @@ fn a_retried_write_is_answered_from_what_it_did_and_never_applied_twice() {
 
 /// A member that restarted forgot what it saw of the agent: its grant says it has seen the
 /// agent up only since it started. The agent's own run of its lease (`lease::Run`) answers for
-/// that time, so its index stays. A member that did not restart and saw it down still makes
-/// it rebuild, and so does a break in the agent's own run.
+/// that time, so its index stays, unless the run broke since the index was built. A member that
+/// did not restart and saw it down still makes it rebuild; a break in the run alone, with every
+/// member vouching, does not (no member saw it down, so none voted for another leader).
 #[test]
-fn a_member_that_restarted_leaves_the_index_and_a_break_in_the_run_does_not() {
+fn a_member_that_restarted_leaves_the_index_unless_the_run_broke() {
     let (node, peers) = leading_node_and_peers(&[], &[]);
     let key = key_of_stripe_0(&node);
     assert!(matches!(
@@ -396,6 +397,18 @@ fn a_member_that_restarted_leaves_the_index_and_a_break_in_the_run_does_not() {
         AgentResult::Stored { .. }
     ));
     let rebuilds = || node.counters.index_rebuilds.load(Ordering::Relaxed);
+    // The grants the agent counted run out before it checks again, then come back.
+    let break_the_run = || {
+        {
+            let mut p = super::lock(&node.peers);
+            for m in [1, 2] {
+                p.leases[m].grant_from = Instant::now().checked_sub(2 * TERM);
+            }
+        }
+        assert!(!node.leads(0), "the grants ran out");
+        node.heartbeat_round();
+        assert!(node.leads(0));
+    };
     let before = rebuilds();
     // Member 1 restarted: a new incarnation, up for nothing yet.
     peers.beats.lock().unwrap().insert(1, (2, 0));
@@ -408,23 +421,19 @@ fn a_member_that_restarted_leaves_the_index_and_a_break_in_the_run_does_not() {
     node.heartbeat_round();
     assert_eq!(value_of(&node, &key).0, b"v1");
     assert_eq!(rebuilds(), before + 1, "a member that saw it down");
-    // Every member vouches again; the agent's own run breaks: the grants it counted ran out
-    // before it checked again, then came back.
+    // A break in the run, every member vouching (member 1's incarnation as before).
     peers.beats.lock().unwrap().clear();
+    peers.beats.lock().unwrap().insert(1, (2, 3_600_000));
     node.heartbeat_round();
+    break_the_run();
     assert_eq!(value_of(&node, &key).0, b"v1");
-    let before = rebuilds();
-    {
-        let mut p = super::lock(&node.peers);
-        for m in [1, 2] {
-            p.leases[m].grant_from = Instant::now().checked_sub(2 * TERM);
-        }
-    }
-    assert!(!node.leads(0), "the grants ran out");
+    assert_eq!(rebuilds(), before + 1, "a break alone");
+    // Member 1 restarts again and the run breaks: nothing answers for the time between.
+    peers.beats.lock().unwrap().insert(1, (3, 0));
     node.heartbeat_round();
-    assert!(node.leads(0));
+    break_the_run();
     assert_eq!(value_of(&node, &key).0, b"v1");
-    assert_eq!(rebuilds(), before + 1, "a break in the run");
+    assert_eq!(rebuilds(), before + 2, "a restart across a break");
 }
 
 /// The ids travel in the records: an index rebuilt from them (here after a lease lapse, as a
