@@ -233,6 +233,24 @@ pub fn parse_header(bytes: &[u8]) -> Result<(Header, std::ops::Range<usize>), Re
     Ok((header, data))
 }
 
+/// Where the head and key of a record end, if its layout is sound (the checks of
+/// [`parse_header`]): a listing copies that much, not the data.
+pub fn head_end(bytes: &[u8]) -> Option<(Kind, usize)> {
+    layout(bytes).ok().map(|(kind, key, _)| (kind, key.end))
+}
+
+/// The header-only record a listing sends for a record whose head and key are `head` (as
+/// [`head_end`] bounds them): the same bytes with no data, its own CRC. Equal to
+/// [`encode`] of the record's parsed header with empty data.
+pub fn listed(head: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(head.len() + 4);
+    out.extend_from_slice(head);
+    out[36..40].copy_from_slice(&0u32.to_le_bytes());
+    let crc = crc32c(&out);
+    out.extend_from_slice(&crc.to_le_bytes());
+    out
+}
+
 /// The checks of [`parse_header`]: the record's kind and where its key and data lie.
 fn layout(
     bytes: &[u8],

@@ -6,18 +6,31 @@ use std::sync::atomic::Ordering;
 use crate::carrier::peer::{self, Request, Response};
 use crate::member::store::ChunkStore;
 use crate::node::{lock, Node};
-use crate::record;
 
 /// Test-only (honoured with `--debug-commands`): a member waits this many ms before it applies
 /// each delta of the whole layout, so that tests can race repairs with deltas in flight.
 pub const DELTA_DELAY_ENV: &str = "INEC_TEST_DELTA_DELAY_MS";
 
-/// A member's answer to a chunk request (`Put`, `Get`, `Delete`, `Touch`, `List`, `Flip`) from
-/// its store; any other request is a `Nack`.
+/// [`answer_chunk_or_listing`] in one step, a listing's answer made with the store held (for
+/// peers played in tests).
+#[cfg(test)]
+pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
+    match answer_chunk_or_listing(store, req) {
+        Ok(res) => res,
+        Err(listing) => listing_response(listing),
+    }
+}
+
+/// A member's answer to a chunk request (`Put`, `Get`, `Delete`, `Touch`, `Flip`, ...) from
+/// its store; any other request is a `Nack`. A `List` gives its listing as copied
+/// ([`ChunkStore::listing`]): the caller makes the answer from it once it has let the store go.
 ///
 /// A request of a leader's term (`Request::Fenced`) is refused when the store has seen a newer
 /// term of the stripe; so is one without a token once the store has seen any term.
-pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
+pub(crate) fn answer_chunk_or_listing(
+    store: &mut ChunkStore,
+    req: Request,
+) -> Result<Response, crate::member::store::Listing> {
     let (token, req) = match req {
         Request::Fenced { token, req } => (token, *req),
         req => (0, req),
@@ -46,10 +59,13 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
                     delta,
                 );
             }
-            return Response::Nack(peer::fenced_out(stripe, token, seen));
+            return Ok(Response::Nack(peer::fenced_out(stripe, token, seen)));
         }
     }
-    match req {
+    if let Request::List { stripe } = req {
+        return Err(store.listing(stripe));
+    }
+    Ok(match req {
         Request::Put {
             stripe,
             watermark,
@@ -84,17 +100,6 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
         } => {
             store.touch(stripe, &key, version, exptime);
             Response::Ack
-        }
-        // Headers, and the whole layout's location records whole (a node rebuilding its
-        // slab after a restart finds its values in it from them).
-        Request::List { stripe } => {
-            let mut records: Vec<Vec<u8>> = store
-                .list(stripe)
-                .iter()
-                .map(|h| record::encode(h, &[]))
-                .collect();
-            records.extend(store.location_records(stripe));
-            Response::Headers(records, store.tombstones(stripe))
         }
         Request::Flip {
             stripe,
@@ -197,7 +202,14 @@ pub(crate) fn answer_chunk(store: &mut ChunkStore, req: Request) -> Response {
             Response::Ack
         }
         other => Response::Nack(format!("not a chunk request: {other:?}")),
-    }
+    })
+}
+
+/// A `List` answer: headers, and the whole layout's location records whole (a node rebuilding
+/// its slab after a restart finds its values in it from them), with the stripe's tombstones.
+fn listing_response(listing: crate::member::store::Listing) -> Response {
+    let (records, tombstones) = listing.into_parts();
+    Response::Headers(records, tombstones)
 }
 
 impl Node {
@@ -247,7 +259,9 @@ impl Node {
                         .whole_commits_answered
                         .fetch_add(1, Ordering::Relaxed);
                 }
-                answer_chunk(&mut lock(&self.store), req)
+                // The store is let go before a listing's records are made.
+                let answer = answer_chunk_or_listing(&mut lock(&self.store), req);
+                answer.unwrap_or_else(listing_response)
             }
         }
     }
@@ -302,6 +316,7 @@ impl Node {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::record;
 
     fn list(stripe: u32) -> Request {
         Request::List { stripe }
