@@ -206,7 +206,7 @@ pub fn answer(
     (grant, exempt, resumed)
 }
 
-/// The votes for node `me` in a stripe at `now` (see [`holds`]): how many of the members
+/// The votes for node `me` in a stripe at `now` (see [`holds_until`]): how many of the members
 /// after it vote for it, and whether it votes for itself. Nothing is stamped.
 pub fn votes(
     members: &[usize],
@@ -232,23 +232,11 @@ pub fn votes(
     Some((others, own))
 }
 
-/// Whether node `me` holds the lease of a stripe at `now`: a majority of the stripe's member
-/// nodes (`members`, in position order, `me` among them) vote for it. Its own vote needs every
-/// member ahead of it exempted by its own view (and stamps them, as an answer would).
-pub fn holds(
-    members: &[usize],
-    me: usize,
-    view: impl Fn(usize) -> Sight,
-    leases: &mut [PeerLease],
-    now: Instant,
-    term: Duration,
-    started: Instant,
-) -> bool {
-    holds_until(members, me, view, leases, now, term, started).is_some()
-}
-
-/// [`holds`], with how long the votes counted now stay promised: the time until which a
-/// majority of them does (each member's promise lasts `term` from the send time of the
+/// Whether node `me` holds the lease of a stripe at `now`, and if so, until when: a majority
+/// of the stripe's member nodes (`members`, in position order, `me` among them) vote for it.
+/// Its own vote needs every member ahead of it exempted by its own view (and stamps them, as
+/// an answer would). The time is how long the votes counted now stay promised: until a
+/// majority of them no longer does (each member's promise lasts `term` from the send time of the
 /// heartbeat its grant answered, this node's own `term` from now). `None`: not held.
 pub fn holds_until(
     members: &[usize],
@@ -473,7 +461,7 @@ mod tests {
             let members: Vec<usize> = (0..self.view.len()).collect();
             let (now, started) = (self.now, self.started);
             let view = &self.view[me];
-            holds(
+            holds_until(
                 &members,
                 me,
                 |i| view[i],
@@ -482,6 +470,7 @@ mod tests {
                 T,
                 started,
             )
+            .is_some()
         }
 
         fn leaders(&mut self) -> Vec<usize> {

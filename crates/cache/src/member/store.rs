@@ -586,6 +586,8 @@ impl ChunkStore {
         l
     }
 
+    /// The whole layout's location records of a stripe (positions past 0), whole: with
+    /// [`ChunkStore::list`], the oracle of [`ChunkStore::listing`].
     #[cfg(test)]
     pub fn location_records(&self, stripe: u32) -> Vec<Vec<u8>> {
         let held = self
@@ -1203,7 +1205,9 @@ impl ChunkStore {
         }
     }
 
-    /// Headers of every record (current and previous) of a stripe, for an index rebuild.
+    /// Headers of every record (current and previous) of a stripe: what a listing made in the
+    /// lock parsed, kept as the oracle of [`ChunkStore::listing`].
+    #[cfg(test)]
     pub fn list(&self, stripe: u32) -> Vec<Header> {
         let mut out = Vec::new();
         let held = self.slots.iter().filter(|((s, _), _)| *s == stripe);
