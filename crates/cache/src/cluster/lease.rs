@@ -258,17 +258,21 @@ pub fn holds_until(
             leases[a].exempted_at = Some(now);
         }
     }
-    let mut ends: Vec<Instant> = members[at + 1..]
-        .iter()
-        .filter(|&&m| leases[m].votes(ahead, now, term))
-        .filter_map(|&m| leases[m].grant_from.map(|g| g + term))
-        .collect();
-    if own {
-        ends.push(now + term);
-    }
-    ends.sort_unstable_by(|a, b| b.cmp(a));
-    // The smallest majority's last promise to end.
-    ends.get(members.len() / 2).copied()
+    // The latest time by which a majority's promises still all hold: the largest end that as
+    // many votes as a majority reach. (A few votes: compared pairwise, nothing allocated, as
+    // every operation checks the lease.)
+    let leases = &*leases;
+    let ends = || {
+        members[at + 1..]
+            .iter()
+            .filter(move |&&m| leases[m].votes(ahead, now, term))
+            .filter_map(move |&m| leases[m].grant_from.map(|g| g + term))
+            .chain(own.then_some(now + term))
+    };
+    let need = members.len() / 2 + 1;
+    ends()
+        .filter(|&e| ends().filter(|&f| f >= e).count() >= need)
+        .max()
 }
 
 /// A stretch of time over which a node held a stripe's lease without a break, as far as its
@@ -330,6 +334,34 @@ mod tests {
         p.on_grant(at(b, 100), at(b, 600), up, vec![5]);
         assert_eq!(p.grant_from, Some(at(b, 300)));
         assert_eq!(p.exempt, vec![4]);
+    }
+
+    /// The lease lasts as long as the promises of a majority: with five members, until the
+    /// third latest end among the votes (own vote: a term from now).
+    #[test]
+    fn a_lease_holds_until_the_third_latest_of_five_promises_ends() {
+        let b = Instant::now();
+        let settled = b.checked_sub(2 * T).expect("the clock has run two terms");
+        let members = [0, 1, 2, 3, 4];
+        let mut leases = vec![PeerLease::default(); 5];
+        for (m, sent) in [(1, 300), (2, 100), (3, 900), (4, 500)] {
+            leases[m].on_grant(at(b, sent), at(b, sent), Duration::ZERO, Vec::new());
+        }
+        let up = |_| (true, true);
+        let now = at(b, 950);
+        // Ends: own 1950, then 1900, 1500, 1300, 1100.
+        let until = holds_until(&members, 0, up, &mut leases, now, T, settled);
+        assert_eq!(until, Some(at(b, 1500)));
+        // Members 3 and 4 silent past their terms: two votes of five, not held.
+        assert_eq!(
+            holds_until(&members, 0, up, &mut leases, at(b, 1501), T, settled),
+            None
+        );
+        // Node 2 of the five: member 0 ahead must be exempted, and no one here does.
+        assert_eq!(
+            holds_until(&members, 2, up, &mut leases, now, T, settled),
+            None
+        );
     }
 
     #[test]
