@@ -63,6 +63,10 @@ impl std::str::FromStr for ExecMode {
 /// for the measurement).
 pub const REPLICATE_BELOW_BYTES: usize = 1024;
 /// The reason of a write refused for its size (`SERVER_ERROR object too large for cache`).
+/// How long a yes of `Node::leads` is reused: well under a heartbeat's interval, so a change
+/// of this node's view stops its operations about as soon as before.
+pub(crate) const LEADS_REUSE: Duration = Duration::from_millis(1);
+
 pub(crate) const TOO_LARGE: &str = "object too large for cache";
 
 /// A node's settings.
@@ -365,6 +369,10 @@ pub struct Node {
     /// Per stripe, the recovered node this node handed the stripe to: while that node is up,
     /// this node does not lead the stripe even if its view says so.
     pub(crate) yielded: Vec<Mutex<Option<usize>>>,
+    /// Per stripe, until when (nanoseconds after `started`) `Node::leads` may answer yes from
+    /// its last full check: never past the promises that check counted, never more than
+    /// `LEADS_REUSE` after it (0: check in full). Set under the stripe's `yielded` lock.
+    pub(crate) leads_until: Vec<AtomicU64>,
     /// A client loop holds one across a write's replies (`loop_write`), and waits for one
     /// without blocking (`agent::keylock`).
     pub(crate) key_locks: KeyLocks,
@@ -508,6 +516,7 @@ impl Node {
             store: parts.store,
             stripes,
             yielded: (0..cfg.node_count).map(|_| Mutex::new(None)).collect(),
+            leads_until: (0..cfg.node_count).map(|_| AtomicU64::new(0)).collect(),
             rebuilding: (0..cfg.node_count).map(|_| Mutex::new(())).collect(),
             key_locks: KeyLocks::new(parts.loops),
             drains: Arc::new(Mutex::new(Drains::new(cfg.node_count))),

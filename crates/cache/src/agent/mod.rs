@@ -411,7 +411,7 @@ impl Node {
                 if s >= self.cfg.node_count || to >= self.cfg.node_count {
                     return AgentResult::Error("bad handover".into());
                 }
-                *lock(&self.yielded[s]) = Some(to);
+                self.yield_stripe(s, to);
                 *lock(&self.stripes[s]) = None;
                 // Every operation of the stripe checks `leads` again under its key lock: once
                 // each key lock has been free once, none of them is still under way.

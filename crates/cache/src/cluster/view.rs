@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::carrier::peer::{PeerError, Request, Response};
 use crate::cluster::lease;
-use crate::node::{bump, lock, sight, Node, Peers, RecoveryState};
+use crate::node::{bump, lock, sight, Node, Peers, RecoveryState, LEADS_REUSE};
 
 impl Node {
     /// Whether this node leads `stripe` now and has without a break since `since`.
@@ -78,25 +78,60 @@ impl Node {
     }
 
     /// Whether this node leads `stripe` now: it is the agent in its view and has not handed
-    /// the stripe to a recovered node.
+    /// the stripe to a recovered node. Every operation asks at least twice, so a yes is reused
+    /// for up to `LEADS_REUSE` (`leads_checked`).
     pub(crate) fn leads(&self, stripe: usize) -> bool {
-        if let Some(c) = &self.coord {
-            return lock(&self.yielded[stripe]).is_none() && c.holds(stripe, Instant::now());
+        let now = Instant::now();
+        if self.coord.is_none()
+            && self.nanos_after_start(now) < self.leads_until[stripe].load(Ordering::Acquire)
+        {
+            return true;
         }
-        self.agent_of(stripe) == Some(self.cfg.id)
-            && lock(&self.yielded[stripe]).is_none()
-            && self.lease_holds(stripe)
+        self.leads_checked(stripe, now)
+    }
+
+    /// `leads` checked in full at `now`, and a yes remembered until the earlier of
+    /// `LEADS_REUSE` later and the end of the promises it counted. Reusing it is safe: no
+    /// other node can lead the stripe while those promises hold (the argument of
+    /// `lease::Run`). It only delays by that much what a change of this node's view would
+    /// stop (a member ahead come back); the heartbeat round checks in full after each
+    /// change of its view, and a handover clears the yes under the same lock
+    /// (`Node::yield_stripe`), so no operation started after it reuses one.
+    pub(crate) fn leads_checked(&self, stripe: usize, now: Instant) -> bool {
+        if let Some(c) = &self.coord {
+            return lock(&self.yielded[stripe]).is_none() && c.holds(stripe, now);
+        }
+        let yielded = lock(&self.yielded[stripe]);
+        let until = if self.agent_of(stripe) == Some(self.cfg.id) && yielded.is_none() {
+            self.lease_until(stripe, now)
+        } else {
+            None
+        };
+        let reuse = until.map_or(0, |u| self.nanos_after_start(u.min(now + LEADS_REUSE)));
+        self.leads_until[stripe].store(reuse, Ordering::Release);
+        until.is_some()
+    }
+
+    /// Hands `stripe` to recovered node `to`: this node no longer leads it, and no check
+    /// made before reuses a yes.
+    pub(crate) fn yield_stripe(&self, stripe: usize, to: usize) {
+        let mut y = lock(&self.yielded[stripe]);
+        *y = Some(to);
+        self.leads_until[stripe].store(0, Ordering::Release);
+    }
+
+    fn nanos_after_start(&self, t: Instant) -> u64 {
+        u64::try_from(t.saturating_duration_since(self.started).as_nanos()).unwrap_or(u64::MAX)
     }
 
     /// The lease rules of `lease.rs` for `stripe` at this node: a majority of the stripe's
-    /// member nodes vote for it.
-    pub(crate) fn lease_holds(&self, stripe: usize) -> bool {
+    /// member nodes vote for it. If so, until when the votes counted stay promised.
+    pub(crate) fn lease_until(&self, stripe: usize, now: Instant) -> Option<Instant> {
         let members = &self.lease_members[stripe];
         let me = self.cfg.id;
         let ready = self.is_ready();
         let mut peers = lock(&self.peers);
         let Peers { list, leases, runs } = &mut *peers;
-        let now = Instant::now();
         let until = lease::holds_until(
             members,
             me,
@@ -107,7 +142,7 @@ impl Node {
             self.started,
         );
         runs[stripe] = lease::Run::next(runs[stripe], now, until);
-        until.is_some()
+        until
     }
 
     /// The fencing token of this node's term of `stripe` (`cluster::coord`); 0 without a
@@ -311,7 +346,7 @@ impl Node {
             }
         }
         for s in 0..self.cfg.node_count {
-            if !self.leads(s) {
+            if !self.leads_checked(s, Instant::now()) {
                 let mut ix = lock(&self.stripes[s]);
                 if ix.is_some() {
                     *ix = None;

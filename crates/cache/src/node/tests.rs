@@ -405,7 +405,9 @@ fn a_member_that_restarted_leaves_the_index_unless_the_run_broke() {
                 p.leases[m].grant_from = Instant::now().checked_sub(2 * TERM);
             }
         }
-        assert!(!node.leads(0), "the grants ran out");
+        // (Checked in full: a yes reused from before would not outlive those grants, whose
+        // times this test moves back.)
+        assert!(!node.leads_checked(0, Instant::now()), "the grants ran out");
         node.heartbeat_round();
         assert!(node.leads(0));
     };
@@ -434,6 +436,40 @@ fn a_member_that_restarted_leaves_the_index_unless_the_run_broke() {
     break_the_run();
     assert_eq!(value_of(&node, &key).0, b"v1");
     assert_eq!(rebuilds(), before + 2, "a restart across a break");
+}
+
+/// A yes of `leads` is reused for a moment (`LEADS_REUSE`), never past the promises its full
+/// check counted, and not at all after a handover.
+#[test]
+fn a_reused_lead_ends_with_its_promises_and_at_a_handover() {
+    let node = leading_node(&[]);
+    let now = Instant::now();
+    // Both members' promises end 300 µs after `now`, well within `LEADS_REUSE`.
+    let end = now + Duration::from_micros(300);
+    {
+        let mut p = super::lock(&node.peers);
+        for m in [1, 2] {
+            p.leases[m].grant_from = end.checked_sub(TERM);
+        }
+    }
+    assert!(node.leads_checked(0, now));
+    let reused_until = node.leads_until[0].load(Ordering::Acquire);
+    let end_ns = end.duration_since(node.started).as_nanos() as u64;
+    assert_eq!(reused_until, end_ns, "reused until the promises end");
+    std::thread::sleep(Duration::from_micros(400));
+    assert!(!node.leads(0), "the promises it counted ended");
+    // Granted again; a yes just checked, then the stripe handed to node 1.
+    node.heartbeat_round();
+    assert!(node.leads(0));
+    assert!(
+        node.leads_until[0].load(Ordering::Acquire) > 0,
+        "a yes to reuse"
+    );
+    assert_eq!(
+        node.agent(AgentOp::Handover { stripe: 0, to: 1 }),
+        AgentResult::Ok
+    );
+    assert!(!node.leads(0), "handed over");
 }
 
 /// The ids travel in the records: an index rebuilt from them (here after a lease lapse, as a
