@@ -297,11 +297,19 @@ impl Links {
 
     /// Reads what the link has: the replies that came, in order, and when the connection
     /// failed, every request still unanswered (with `None`).
+    #[cfg(test)]
     pub fn readable(&mut self, registry: &Registry, at: usize) -> Answers {
-        let Some(link) = self.links.get_mut(at).and_then(|l| l.as_mut()) else {
-            return Vec::new();
-        };
         let mut answers = Vec::new();
+        self.readable_into(registry, at, &mut answers);
+        answers
+    }
+
+    /// [`Links::readable`], its answers added to `answers` (a loop's buffer, kept from pass
+    /// to pass).
+    pub fn readable_into(&mut self, registry: &Registry, at: usize, answers: &mut Answers) {
+        let Some(link) = self.links.get_mut(at).and_then(|l| l.as_mut()) else {
+            return;
+        };
         let mut counted = 0;
         let buf = &mut self.scratch;
         let (mut broken, mut untrusted) = (None, false);
@@ -315,8 +323,7 @@ impl Links {
                     if link.inbuf.is_empty() {
                         // The replies are decoded from the read's buffer: only a reply cut by
                         // the read's end is kept.
-                        let used =
-                            take_replies(&mut link.asked, &buf[..n], &mut answers, &mut counted);
+                        let used = take_replies(&mut link.asked, &buf[..n], answers, &mut counted);
                         match used {
                             Some(used) => link.inbuf.extend_from_slice(&buf[used..n]),
                             None => untrusted = true,
@@ -339,7 +346,7 @@ impl Links {
         }
         // What came before the link failed is answered all the same.
         if !untrusted {
-            match take_replies(&mut link.asked, &link.inbuf, &mut answers, &mut counted) {
+            match take_replies(&mut link.asked, &link.inbuf, answers, &mut counted) {
                 Some(used) => {
                     link.inbuf.drain(..used);
                 }
@@ -355,7 +362,6 @@ impl Links {
         if let Some(kind) = broken {
             answers.extend(self.drop_link(registry, at, kind));
         }
-        answers
     }
 
     /// Closes the link to `node` on `lane` at once, abortively (a caller gave up on one of its

@@ -11,7 +11,10 @@ pub(crate) mod links;
 /// A connection's buffer that a burst grew past this keeps its memory only while in use.
 /// Measured under YCSB with 8 KiB values (docs/bench-ycsb.md): 16 KiB held 0.04–0.06 fewer
 /// bytes per value byte than 64 KiB at no cost in CPU (a node has some fifty connections,
-/// each with two buffers); 8 KiB held 0.01–0.02 fewer again but cost CPU on YCSB-C.
+/// each with two buffers); 8 KiB held 0.01–0.02 fewer again but cost CPU on YCSB-C. An idle
+/// buffer past the limit shrunk to it rather than freed (so a link that carries a few deltas a
+/// pass regrows it once, not from nothing) held 1.85 against 1.81 on YCSB-A and 1.80 against
+/// 1.76 on C (Intel Xeon, two runs each), past the layout's memory bound: it is freed.
 pub const IDLE_BUFFER_MAX: usize = 16 << 10;
 
 /// Gives back the memory of an empty connection buffer grown past [`IDLE_BUFFER_MAX`] (a

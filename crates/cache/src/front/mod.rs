@@ -37,7 +37,7 @@ use pool::Pool;
 
 use crate::carrier::calls::{self, Call, CallPost, Replies};
 use crate::carrier::lane::LaneTransport;
-use crate::carrier::links::{Answer, Answers, Failure, Lane, Links, PlanLink, LINK_BASE};
+use crate::carrier::links::{Answer, Answers, Asked, Failure, Lane, Links, PlanLink, LINK_BASE};
 use crate::member::conn::{PeerConn, PeerJob, Served};
 
 /// Replies waiting to be written beyond which a connection's requests are not read.
@@ -1371,6 +1371,18 @@ impl LoopOps {
     /// Takes replies (or failures) of the loop's peer connections.
     fn answered(&mut self, node: &Node, registry: &Registry, answers: Answers) -> Vec<Done> {
         let mut done = Vec::new();
+        self.answered_into(node, registry, answers, &mut done);
+        done
+    }
+
+    /// [`LoopOps::answered`], what ended added to `done`.
+    fn answered_into(
+        &mut self,
+        node: &Node,
+        registry: &Registry,
+        answers: impl IntoIterator<Item = (Asked, Answer)>,
+        done: &mut Vec<Done>,
+    ) {
         for ((id, position), reply) in answers {
             let Some(pr) = self.pending.get_mut(&id) else {
                 // Another thread's call, or a request given up or handed to a worker meanwhile.
@@ -1384,7 +1396,6 @@ impl LoopOps {
             self.pump(node, registry, id);
             done.extend(self.settle(node, registry, id));
         }
-        done
     }
 
     /// Hands the requests that waited too long to workers, and answers the calls past their
@@ -1986,6 +1997,13 @@ impl EventLoop {
         let mut carried: Vec<Done> = Vec::new();
         // Client connections whose next request waits for a key lock (`Conn::parked`).
         let mut parked: Vec<Token> = Vec::new();
+        // This pass's connections to serve, its loop requests that ended, the connections it
+        // accepted (with the loop each goes to), the answers of a link: kept from pass to
+        // pass, as their memory is.
+        let mut touched: Vec<Token> = Vec::new();
+        let mut done: Vec<Done> = Vec::new();
+        let mut accepted: Vec<(usize, Mail)> = Vec::new();
+        let mut answers: Answers = Vec::new();
         loop {
             // Wait for events, or for the first loop request to run out of patience.
             // The engine has events to take (frames read, a link of its frames lost).
@@ -2018,24 +2036,23 @@ impl EventLoop {
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 r => r?,
             }
-            let mut touched: Vec<Token> = Vec::new();
-            let mut done: Vec<Done> = std::mem::take(&mut carried);
+            touched.clear();
+            done.clear();
+            done.append(&mut carried);
             done.extend(ops.expire(node, self.poll.registry(), Instant::now()));
-            // Connections accepted now, with the loop each goes to.
-            let mut accepted: Vec<(usize, Mail)> = Vec::new();
+            accepted.clear();
             for ev in events.iter() {
                 match ev.token() {
                     t if t.0 >= LINK_BASE => {
                         let link = t.0 - LINK_BASE;
                         let registry = self.poll.registry();
-                        let mut answers = Vec::new();
                         if ev.is_writable() {
                             answers.extend(ops.links.writable(registry, link));
                         }
                         if ev.is_readable() || ev.is_read_closed() || ev.is_error() {
-                            answers.extend(ops.links.readable(registry, link));
+                            ops.links.readable_into(registry, link, &mut answers);
                         }
-                        done.extend(ops.answered(node, registry, answers));
+                        ops.answered_into(node, registry, answers.drain(..), &mut done);
                     }
                     LISTENER => {
                         let Some(a) = &mut self.acceptor else {
@@ -2083,7 +2100,7 @@ impl EventLoop {
             // Connections for other loops go to them; this loop's are served below with the
             // mail that came for it.
             let mut mail: Vec<Mail> = Vec::new();
-            for (to, m) in accepted {
+            for (to, m) in accepted.drain(..) {
                 match &self.acceptor {
                     Some(a) if to != self.id => {
                         if let Err(mpsc::SendError(m)) = a.loops[to].tx.send(m) {
@@ -2136,7 +2153,7 @@ impl EventLoop {
                 }
             }
             // Loop requests that ended: their replies, or their requests for a worker.
-            for d in done {
+            for d in done.drain(..) {
                 touched.extend(deliver(d, &mut conns, &mut peer_conns, &self.hand));
             }
             // Connections whose request waits for a key lock: served if it was freed, or
@@ -2176,7 +2193,7 @@ impl EventLoop {
             }
             touched.sort_unstable();
             touched.dedup();
-            for token in touched {
+            for &token in &touched {
                 if let Some(pc) = peer_conns.get_mut(&token) {
                     let registry = self.poll.registry();
                     let hand = &self.hand;

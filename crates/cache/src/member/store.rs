@@ -178,7 +178,15 @@ struct Prev {
 struct Previous {
     table: HashTable<(SlotKey, Vec<Prev>)>,
     hasher: DefaultHashBuilder,
+    /// Keys and lists let go (an entry removed, a key of `ChunkStore::pending_prev` done
+    /// with), for new ones to reuse: a replacing write adds an entry that a later trim
+    /// removes, and made and freed its key and list each time.
+    spare_keys: Vec<Vec<u8>>,
+    spare_lists: Vec<Vec<Prev>>,
 }
+
+/// At most this many spare keys and lists are kept (about the writes in flight at a member).
+const SPARES_MAX: usize = 256;
 
 impl Previous {
     fn hash(&self, stripe: u32, position: u8, key: &[u8]) -> u64 {
@@ -197,34 +205,55 @@ impl Previous {
 
     fn push(&mut self, stripe: u32, position: u8, key: &[u8], prev: Prev) {
         let hash = self.hash(stripe, position, key);
-        let hasher = &self.hasher;
-        let entry = self.table.entry(
+        let Previous {
+            table,
+            hasher,
+            spare_keys,
+            spare_lists,
+        } = self;
+        let entry = table.entry(
             hash,
             |((s, p, k), _)| (*s, *p, k.as_slice()) == (stripe, position, key),
             |((s, p, k), _)| hasher.hash_one((*s, *p, k.as_slice())),
         );
         entry
-            .or_insert_with(|| ((stripe, position, key.to_vec()), Vec::new()))
+            .or_insert_with(|| {
+                let list = spare_lists.pop().unwrap_or_default();
+                ((stripe, position, copy_key(spare_keys, key)), list)
+            })
             .into_mut()
             .1
             .push(prev);
     }
 
+    /// A copy of `key`, in a spare key's room when there is one.
+    fn key_copy(&mut self, key: &[u8]) -> Vec<u8> {
+        copy_key(&mut self.spare_keys, key)
+    }
+
+    /// A key done with, kept for reuse.
+    fn give_key(&mut self, key: Vec<u8>) {
+        if self.spare_keys.len() < SPARES_MAX {
+            self.spare_keys.push(key);
+        }
+    }
+
     /// Removes the previous records of a key at a position for which `go` (given its index
-    /// among them, oldest first, and their count) says so, keeping the others' order; returns
-    /// them.
+    /// among them, oldest first, and their count) says so, keeping the others' order, and
+    /// hands each to `gone`.
     fn remove_where(
         &mut self,
         stripe: u32,
         position: u8,
         key: &[u8],
         mut go: impl FnMut(usize, usize, &Prev) -> bool,
-    ) -> Vec<Prev> {
+        mut gone: impl FnMut(Prev),
+    ) {
         let hash = self.hash(stripe, position, key);
         let Ok(mut entry) = self.table.find_entry(hash, |((s, p, k), _)| {
             (*s, *p, k.as_slice()) == (stripe, position, key)
         }) else {
-            return Vec::new();
+            return;
         };
         let prevs = &mut entry.get_mut().1;
         let count = prevs.len();
@@ -235,37 +264,60 @@ impl Previous {
                 kept += 1;
             }
         }
-        let gone = prevs.split_off(kept);
+        prevs.drain(kept..).for_each(&mut gone);
         if prevs.is_empty() {
-            entry.remove();
+            let (((_, _, k), list), _) = entry.remove();
+            self.give_key(k);
+            if self.spare_lists.len() < SPARES_MAX {
+                self.spare_lists.push(list);
+            }
         }
-        gone
     }
 
     /// The newest previous record of a key at a position, taken out.
     fn pop(&mut self, stripe: u32, position: u8, key: &[u8]) -> Option<Prev> {
-        self.remove_where(stripe, position, key, |i, count, _| i + 1 == count)
-            .pop()
+        let mut out = None;
+        self.remove_where(
+            stripe,
+            position,
+            key,
+            |i, count, _| i + 1 == count,
+            |p| out = Some(p),
+        );
+        out
     }
 
     /// Every previous record of a key at a position, taken out.
     fn take(&mut self, stripe: u32, position: u8, key: &[u8]) -> Vec<Prev> {
-        self.remove_where(stripe, position, key, |_, _, _| true)
+        let mut out = Vec::new();
+        self.remove_where(stripe, position, key, |_, _, _| true, |p| out.push(p));
+        out
     }
 
     /// Drops the previous records of a key at a position whose replacing write is below
     /// `watermark`, and the oldest past [`PREVIOUS_MAX`]: the bytes freed.
     fn trim(&mut self, slab: &mut Slab, slot: (u32, u8, &[u8]), watermark: u64) -> u64 {
-        let gone = self.remove_where(slot.0, slot.1, slot.2, |i, count, p| {
-            i < count.saturating_sub(PREVIOUS_MAX) || p.replaced_by < watermark
-        });
         let mut freed = 0;
-        for p in gone {
-            freed += p.held.len() as u64;
-            release(slab, p.held);
-        }
+        self.remove_where(
+            slot.0,
+            slot.1,
+            slot.2,
+            |i, count, p| i < count.saturating_sub(PREVIOUS_MAX) || p.replaced_by < watermark,
+            |p| {
+                freed += p.held.len() as u64;
+                release(slab, p.held);
+            },
+        );
         freed
     }
+}
+
+/// A copy of `key` in one of `spare`'s keys when there is one.
+fn copy_key(spare: &mut Vec<Vec<u8>>, key: &[u8]) -> Vec<u8> {
+    let mut k = spare.pop().unwrap_or_default();
+    k.clear();
+    k.extend_from_slice(key);
+    k
 }
 
 type SlotKey = (u32, u8, Vec<u8>);
@@ -685,10 +737,9 @@ impl ChunkStore {
         let Some(kept) = self.kept.get_mut(&at) else {
             return;
         };
+        // An emptied queue stays, its room for the page's next deltas (`release_kept` drops
+        // those left empty).
         self.kept_bytes -= kept.commit(committed);
-        if kept.is_empty() {
-            self.kept.remove(&at);
-        }
     }
 
     /// The deltas of data position `data` kept for parity page `key` with a seq above `above`.
@@ -1077,10 +1128,11 @@ impl ChunkStore {
                 slot.cur_version = version;
                 self.prevs.push(stripe, key.1, &key.2, prev);
                 self.bytes -= (self.prevs).trim(&mut self.slab, (stripe, key.1, &key.2), watermark);
+                let pending = (stripe, key.1, self.prevs.key_copy(&key.2));
                 self.pending_prev
                     .entry(stripe)
                     .or_default()
-                    .push_back((key.clone(), version));
+                    .push_back((pending, version));
                 PutOutcome::Stored
             }
             None => {
@@ -1098,6 +1150,7 @@ impl ChunkStore {
             }
         };
         self.trim(stripe, watermark);
+        self.prevs.give_key(key.2);
         outcome
     }
 
@@ -1112,6 +1165,7 @@ impl ChunkStore {
             }
             let ((s, p, key), _) = q.pop_front().expect("front");
             self.bytes -= self.prevs.trim(&mut self.slab, (s, p, &key), watermark);
+            self.prevs.give_key(key);
         }
     }
 
