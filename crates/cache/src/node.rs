@@ -62,11 +62,11 @@ impl std::str::FromStr for ExecMode {
 /// Default small-value threshold: values shorter than this are replicated (see docs/cache.md
 /// for the measurement).
 pub const REPLICATE_BELOW_BYTES: usize = 1024;
-/// The reason of a write refused for its size (`SERVER_ERROR object too large for cache`).
 /// How long a yes of `Node::leads` is reused: well under a heartbeat's interval, so a change
 /// of this node's view stops its operations about as soon as before.
 pub(crate) const LEADS_REUSE: Duration = Duration::from_millis(1);
 
+/// The reason of a write refused for its size (`SERVER_ERROR object too large for cache`).
 pub(crate) const TOO_LARGE: &str = "object too large for cache";
 
 /// A node's settings.

@@ -178,8 +178,8 @@ struct Prev {
 struct Previous {
     table: HashTable<(SlotKey, Vec<Prev>)>,
     hasher: DefaultHashBuilder,
-    /// Keys and lists let go (an entry removed, a key of `ChunkStore::pending_prev` done
-    /// with), for new ones to reuse: a replacing write adds an entry that a later trim
+    /// Keys and lists let go (an entry removed, a put's key not kept, a key of
+    /// `ChunkStore::pending_prev` done with), for new entries to reuse: a replacing write adds an entry that a later trim
     /// removes, and made and freed its key and list each time.
     spare_keys: Vec<Vec<u8>>,
     spare_lists: Vec<Vec<Prev>>,
@@ -224,11 +224,6 @@ impl Previous {
             .into_mut()
             .1
             .push(prev);
-    }
-
-    /// A copy of `key`, in a spare key's room when there is one.
-    fn key_copy(&mut self, key: &[u8]) -> Vec<u8> {
-        copy_key(&mut self.spare_keys, key)
     }
 
     /// A key done with, kept for reuse.
@@ -1100,6 +1095,9 @@ impl ChunkStore {
         }
         let key: SlotKey = (stripe, header.chunk_index, tomb.1);
         let held = self.slots.entry((stripe, key.1)).or_default();
+        // A record replaced: its key goes to the trims to come (`pending_prev`); else back to
+        // the spares.
+        let mut replaced = false;
         let outcome = match held.get_mut(&self.slab, &key.2) {
             Some(slot) if slot.cur_version > version => {
                 log::debug!(
@@ -1128,11 +1126,7 @@ impl ChunkStore {
                 slot.cur_version = version;
                 self.prevs.push(stripe, key.1, &key.2, prev);
                 self.bytes -= (self.prevs).trim(&mut self.slab, (stripe, key.1, &key.2), watermark);
-                let pending = (stripe, key.1, self.prevs.key_copy(&key.2));
-                self.pending_prev
-                    .entry(stripe)
-                    .or_default()
-                    .push_back((pending, version));
+                replaced = true;
                 PutOutcome::Stored
             }
             None => {
@@ -1149,8 +1143,15 @@ impl ChunkStore {
                 PutOutcome::Stored
             }
         };
+        if replaced {
+            self.pending_prev
+                .entry(stripe)
+                .or_default()
+                .push_back((key, version));
+        } else {
+            self.prevs.give_key(key.2);
+        }
         self.trim(stripe, watermark);
-        self.prevs.give_key(key.2);
         outcome
     }
 
