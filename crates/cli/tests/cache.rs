@@ -868,8 +868,13 @@ fn degraded_read_on_the_loop(
     code: &codes::Code,
 ) {
     let (loop_reads, fallbacks) = (c.sum_stat("loop_reads"), c.sum_stat("loop_read_fallbacks"));
-    // The read may finish on the first k consistent pieces; the last replies still come.
-    let want = 2 * (code.n() as u64 - 1);
+    // It asks k + 1 of the other positions of an RS code (all n - 1 when there are no more, or
+    // of an LRC), and may finish on the first k consistent pieces; the last reply still comes.
+    let asked = match code {
+        codes::Code::Rs { .. } => (code.n() - 1).min(code.k() + 1),
+        codes::Code::Lrc { .. } => code.n() - 1,
+    };
+    let want = 2 * asked as u64;
     let (sent, tries, moved) = c.messages_of(want, || {
         assert!(home.mg_degraded(key, 0) == Got::Hit(v.to_vec()))
     });

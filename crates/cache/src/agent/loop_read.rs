@@ -522,6 +522,13 @@ impl Node {
         if remote.len() < k {
             return LoopRead::Worker;
         }
+        // Any k positions of an RS code rebuild the value; an LRC's may not, so it asks them all.
+        let mds = matches!(self.cfg.code, codes::Code::Rs { .. });
+        let remote = if mds {
+            spare_one(remote, k, key)
+        } else {
+            remote
+        };
         LoopRead::Fetch(LoopPending {
             stripe,
             fence: self.fence(stripe),
@@ -655,5 +662,58 @@ impl Node {
             value,
             key: pending.key,
         })
+    }
+}
+
+/// The members a forced-degraded read of an MDS code asks: k of them make a cut, one more
+/// spares the read the slowest of them. Which ones are left out turns with the key, so every
+/// member answers its share. In position order, as [`LoopPending::remote`] is.
+fn spare_one(mut remote: Vec<(usize, usize)>, k: usize, key: &[u8]) -> Vec<(usize, usize)> {
+    let ask = k + 1;
+    if remote.len() <= ask {
+        return remote;
+    }
+    let turn = key
+        .iter()
+        .fold(0usize, |h, &b| h.wrapping_mul(31).wrapping_add(b as usize));
+    let len = remote.len();
+    remote.rotate_left(turn % len);
+    remote.truncate(ask);
+    remote.sort_unstable_by_key(|&(_, p)| p);
+    remote
+}
+
+#[cfg(test)]
+mod tests {
+    use super::spare_one;
+
+    #[test]
+    fn a_degraded_read_asks_k_plus_one_members_turning_with_the_key() {
+        // RS(6,3) at the home (position 0): the 8 other positions, on nodes 1..=8.
+        let all: Vec<(usize, usize)> = (1..9).map(|p| (p, p)).collect();
+        let mut left_out = [0usize; 9];
+        for i in 0..900u32 {
+            let key = format!("user{i}");
+            let asked = spare_one(all.clone(), 6, key.as_bytes());
+            assert_eq!(asked.len(), 7, "{key}");
+            assert!(
+                asked.windows(2).all(|w| w[0].1 < w[1].1),
+                "in position order"
+            );
+            assert!(asked.iter().all(|a| all.contains(a)));
+            let out: Vec<_> = all.iter().filter(|a| !asked.contains(a)).collect();
+            assert_eq!(out.len(), 1);
+            left_out[out[0].1] += 1;
+            // The same key always leaves out the same member.
+            assert_eq!(asked, spare_one(all.clone(), 6, key.as_bytes()));
+        }
+        // Every member is left out for some keys, none for most.
+        assert!(
+            left_out[1..].iter().all(|&c| (50..200).contains(&c)),
+            "{left_out:?}"
+        );
+        // With no more than k + 1 up, every one is asked.
+        assert_eq!(spare_one(all[..7].to_vec(), 6, b"k"), all[..7].to_vec());
+        assert_eq!(spare_one(all[..6].to_vec(), 6, b"k"), all[..6].to_vec());
     }
 }
