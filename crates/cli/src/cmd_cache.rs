@@ -58,6 +58,7 @@ fn few_malloc_arenas() {
     // SAFETY: mallopt only sets an allocator parameter; called before the node's threads start.
     unsafe {
         libc::mallopt(libc::M_ARENA_MAX, 2);
+        libc::mallopt(libc::M_MXFAST, 0);
     }
 }
 

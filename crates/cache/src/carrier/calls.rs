@@ -22,6 +22,9 @@ use crate::carrier::peer::{PeerError, PeerTransport, Request, Response};
 /// The replies to a call's requests, in their order.
 pub type Replies = Vec<Result<Response, PeerError>>;
 
+/// Where a caller takes each reply early, with its request's index.
+type Early<'a> = &'a mut dyn FnMut(usize, &Response);
+
 /// Requests for other nodes, posted to an event loop.
 #[derive(Debug)]
 pub struct Call {
@@ -31,6 +34,10 @@ pub struct Call {
     pub deadline: Instant,
     /// Where the loop posts the replies, once.
     pub reply: mpsc::Sender<Replies>,
+    /// Where the loop also posts a copy of each reply as it comes, with its request's index,
+    /// if the caller wants them early ([`PeerTransport::call_many_early`]). Dropped with the
+    /// call, once it is answered.
+    pub early: Option<mpsc::Sender<(usize, Response)>>,
 }
 
 /// An event loop that takes calls.
@@ -104,6 +111,33 @@ pub fn peer_error(node: usize, failure: Failure) -> PeerError {
 
 impl PeerTransport for LoopTransport {
     fn call_many(&self, calls: Vec<(usize, Request)>) -> Replies {
+        self.call(calls, None)
+    }
+
+    fn call_many_early(
+        &self,
+        calls: Vec<(usize, Request)>,
+        early: &mut dyn FnMut(usize, &Response),
+    ) -> Replies {
+        self.call(calls, Some(early))
+    }
+
+    fn data_messages(&self) -> (u64, u64) {
+        (
+            self.sent.load(Ordering::Relaxed),
+            self.received.load(Ordering::Relaxed),
+        )
+    }
+}
+
+impl LoopTransport {
+    /// Posts `calls` to a loop and waits for their replies, taking each one early as it comes
+    /// if asked to.
+    fn call(
+        &self,
+        calls: Vec<(usize, Request)>,
+        early: Option<Early<'_>>,
+    ) -> Replies {
         if calls.is_empty() {
             return Vec::new();
         }
@@ -117,10 +151,19 @@ impl PeerTransport for LoopTransport {
             return all(&|node| PeerError::UnknownNode { node });
         }
         let (tx, rx) = mpsc::channel();
+        let (early_tx, early_rx) = match early {
+            Some(_) => {
+                let (t, r) = mpsc::channel();
+                (Some(t), Some(r))
+            }
+            None => (None, None),
+        };
+        let given_up = Instant::now() + self.timeout + LOOP_MARGIN;
         let call = Call {
             requests: calls,
             deadline: Instant::now() + self.timeout,
             reply: tx,
+            early: early_tx,
         };
         let at = self.next.fetch_add(1, Ordering::Relaxed) % self.loops.len();
         if self.loops[at].post(call).is_err() {
@@ -129,7 +172,15 @@ impl PeerTransport for LoopTransport {
                 source: io::Error::other("the node's event loop has ended"),
             });
         }
-        let replies = match rx.recv_timeout(self.timeout + LOOP_MARGIN) {
+        // The early copies until the call is answered (the loop drops their sender with it).
+        if let (Some(early), Some(early_rx)) = (early, early_rx) {
+            while let Ok((i, r)) =
+                early_rx.recv_timeout(given_up.saturating_duration_since(Instant::now()))
+            {
+                early(i, &r);
+            }
+        }
+        let replies = match rx.recv_timeout(given_up.saturating_duration_since(Instant::now())) {
             Ok(replies) if replies.len() == nodes.len() => replies,
             // The loop ended (or panicked) with the call, or is stuck: what it sent may have
             // arrived.
@@ -153,13 +204,6 @@ impl PeerTransport for LoopTransport {
             self.received.fetch_add(received, Ordering::Relaxed);
         }
         replies
-    }
-
-    fn data_messages(&self) -> (u64, u64) {
-        (
-            self.sent.load(Ordering::Relaxed),
-            self.received.load(Ordering::Relaxed),
-        )
     }
 }
 

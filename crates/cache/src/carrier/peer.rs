@@ -454,6 +454,24 @@ pub trait PeerTransport: Send + Sync + std::fmt::Debug {
     /// different nodes proceed in parallel.
     fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>>;
 
+    /// [`PeerTransport::call_many`], also handing each reply that comes to `early` (with the
+    /// index of its request) as soon as it is in, before the slowest: the heartbeats take each
+    /// peer's grant when it arrives, not when a silent peer's deadline has passed. By default,
+    /// at the end.
+    fn call_many_early(
+        &self,
+        calls: Vec<(usize, Request)>,
+        early: &mut dyn FnMut(usize, &Response),
+    ) -> Vec<Result<Response, PeerError>> {
+        let replies = self.call_many(calls);
+        for (i, r) in replies.iter().enumerate() {
+            if let Ok(r) = r {
+                early(i, r);
+            }
+        }
+        replies
+    }
+
     /// Data messages sent and received so far (heartbeats excluded).
     fn data_messages(&self) -> (u64, u64);
 }

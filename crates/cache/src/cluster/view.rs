@@ -9,6 +9,11 @@ use crate::carrier::peer::{PeerError, Request, Response};
 use crate::cluster::lease;
 use crate::node::{bump, lock, sight, Node, Peers, RecoveryState, LEADS_REUSE};
 
+/// How many lease terms a peer may go unheard before this node takes it for down even though
+/// its own heartbeat rounds keep coming back late ([`Node::heartbeat_round`]): so a node that
+/// stays overloaded still notices a peer cut off, later.
+pub(crate) const HEARD_OF_LATE: u32 = 3;
+
 impl Node {
     /// Whether this node leads `stripe` now and has without a break since `since`.
     pub(crate) fn led_throughout(&self, stripe: usize, since: Instant) -> bool {
@@ -264,6 +269,52 @@ impl Node {
         })
     }
 
+    /// Takes peer `i`'s answer to a heartbeat sent at `sent`, come at `now`: it is up, and its
+    /// grant (if it grants) holds from `sent`.
+    fn take_heartbeat_answer(&self, i: usize, answer: &Response, sent: Instant, now: Instant) {
+        let Response::Heartbeat {
+            incarnation,
+            ready,
+            grant,
+            up_for_ms,
+            exempt,
+        } = answer
+        else {
+            return;
+        };
+        let (incarnation, ready) = (*incarnation, *ready);
+        let mut peers = lock(&self.peers);
+        let Peers { list, leases, .. } = &mut *peers;
+        let p = &mut list[i];
+        // A peer's engine is connected to on its first answer (its engine host listens before
+        // its peer port answers), and again when it restarted or came back.
+        if !p.up || p.incarnation != incarnation {
+            if let Some(x) = self.plans.as_ref() {
+                x.connect(i);
+            }
+            p.incarnation_since = now;
+        }
+        if p.incarnation != incarnation {
+            p.restarted_at = Some(now);
+        }
+        if !p.up {
+            p.up_since = now;
+        }
+        if !(p.up && p.ready) && ready {
+            p.serving_since = now;
+        }
+        p.up = true;
+        p.ready = ready;
+        p.incarnation = incarnation;
+        p.last_ok = now;
+        leases[i].refused = false;
+        if *grant {
+            let exempt = exempt.iter().map(|&n| n as usize).collect();
+            let up_for = Duration::from_millis(*up_for_ms);
+            leases[i].on_grant(sent, now, up_for, exempt);
+        }
+    }
+
     /// One round of heartbeats; drops the index of stripes this node no longer leads.
     pub fn heartbeat_round(&self) {
         let others: Vec<usize> = (0..self.cfg.node_count)
@@ -272,58 +323,48 @@ impl Node {
         let from = self.cfg.id as u32;
         // A peer cut off silently holds its heartbeat until the call's deadline, and no longer:
         // the heartbeats to every peer leave together and share that one deadline, so the round
-        // lasts at most one timeout however many peers are silent (a round longer than the lease
-        // would let the lease of a stripe lapse whose majority is still there).
+        // lasts at most one timeout however many peers are silent. Each answer is taken as it
+        // comes, not at the round's end: a grant taken only after a silent peer's deadline
+        // (half a term) came too late to follow the last round's grants without a gap when
+        // their term ran out, so every stripe's lease lapsed for a moment each round while one
+        // peer was silent (a node restarting under bulk work, a peer cut off).
         let sent = Instant::now();
-        let replies = self.heartbeat_transport.call_many(
+        let mut taken = vec![false; others.len()];
+        let replies = self.heartbeat_transport.call_many_early(
             others
                 .iter()
                 .map(|&i| (i, Request::Heartbeat { from }))
                 .collect(),
+            &mut |at, r| {
+                if let (Some(&i), Response::Heartbeat { grant, .. }) = (others.get(at), r) {
+                    self.take_heartbeat_answer(i, r, sent, Instant::now());
+                    taken[at] = true;
+                    // A lease run goes on only through a check made while the promises it
+                    // counted last still hold (`lease::Run`): checked as each grant comes, the
+                    // run goes on even when nothing else checks the lease before the last
+                    // round's promises end (no operation on the stripe meanwhile, a silent
+                    // peer holding the round up to its deadline).
+                    if *grant {
+                        for s in 0..self.cfg.node_count {
+                            self.leads_checked(s, Instant::now());
+                        }
+                    }
+                }
+            },
         );
         let now = Instant::now();
+        // A round that came back well after its deadline was held up here (this node's loop or
+        // this thread stalled: a lock held long, a starved CPU): its heartbeats may have left
+        // late, or their answers waited unread. Its missing answers say nothing of the peers,
+        // so they mark none down, unless a peer has been unheard for `HEARD_OF_LATE` terms.
+        let on_time = now.duration_since(sent) <= self.cfg.down_after * 3 / 4;
         {
             let mut peers = lock(&self.peers);
             let Peers { list, leases, .. } = &mut *peers;
-            for (&i, r) in others.iter().zip(replies) {
+            for ((&i, r), taken) in others.iter().zip(replies).zip(taken) {
                 let p = &mut list[i];
                 match r {
-                    Ok(Response::Heartbeat {
-                        incarnation,
-                        ready,
-                        grant,
-                        up_for_ms,
-                        exempt,
-                    }) => {
-                        // A peer's engine is connected to on its first answer (its engine
-                        // host listens before its peer port answers), and again when it
-                        // restarted or came back.
-                        if !p.up || p.incarnation != incarnation {
-                            if let Some(x) = self.plans.as_ref() {
-                                x.connect(i);
-                            }
-                            p.incarnation_since = now;
-                        }
-                        if p.incarnation != incarnation {
-                            p.restarted_at = Some(now);
-                        }
-                        if !p.up {
-                            p.up_since = now;
-                        }
-                        if !(p.up && p.ready) && ready {
-                            p.serving_since = now;
-                        }
-                        p.up = true;
-                        p.ready = ready;
-                        p.incarnation = incarnation;
-                        p.last_ok = now;
-                        leases[i].refused = false;
-                        if grant {
-                            let exempt = exempt.into_iter().map(|n| n as usize).collect();
-                            let up_for = Duration::from_millis(up_for_ms);
-                            leases[i].on_grant(sent, now, up_for, exempt);
-                        }
-                    }
+                    _ if taken => {}
                     Err(PeerError::Io { ref source, .. })
                         if source.kind() == std::io::ErrorKind::ConnectionRefused =>
                     {
@@ -332,7 +373,10 @@ impl Node {
                         leases[i].refused_at = Some(now);
                     }
                     _ => {
-                        if now.duration_since(p.last_ok) >= self.cfg.down_after {
+                        let unheard = now.duration_since(p.last_ok);
+                        if unheard >= self.cfg.down_after
+                            && (on_time || unheard >= self.cfg.down_after * HEARD_OF_LATE)
+                        {
                             p.up = false;
                         }
                     }

@@ -1121,6 +1121,8 @@ struct CallOp {
     outstanding: usize,
     deadline: Instant,
     reply: mpsc::Sender<Replies>,
+    /// A copy of each reply as it comes, for a caller that takes them early.
+    early: Option<mpsc::Sender<(usize, peer::Response)>>,
 }
 
 impl CallOp {
@@ -1286,6 +1288,7 @@ impl LoopOps {
             outstanding: 0,
             deadline: call.deadline,
             reply: call.reply,
+            early: call.early,
         };
         for (i, (to, request)) in call.requests.into_iter().enumerate() {
             let lane = Lane::of(&request);
@@ -1341,6 +1344,9 @@ impl LoopOps {
             }
         }
         op.again[at] = None;
+        if let (Some(early), Ok(r)) = (&op.early, &reply) {
+            let _ = early.send((at, r.clone()));
+        }
         let slot = &mut op.replies[at];
         *slot = Some(reply.map_err(|f| calls::peer_error(to, f)));
         op.outstanding -= 1;
@@ -2039,7 +2045,6 @@ impl EventLoop {
             touched.clear();
             done.clear();
             done.append(&mut carried);
-            done.extend(ops.expire(node, self.poll.registry(), Instant::now()));
             accepted.clear();
             for ev in events.iter() {
                 match ev.token() {
@@ -2097,6 +2102,10 @@ impl EventLoop {
                     }
                 }
             }
+            // What waited past its deadline fails now, after the answers this pass read: a
+            // loop that was held up (a lock held long, a starved CPU) takes the answers that
+            // came meanwhile rather than failing them unread.
+            done.extend(ops.expire(node, self.poll.registry(), Instant::now()));
             // Connections for other loops go to them; this loop's are served below with the
             // mail that came for it.
             let mut mail: Vec<Mail> = Vec::new();
@@ -4213,6 +4222,56 @@ mod call_tests {
         peer::decode_request(&body).unwrap()
     }
 
+    /// A call that wants its replies early gets each as it comes: the answer of a peer that
+    /// answers, while another peer holds its request (silent) and the call waits for it.
+    #[test]
+    fn a_reply_comes_early_while_the_call_waits_for_a_silent_peer() {
+        let node = leading_node(&[]);
+        let (answering, silent) = (
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+            std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        );
+        let addrs = vec![
+            answering.local_addr().unwrap(),
+            silent.local_addr().unwrap(),
+        ];
+        let mut poll = Poll::new().unwrap();
+        let mut ops = test_ops(addrs);
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = answering.accept().unwrap();
+            answer_one(&mut s);
+            s
+        });
+        let (tx, rx) = mpsc::channel();
+        let (early_tx, early_rx) = mpsc::channel();
+        ops.start_call(
+            poll.registry(),
+            Call {
+                requests: vec![
+                    (1, peer::Request::Heartbeat { from: 0 }),
+                    (0, peer::Request::Heartbeat { from: 0 }),
+                ],
+                deadline: Instant::now() + Duration::from_secs(30),
+                reply: tx,
+                early: Some(early_tx),
+            },
+        );
+        let early = RefCell::new(None);
+        drive(&mut ops, &mut poll, &node, &|| {
+            if early.borrow().is_none() {
+                *early.borrow_mut() = early_rx.try_recv().ok();
+            }
+            early.borrow().is_some()
+        });
+        assert_eq!(early.into_inner(), Some((1, peer::Response::Ack)));
+        assert!(
+            matches!(rx.try_recv(), Err(mpsc::TryRecvError::Empty)),
+            "the call still waits for the silent peer"
+        );
+        let _ = peer.join().unwrap();
+        drop(silent);
+    }
+
     /// A call made on a link the peer reset (it restarted), before the loop saw the reset, is
     /// not sent; it goes again on a fresh connection and is answered, instead of failing as an
     /// I/O error that would mark a live peer down until its next heartbeat.
@@ -4231,6 +4290,7 @@ mod call_tests {
                     requests: vec![(0, peer::Request::List { stripe: 0 })],
                     deadline: Instant::now() + Duration::from_secs(5),
                     reply: tx,
+                    early: None,
                 },
             );
             let got = RefCell::new(None);

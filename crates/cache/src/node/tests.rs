@@ -766,3 +766,142 @@ fn modifications_of_a_value_held_here_run_on_the_loop() {
     drop(fetch);
     assert!(matches!(start(incr(1), 12), LoopModifyStart::Fetch(_)));
 }
+
+/// Heartbeat peers for short lease terms: those in `answering` grant at once, and their
+/// answers are handed over early; the others are silent, and their requests fail only once
+/// the round's `hold` has passed (a call waiting for its deadline).
+#[derive(Debug)]
+struct Held {
+    answering: Vec<usize>,
+    hold: Duration,
+}
+
+impl PeerTransport for Held {
+    fn call_many(&self, calls: Vec<(usize, Request)>) -> Vec<Result<Response, PeerError>> {
+        self.call_many_early(calls, &mut |_, _| {})
+    }
+
+    fn call_many_early(
+        &self,
+        calls: Vec<(usize, Request)>,
+        early: &mut dyn FnMut(usize, &Response),
+    ) -> Vec<Result<Response, PeerError>> {
+        let replies: Vec<_> = calls
+            .iter()
+            .map(|&(node, _)| match self.answering.contains(&node) {
+                true => Ok(Response::Heartbeat {
+                    incarnation: 1,
+                    ready: true,
+                    grant: true,
+                    up_for_ms: 3_600_000,
+                    exempt: Vec::new(),
+                }),
+                false => Err(PeerError::NoReply {
+                    node,
+                    source: std::io::ErrorKind::TimedOut.into(),
+                }),
+            })
+            .collect();
+        for (i, r) in replies.iter().enumerate() {
+            if let Ok(r) = r {
+                early(i, r);
+            }
+        }
+        std::thread::sleep(self.hold);
+        replies
+    }
+
+    fn data_messages(&self) -> (u64, u64) {
+        (0, 0)
+    }
+}
+
+/// Node 0 of three with a lease term of `term`, its heartbeats answered by `held`.
+fn node_heard_by(term: Duration, held: Held) -> Node {
+    let mut cfg = config(0);
+    cfg.down_after = term;
+    let held = Arc::new(held);
+    let mut node = Node::new(cfg, held.clone(), held);
+    node.started = Instant::now()
+        .checked_sub(2 * term)
+        .expect("the clock has run for 2 s");
+    node
+}
+
+/// One peer silent: each round waits half a term for it, and the other peer's grant, taken
+/// as it comes, carries the lease run on. (Taken at the round's end, each grant came after
+/// the last one's term had run out, a new run began every round, and a member that had
+/// restarted made the agent drop its index as one built before a lapse.)
+#[test]
+fn a_silent_peer_holding_the_rounds_up_leaves_no_gap_in_the_lease_run() {
+    let term = Duration::from_secs(1);
+    let node = node_heard_by(
+        term,
+        Held {
+            answering: vec![1],
+            hold: term / 2,
+        },
+    );
+    node.heartbeat_round();
+    assert!(node.leads(0));
+    let run = || super::lock(&node.peers).runs[0].map(|r| r.since);
+    let since = run().expect("a run of the lease");
+    for round in 0..4 {
+        std::thread::sleep(Duration::from_millis(100));
+        node.heartbeat_round();
+        assert!(node.leads_checked(0, Instant::now()), "round {round}");
+        assert_eq!(run(), Some(since), "round {round}: the run went on");
+    }
+}
+
+/// A round that comes back well after its deadline (this node held up) marks no peer down,
+/// unless the peer has been unheard for `HEARD_OF_LATE` terms; a round on time does.
+#[test]
+fn a_round_held_up_past_its_deadline_marks_no_peer_down() {
+    let term = Duration::from_millis(400);
+    let unheard_for = |node: &Node, ago: Duration| {
+        let mut p = super::lock(&node.peers);
+        for i in [1, 2] {
+            p.list[i].up = true;
+            p.list[i].last_ok = Instant::now().checked_sub(ago).expect("clock");
+        }
+    };
+    let up = |node: &Node| {
+        let p = super::lock(&node.peers);
+        [p.list[1].up, p.list[2].up]
+    };
+    // Back after a whole term, though its deadline is half a term.
+    let late = node_heard_by(
+        term,
+        Held {
+            answering: vec![],
+            hold: term,
+        },
+    );
+    // Unheard for a term before the round, two when it ends.
+    unheard_for(&late, term);
+    late.heartbeat_round();
+    assert_eq!(
+        up(&late),
+        [true, true],
+        "a late round says nothing of its peers"
+    );
+    unheard_for(&late, term * crate::cluster::view::HEARD_OF_LATE);
+    late.heartbeat_round();
+    assert_eq!(
+        up(&late),
+        [false, false],
+        "unheard for too long, late or not"
+    );
+    // On time: unheard for a term is down.
+    let on_time = node_heard_by(
+        term,
+        Held {
+            answering: vec![],
+            hold: Duration::ZERO,
+        },
+    );
+    unheard_for(&on_time, 2 * term);
+    on_time.heartbeat_round();
+    assert_eq!(up(&on_time), [false, false]);
+}
