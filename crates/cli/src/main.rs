@@ -1,5 +1,5 @@
-//! The `inec` command-line tool: thin wiring of the crates. One FFI call (`mallopt`, in
-//! `cmd_cache::few_malloc_arenas`) is allowed where it is made; no other unsafe code.
+//! The `inec` command-line tool: thin wiring of the crates. One FFI function (`mallopt`, in
+//! `cmd_cache::few_malloc_arenas`) is called, where that is allowed; no other unsafe code.
 #![deny(unsafe_code)]
 // Standard output is written through `stdout` (`out!`, `outln!`), which returns EPIPE as an
 // error instead of panicking.

@@ -133,11 +133,7 @@ impl PeerTransport for LoopTransport {
 impl LoopTransport {
     /// Posts `calls` to a loop and waits for their replies, taking each one early as it comes
     /// if asked to.
-    fn call(
-        &self,
-        calls: Vec<(usize, Request)>,
-        early: Option<Early<'_>>,
-    ) -> Replies {
+    fn call(&self, calls: Vec<(usize, Request)>, early: Option<Early<'_>>) -> Replies {
         if calls.is_empty() {
             return Vec::new();
         }
