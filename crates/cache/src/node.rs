@@ -105,6 +105,14 @@ pub struct NodeConfig {
     pub whole_repair: WholeRepair,
 }
 
+impl NodeConfig {
+    /// How long a heartbeat waits for its answer: half the down-after time, so a round with a
+    /// silent peer in it still ends well within the lease it renews.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        (self.down_after / 2).max(Duration::from_millis(1))
+    }
+}
+
 /// Per parity node, (page stripe, its position, page, data position) → deltas applied
 /// everywhere, not told yet (`Node::whole_commits`).
 pub(crate) type Commits =

@@ -4,7 +4,6 @@
 
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use codes::Code;
 use engine::{BufferPool, Engine, SteppedHost};
@@ -123,7 +122,7 @@ impl Server {
             ..proto::Limits::default()
         };
         let debug_commands = cfg.debug_commands;
-        let hb_timeout = (cfg.down_after / 2).max(Duration::from_millis(1));
+        let hb_timeout = cfg.heartbeat_timeout();
         // Every call the node's other threads make to other nodes is carried by its event
         // loops, on the links they keep to each node: one set of connections per pair of nodes.
         let mut loops = front::Loops::new(config.loops).map_err(StartError::Loops)?;

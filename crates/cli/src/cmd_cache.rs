@@ -55,7 +55,7 @@ fn parsed(o: &CacheOptions) -> Result<(Code, Scheme, ExecMode)> {
 /// consolidation of the millions of small chunks the recovery freed held the node's heartbeat
 /// thread 1.5 s under its arena's lock (docs/bench-ycsb.md).
 #[allow(unsafe_code)] // One FFI function; see the crate root.
-fn few_malloc_arenas() {
+fn malloc_settings() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: mallopt only sets an allocator parameter; called before the node's threads start.
     unsafe {
@@ -65,7 +65,7 @@ fn few_malloc_arenas() {
 }
 
 pub fn serve(a: ServeArgs) -> Result<()> {
-    few_malloc_arenas();
+    malloc_settings();
     let (code, scheme, mode) = parsed(&a.opts)?;
     let item = crate::args::size(&a.opts.max_item_size).map_err(|e| anyhow!("bad -I: {e}"))?;
     let members = match &a.cluster {

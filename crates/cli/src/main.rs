@@ -1,5 +1,5 @@
 //! The `inec` command-line tool: thin wiring of the crates. One FFI function (`mallopt`, in
-//! `cmd_cache::few_malloc_arenas`) is called, where that is allowed; no other unsafe code.
+//! `cmd_cache::malloc_settings`) is called, where that is allowed; no other unsafe code.
 #![deny(unsafe_code)]
 // Standard output is written through `stdout` (`out!`, `outln!`), which returns EPIPE as an
 // error instead of panicking.

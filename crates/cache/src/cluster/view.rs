@@ -357,7 +357,8 @@ impl Node {
         // this thread stalled: a lock held long, a starved CPU): its heartbeats may have left
         // late, or their answers waited unread. Its missing answers say nothing of the peers,
         // so they mark none down, unless a peer has been unheard for `HEARD_OF_LATE` terms.
-        let on_time = now.duration_since(sent) <= self.cfg.down_after * 3 / 4;
+        let on_time =
+            now.duration_since(sent) <= self.cfg.heartbeat_timeout() + self.cfg.down_after / 4;
         {
             let mut peers = lock(&self.peers);
             let Peers { list, leases, .. } = &mut *peers;

@@ -179,8 +179,8 @@ struct Previous {
     table: HashTable<(SlotKey, Vec<Prev>)>,
     hasher: DefaultHashBuilder,
     /// Keys and lists let go (an entry removed, a put's key not kept, a key of
-    /// `ChunkStore::pending_prev` done with), for new entries to reuse: a replacing write adds an entry that a later trim
-    /// removes, and made and freed its key and list each time.
+    /// `ChunkStore::pending_prev` done with), for new entries to reuse: a replacing write adds
+    /// an entry that a later trim removes, and made and freed its key and list each time.
     spare_keys: Vec<Vec<u8>>,
     spare_lists: Vec<Vec<Prev>>,
 }
