@@ -56,14 +56,20 @@ pub fn value(out: &mut Vec<u8>, key: &[u8], flags: u32, data: &[u8], cas: Option
     // piece, a buffer would double past the value's size (and a server that gives back large
     // idle buffers would allocate it again for every reply).
     out.reserve(VALUE_LINE_MAX + key.len() + data.len() + 2 + 5);
+    value_line(out, key, flags, data.len(), cas);
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// The `VALUE` line alone of a `get` hit whose data is `len` bytes: for a server that sends
+/// the data from where it lies, after this line, then `\r\n` (and `END\r\n` after the last).
+pub fn value_line(out: &mut Vec<u8>, key: &[u8], flags: u32, len: usize, cas: Option<u64>) {
     out.extend_from_slice(b"VALUE ");
     out.extend_from_slice(key);
-    let _ = write!(out, " {flags} {}", data.len());
+    let _ = write!(out, " {flags} {len}");
     if let Some(c) = cas {
         let _ = write!(out, " {c}");
     }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(data);
     out.extend_from_slice(b"\r\n");
 }
 

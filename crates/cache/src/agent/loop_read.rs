@@ -49,6 +49,50 @@ pub enum LoopRead {
     Forward(usize),
 }
 
+/// Where the reply to a client's `get` of one key goes when the value lies whole at this node
+/// ([`Node::loop_read_into`], [`Node::loop_read_send`]).
+pub struct ReplySink<'a> {
+    /// The connection's output.
+    pub out: &'a mut Vec<u8>,
+    /// `gets`: the cas on the `VALUE` line.
+    pub with_cas: bool,
+    /// The client's socket, when nothing waits in `out`: the reply is written to it.
+    pub socket: Option<&'a mut dyn std::io::Write>,
+    /// The bytes written to `socket`.
+    pub sent: usize,
+}
+
+/// The `END` after a `get`'s one value (the `\r\n` that ends its data first).
+const DATA_END: &[u8] = b"\r\nEND\r\n";
+
+/// Writes a `get` reply — the `VALUE` line in `out`, `data` from where it lies, [`DATA_END`] —
+/// to `socket` in one vectored write; leaves in `out` what the socket did not take (all of it
+/// when the write fails or would block). Returns the bytes written.
+fn send_reply(socket: &mut dyn std::io::Write, data: &[u8], out: &mut Vec<u8>) -> usize {
+    use std::io::IoSlice;
+    let sent = loop {
+        let parts = [
+            IoSlice::new(out),
+            IoSlice::new(data),
+            IoSlice::new(DATA_END),
+        ];
+        match socket.write_vectored(&parts) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => break 0,
+        }
+    };
+    let line = out.len();
+    out.drain(..sent.min(line));
+    let mut skip = sent.saturating_sub(line);
+    for part in [data, DATA_END] {
+        let from = skip.min(part.len());
+        out.extend_from_slice(&part[from..]);
+        skip -= from;
+    }
+    sent
+}
+
 /// A value read by the loop.
 #[derive(Debug, PartialEq, Eq)]
 pub struct LoopValue {
@@ -148,7 +192,37 @@ impl Node {
     /// lies whole at this node ([`LoopRead::Composed`]): the data goes from the store into the
     /// reply with no copy in between. Any other outcome leaves `out` as it was.
     pub fn loop_read_into(&self, key: &[u8], out: &mut Vec<u8>, with_cas: bool) -> LoopRead {
-        self.loop_read_begin(key, None, Some((out, with_cas)))
+        let mut sink = ReplySink {
+            out,
+            with_cas,
+            socket: None,
+            sent: 0,
+        };
+        self.loop_read_begin(key, None, Some(&mut sink))
+    }
+
+    /// [`Node::loop_read_into`] for a client connection with nothing waiting to be written
+    /// (`out` empty): a value whole at this node goes from the store to `socket` in one
+    /// vectored write, with no copy, if the lease this node remembers still stands then
+    /// (checked before the write, as no lock but the store's may be held there); the part the
+    /// socket does not take (all of it on an error, which the connection's own write meets
+    /// next) is put in `out`. Returns the outcome and the bytes written to `socket`.
+    pub fn loop_read_send(
+        &self,
+        key: &[u8],
+        out: &mut Vec<u8>,
+        with_cas: bool,
+        socket: &mut dyn std::io::Write,
+    ) -> (LoopRead, usize) {
+        debug_assert!(out.is_empty(), "a reply written ahead of one waiting");
+        let mut sink = ReplySink {
+            out,
+            with_cas,
+            socket: Some(socket),
+            sent: 0,
+        };
+        let read = self.loop_read_begin(key, None, Some(&mut sink));
+        (read, sink.sent)
     }
 
     /// Starts a forced-degraded read (`mg <key> v Oinec-degrade-<position>`) on the client
@@ -208,7 +282,7 @@ impl Node {
         &self,
         key: &[u8],
         degrade: Option<u8>,
-        sink: Option<(&mut Vec<u8>, bool)>,
+        sink: Option<&mut ReplySink<'_>>,
     ) -> LoopRead {
         let stripe = self.placement.stripe_of(key);
         if !self.leads(stripe) {
@@ -277,15 +351,25 @@ impl Node {
             if self.placement.node_of(stripe, p) == self.cfg.id {
                 self.local_messages.fetch_add(1, Ordering::Relaxed);
                 // With a sink, the reply is composed from the store's bytes (`mark`: where it
-                // starts, to take it back should the lease have lapsed meanwhile).
+                // starts, to take it back should the lease have lapsed meanwhile), or written
+                // from them to the client's socket once the lease is seen to stand (`sent`).
                 let mut sink = sink;
                 let mut mark = None;
+                let mut sent = false;
                 let read = self.with_own_record(stripe, key, &e, p, |data| match sink.as_mut() {
-                    Some((out, with_cas)) => {
-                        mark = Some(out.len());
-                        let cas = with_cas.then_some(e.cas());
-                        proto::compose::value(out, key, e.flags, data, cas);
-                        proto::compose::reply(out, proto::Reply::End);
+                    Some(s) => {
+                        let cas = s.with_cas.then_some(e.cas());
+                        let now = std::time::Instant::now();
+                        let remembered = s.socket.is_some() && self.leads_remembered(stripe, now);
+                        if let Some(socket) = s.socket.as_mut().filter(|_| remembered) {
+                            proto::compose::value_line(s.out, key, e.flags, data.len(), cas);
+                            s.sent = send_reply(&mut **socket, data, s.out);
+                            sent = true;
+                        } else {
+                            mark = Some(s.out.len());
+                            proto::compose::value(s.out, key, e.flags, data, cas);
+                            proto::compose::reply(s.out, proto::Reply::End);
+                        }
                         Vec::new()
                     }
                     None => data.to_vec(),
@@ -293,9 +377,12 @@ impl Node {
                 let Some(value) = read else {
                     return LoopRead::Worker;
                 };
+                if sent {
+                    return LoopRead::Composed;
+                }
                 if !self.leads(stripe) {
-                    if let (Some((out, _)), Some(mark)) = (sink, mark) {
-                        out.truncate(mark);
+                    if let (Some(s), Some(mark)) = (sink.as_mut(), mark) {
+                        s.out.truncate(mark);
                     }
                     bump(&self.counters.lease_lost_ops);
                     return LoopRead::Worker;

@@ -87,12 +87,17 @@ impl Node {
     /// for up to `LEADS_REUSE` (`leads_checked`).
     pub(crate) fn leads(&self, stripe: usize) -> bool {
         let now = Instant::now();
-        if self.coord.is_none()
-            && self.nanos_after_start(now) < self.leads_until[stripe].load(Ordering::Acquire)
-        {
+        if self.leads_remembered(stripe, now) {
             return true;
         }
         self.leads_checked(stripe, now)
+    }
+
+    /// The yes `leads_checked` remembers, if it still stands at `now`: no lock taken, so it may
+    /// be asked under any (`false` only says that the full check is needed).
+    pub(crate) fn leads_remembered(&self, stripe: usize, now: Instant) -> bool {
+        self.coord.is_none()
+            && self.nanos_after_start(now) < self.leads_until[stripe].load(Ordering::Acquire)
     }
 
     /// `leads` checked in full at `now`, and a yes remembered until the earlier of

@@ -1940,9 +1940,11 @@ impl Drop for PanicReport {
 
 /// A client connection's state when it is accepted.
 impl Conn {
-    /// Queues a reply: most find nothing waiting and become the output without a copy.
+    /// Queues a reply: one that finds nothing waiting and is larger than the output's room
+    /// becomes the output without a copy; a smaller one is copied, so that the output keeps
+    /// the room a value's reply grew it to (else the next read's reply allocates it again).
     fn take_reply(&mut self, out: Vec<u8>) {
-        if self.out.is_empty() {
+        if self.out.is_empty() && out.len() > self.out.capacity() {
             self.out = out;
             self.out_pos = 0;
         } else {
@@ -2575,7 +2577,19 @@ fn service(
                                 noreply: false,
                             };
                             let key = g.keys[0];
-                            match node.loop_read_into(key, &mut c.out, with_cas) {
+                            // Nothing waits to be written and no request after it is read:
+                            // the reply goes to the socket now, from the store's bytes.
+                            let read = if c.out.is_empty() && consumed == c.inbuf.len() {
+                                let (read, sent) =
+                                    node.loop_read_send(key, &mut c.out, with_cas, &mut c.stream);
+                                counts
+                                    .bytes_written
+                                    .fetch_add(sent as u64, Ordering::Relaxed);
+                                read
+                            } else {
+                                node.loop_read_into(key, &mut c.out, with_cas)
+                            };
+                            match read {
                                 LoopRead::Worker => Next::Worker(Once::default()),
                                 LoopRead::Composed => {
                                     bump(&node.counters.cmd_get);

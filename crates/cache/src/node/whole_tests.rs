@@ -299,6 +299,39 @@ fn the_layout_picks_whole_or_split_by_value_size() {
     hub.clear();
 }
 
+/// A client socket that takes at most `takes` bytes per write (`Some(0)`: it would block;
+/// `None`: it fails).
+struct Takes {
+    takes: Option<usize>,
+    got: Vec<u8>,
+}
+
+impl std::io::Write for Takes {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.write_vectored(&[std::io::IoSlice::new(buf)])
+    }
+
+    fn write_vectored(&mut self, bufs: &[std::io::IoSlice<'_>]) -> std::io::Result<usize> {
+        let Some(mut room) = self.takes else {
+            return Err(std::io::ErrorKind::ConnectionReset.into());
+        };
+        if room == 0 {
+            return Err(std::io::ErrorKind::WouldBlock.into());
+        }
+        let before = self.got.len();
+        for b in bufs {
+            let n = b.len().min(room);
+            self.got.extend_from_slice(&b[..n]);
+            room -= n;
+        }
+        Ok(self.got.len() - before)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The home (the stripe's designated agent) answers a read of its value from its own slab:
 /// no message to another node.
 #[test]
@@ -335,6 +368,42 @@ fn a_read_at_the_home_sends_no_message() {
         proto::compose::reply(&mut want, proto::Reply::End);
         assert_eq!(out, want);
     }
+    // Sent from the store to the client's socket: what the socket took, then what is left in
+    // the buffer, is the same reply, whether the socket takes it all, part of it (within the
+    // line, the data or the end), none (it would block) or fails.
+    let v = match nodes[0].loop_read_start(&key) {
+        crate::agent::LoopRead::Value(v) => v,
+        other => panic!("{other:?}"),
+    };
+    let mut want = Vec::new();
+    proto::compose::value(&mut want, &key, v.flags, &v.value, Some(v.cas));
+    proto::compose::reply(&mut want, proto::Reply::End);
+    let line = want.len() - 300 - 7;
+    for takes in [
+        Some(usize::MAX),
+        Some(5),
+        Some(line),
+        Some(line + 100),
+        Some(want.len() - 3),
+        Some(0),
+        None,
+    ] {
+        let mut socket = Takes {
+            takes,
+            got: Vec::new(),
+        };
+        let mut out = Vec::new();
+        let (read, sent) = nodes[0].loop_read_send(&key, &mut out, true, &mut socket);
+        assert!(
+            matches!(read, crate::agent::LoopRead::Composed),
+            "{takes:?}"
+        );
+        assert_eq!(sent, socket.got.len(), "{takes:?}");
+        assert_eq!(sent, takes.unwrap_or(0).min(want.len()), "{takes:?}");
+        socket.got.extend_from_slice(&out);
+        assert_eq!(socket.got, want, "{takes:?}");
+    }
+    assert_eq!(nodes[0].transport.data_messages(), before);
     // A key not at this node leaves the buffer alone.
     let other = keys_of(&nodes, 1, "o", 1).remove(0);
     let mut out = b"earlier".to_vec();
