@@ -68,6 +68,60 @@ pub type Answer = Result<Response, Failure>;
 /// Replies to requests, in the order they came.
 pub type Answers = Vec<(Asked, Answer)>;
 
+/// The most pieces a link gives one vectored write (its output's runs and the deltas between).
+const WRITE_PARTS: usize = 32;
+
+impl Link {
+    /// The next bytes to write, in order, as pieces of `parts`: how many. A run of `out` that
+    /// a delta not among them comes before is left for the next write.
+    fn parts<'a>(&'a self, parts: &mut [io::IoSlice<'a>; WRITE_PARTS]) -> usize {
+        let mut count = 0;
+        let mut pos = self.out_pos;
+        for (i, (at, bytes)) in self.spans.iter().enumerate() {
+            if count + 2 > WRITE_PARTS {
+                return count;
+            }
+            if *at > pos {
+                parts[count] = io::IoSlice::new(&self.out[pos..*at]);
+                count += 1;
+                pos = *at;
+            }
+            let from = if i == 0 { self.span_pos } else { 0 };
+            parts[count] = io::IoSlice::new(&bytes[from..]);
+            count += 1;
+        }
+        if pos < self.out.len() && count < WRITE_PARTS {
+            parts[count] = io::IoSlice::new(&self.out[pos..]);
+            count += 1;
+        }
+        count
+    }
+
+    /// `n` more bytes written.
+    fn advance(&mut self, mut n: usize) {
+        while n > 0 {
+            let next = self.spans.front().map_or(self.out.len(), |s| s.0);
+            if self.out_pos < next {
+                let take = (next - self.out_pos).min(n);
+                self.out_pos += take;
+                n -= take;
+                continue;
+            }
+            let Some((_, bytes)) = self.spans.front() else {
+                debug_assert!(false, "more bytes written than queued");
+                return;
+            };
+            let take = (bytes.len() - self.span_pos).min(n);
+            self.span_pos += take;
+            n -= take;
+            if self.span_pos == bytes.len() {
+                self.spans.pop_front();
+                self.span_pos = 0;
+            }
+        }
+    }
+}
+
 /// A request a link sent and has no reply to yet.
 struct Sent {
     asked: Asked,
@@ -79,8 +133,13 @@ struct Sent {
 
 struct Link {
     stream: TcpStream,
+    /// What to write, but the deltas sent from where they lie (`spans`).
     out: Vec<u8>,
     out_pos: usize,
+    /// Deltas to write from where they lie, each before `out`'s byte at its index (in order),
+    /// and how much of the first was written.
+    spans: VecDeque<(usize, std::sync::Arc<[u8]>)>,
+    span_pos: usize,
     /// Bytes of the stream queued and written since the link was opened.
     queued: u64,
     written: u64,
@@ -172,8 +231,12 @@ impl Links {
         let at = self.open(registry, node, lane)?;
         let link = self.links[at].as_mut().expect("opened");
         let before = link.out.len();
-        peer::push_request_frame(&mut link.out, request);
-        link.queued += (link.out.len() - before) as u64;
+        let mut added = 0;
+        if let Some(delta) = peer::push_request_frame_leaving_delta(&mut link.out, request) {
+            added = delta.len();
+            link.spans.push_back((link.out.len(), delta));
+        }
+        link.queued += (link.out.len() - before + added) as u64;
         link.asked.push_back(Sent {
             asked,
             end: link.queued,
@@ -225,6 +288,8 @@ impl Links {
                 stream,
                 out: Vec::new(),
                 out_pos: 0,
+                spans: VecDeque::new(),
+                span_pos: 0,
                 queued: 0,
                 written: 0,
                 inbuf: Vec::new(),
@@ -258,14 +323,16 @@ impl Links {
             return Vec::new();
         };
         let mut broken = None;
-        while link.out_pos < link.out.len() {
-            match link.stream.write(&link.out[link.out_pos..]) {
+        while link.out_pos < link.out.len() || !link.spans.is_empty() {
+            let mut parts = [io::IoSlice::new(&[]); WRITE_PARTS];
+            let count = link.parts(&mut parts);
+            match (&link.stream).write_vectored(&parts[..count]) {
                 Ok(0) => {
                     broken = Some(io::ErrorKind::WriteZero);
                     break;
                 }
                 Ok(n) => {
-                    link.out_pos += n;
+                    link.advance(n);
                     link.written += n as u64;
                 }
                 // Still connecting, or the socket is full: the writable event resumes it.
@@ -287,7 +354,7 @@ impl Links {
         if let Some(kind) = broken {
             return self.drop_link(registry, at, kind);
         }
-        if link.out_pos == link.out.len() {
+        if link.out_pos == link.out.len() && link.spans.is_empty() {
             link.out.clear();
             link.out_pos = 0;
             super::shrink_idle(&mut link.out);
@@ -562,6 +629,77 @@ mod tests {
             std::thread::sleep(Duration::from_millis(5));
         }
         assert_eq!(links.take_plan_links(), vec![PlanLink::Lost(0)]);
+    }
+
+    /// Deltas sent from where they lie, among other frames: many (more pieces than one write
+    /// takes), long (more bytes than the socket holds, so writes end part way into a delta or
+    /// a run between), short (copied as before), fenced: the peer reads every frame whole and
+    /// in order.
+    #[test]
+    fn deltas_sent_from_where_they_lie_arrive_whole_and_in_order() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let poll = mio::Poll::new().unwrap();
+        let registry = poll.registry();
+        let mut links = Links::new(vec![addr]);
+        let delta = |i: usize, len: usize| peer::Request::Delta {
+            stripe: i as u32,
+            watermark: 7,
+            record: vec![i as u8; 40],
+            page_stripe: 1,
+            position: 6,
+            page: i as u32,
+            data: 2,
+            seq: i as u64,
+            committed: 0,
+            commits: vec![(1, 6, 3, 2, 9)],
+            offset: 64,
+            delta: (0..len)
+                .map(|b| (b * 7 + i) as u8)
+                .collect::<Vec<u8>>()
+                .into(),
+        };
+        let mut sent = Vec::new();
+        for i in 0..60 {
+            let req = match i % 5 {
+                0 => peer::Request::Heartbeat { from: i as u32 },
+                1 => delta(i, 100),
+                2 => peer::Request::Fenced {
+                    token: i as u64,
+                    req: Box::new(delta(i, 300_000 + i)),
+                },
+                _ => delta(i, 1024 + i * 4_997),
+            };
+            links
+                .queue(registry, 0, Lane::Chunks, (i as u64, 0), &req, true)
+                .unwrap();
+            sent.push(req);
+        }
+        let count = sent.len();
+        // The peer reads only once the first write filled what the sockets hold.
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = listener.accept().unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+            (0..count)
+                .map(|_| peer::decode_request(&peer::read_frame(&mut s).unwrap()).unwrap())
+                .collect::<Vec<_>>()
+        });
+        assert!(links.flush(registry).is_empty());
+        let slot = Lane::Chunks as usize;
+        let link = links.links[slot].as_ref().unwrap();
+        assert!(
+            link.written < link.queued,
+            "the first write took everything"
+        );
+        let start = Instant::now();
+        while !reader.is_finished() && start.elapsed() < Duration::from_secs(10) {
+            assert!(links.writable(registry, slot).is_empty());
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(reader.join().unwrap(), sent);
+        let link = links.links[slot].as_ref().unwrap();
+        assert_eq!(link.written, link.queued);
+        assert!(link.out.is_empty() && link.spans.is_empty());
     }
 
     /// A request to a port nothing listens on fails as not sent, and says the connection was

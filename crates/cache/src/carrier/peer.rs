@@ -478,7 +478,9 @@ pub trait PeerTransport: Send + Sync + std::fmt::Debug {
 
 // ---- encoding ----
 
-struct W(Vec<u8>);
+/// An encoder: the bytes, and (for a frame sent from where its delta lies, `Some`) the length
+/// of the delta left out of them ([`push_request_frame_leaving_delta`]).
+struct W(Vec<u8>, Option<usize>);
 
 impl W {
     fn u8(&mut self, v: u8) -> &mut Self {
@@ -500,6 +502,18 @@ impl W {
         self.u32(v.len() as u32);
         self.0.extend_from_slice(v);
         self
+    }
+    /// A delta, the last field of its frame: left out when the frame is sent from where the
+    /// delta lies.
+    fn delta(&mut self, v: &[u8]) -> &mut Self {
+        match &mut self.1 {
+            Some(left) => {
+                self.0.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                *left += v.len();
+                self
+            }
+            None => self.bytes(v),
+        }
     }
     fn opt_u64(&mut self, v: Option<u64>) -> &mut Self {
         match v {
@@ -840,7 +854,7 @@ fn decode_result(r: &mut R) -> Result<AgentResult, Short> {
 
 /// The body of a request message.
 pub fn encode_request(req: &Request) -> Vec<u8> {
-    let mut w = W(Vec::new());
+    let mut w = W(Vec::new(), None);
     encode_request_to(&mut w, req);
     w.0
 }
@@ -928,7 +942,7 @@ fn encode_request_to(w: &mut W, req: &Request) {
             for &(t, position, page, data, committed) in commits {
                 w.u32(t).u8(position).u32(page).u8(data).u64(committed);
             }
-            w.u32(*offset).bytes(delta);
+            w.u32(*offset).delta(delta);
         }
         Request::Range {
             stripe,
@@ -1146,7 +1160,7 @@ fn decode_request_from(r: &mut R<'_>) -> Result<Request, Short> {
 
 /// The body of a response message.
 pub fn encode_response(res: &Response) -> Vec<u8> {
-    let mut w = W(Vec::new());
+    let mut w = W(Vec::new(), None);
     encode_response_to(&mut w, res);
     w.0
 }
@@ -1168,13 +1182,49 @@ pub fn push_record_frame(out: &mut Vec<u8>, record: Option<&[u8]>) {
 }
 
 fn push_frame_with(out: &mut Vec<u8>, body: impl FnOnce(&mut W)) {
+    push_frame_leaving(out, false, body);
+}
+
+/// [`push_frame_with`]; with `leave`, a delta the body ends with is left out of `out` (the
+/// frame's length counts it): the length left out.
+fn push_frame_leaving(out: &mut Vec<u8>, leave: bool, body: impl FnOnce(&mut W)) -> usize {
     let at = out.len();
-    let mut w = W(std::mem::take(out));
+    let mut w = W(std::mem::take(out), leave.then_some(0));
     w.u32(0);
     body(&mut w);
     *out = w.0;
-    let len = (out.len() - at - 4) as u32;
+    let left = w.1.unwrap_or(0);
+    let len = (out.len() - at - 4 + left) as u32;
     out[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    left
+}
+
+/// A delta at least this long is sent from where it lies rather than copied into a link's
+/// output ([`push_request_frame_leaving_delta`]).
+pub const DELTA_LEFT_MIN: usize = 1024;
+
+/// [`push_request_frame`] for a link that sends a long delta from where it lies: the frame of a
+/// `Delta` of at least [`DELTA_LEFT_MIN`] bytes (fenced or not) is appended without the delta's
+/// bytes, its last field, which are given back to follow `out`'s bytes on the wire.
+pub fn push_request_frame_leaving_delta(
+    out: &mut Vec<u8>,
+    req: &Request,
+) -> Option<std::sync::Arc<[u8]>> {
+    let delta = match req {
+        Request::Delta { delta, .. } => Some(delta),
+        Request::Fenced { req, .. } => match &**req {
+            Request::Delta { delta, .. } => Some(delta),
+            _ => None,
+        },
+        _ => None,
+    };
+    let Some(delta) = delta.filter(|d| d.len() >= DELTA_LEFT_MIN) else {
+        push_request_frame(out, req);
+        return None;
+    };
+    let left = push_frame_leaving(out, true, |w| encode_request_to(w, req));
+    debug_assert_eq!(left, delta.len());
+    Some(std::sync::Arc::clone(delta))
 }
 
 fn encode_response_to(w: &mut W, res: &Response) {
