@@ -115,8 +115,7 @@ impl NodeConfig {
 
 /// Per parity node, (page stripe, its position, page, data position) → deltas applied
 /// everywhere, not told yet (`Node::whole_commits`).
-pub(crate) type Commits =
-    std::collections::HashMap<usize, std::collections::HashMap<(u32, u8, u32, u8), u64>>;
+pub(crate) type Commits = hashbrown::HashMap<usize, hashbrown::HashMap<(u32, u8, u32, u8), u64>>;
 
 #[derive(Clone, Debug)]
 pub(crate) struct PeerState {

@@ -320,12 +320,31 @@ fn parse_request<'a>(buf: &'a [u8], limits: &Limits) -> Step<'a> {
     if line.len() > 1 && line[line.len() - 1] == b'\r' {
         line = &line[..line.len() - 1];
     }
-    let tokens: Vec<&'a [u8]> = line
-        .split(|&b| b == b' ')
-        .filter(|t| !t.is_empty())
-        .collect();
-    parse_line(&tokens, line_bytes, &buf[line_bytes..], limits)
+    // The tokens: on the stack, but those of a line longer than most (a `get` of many keys).
+    let mut few: [&'a [u8]; FEW_TOKENS] = [&[]; FEW_TOKENS];
+    let mut many: Vec<&'a [u8]> = Vec::new();
+    let mut count = 0;
+    for t in line.split(|&b| b == b' ').filter(|t| !t.is_empty()) {
+        if count < FEW_TOKENS {
+            few[count] = t;
+        } else {
+            if many.is_empty() {
+                many.extend_from_slice(&few);
+            }
+            many.push(t);
+        }
+        count += 1;
+    }
+    let tokens = if count <= FEW_TOKENS {
+        &few[..count]
+    } else {
+        &many[..]
+    };
+    parse_line(tokens, line_bytes, &buf[line_bytes..], limits)
 }
+
+/// Tokens a request line is split into without allocating.
+const FEW_TOKENS: usize = 16;
 
 /// `noreply` as memcached's `set_noreply_maybe`: the last token is `noreply`.
 fn last_is_noreply(tokens: &[&[u8]]) -> bool {
@@ -817,4 +836,48 @@ fn parse_meta<'a>(
         check_key(key)?;
     }
     Ok(Meta { key, flags })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A line's tokens are split on the stack up to [`FEW_TOKENS`] and into a vector past
+    /// that: a `get` or `gat` of as many keys as either holds, or one more, reads every key in
+    /// order, and a `set` line too long to be one is refused either way.
+    #[test]
+    fn lines_of_any_token_count_parse_alike() {
+        for count in [
+            1,
+            FEW_TOKENS - 2,
+            FEW_TOKENS - 1,
+            FEW_TOKENS,
+            FEW_TOKENS + 1,
+            40,
+        ] {
+            let keys: Vec<String> = (0..count).map(|i| format!("k{i}")).collect();
+            for (line, exptime) in [
+                (format!("get {}\r\n", keys.join(" ")), None),
+                (format!("gat 10 {}\r\n", keys.join(" ")), Some(10)),
+            ] {
+                let mut parser = Parser::new(Limits::default());
+                match parser.parse(line.as_bytes()) {
+                    Parse::Command {
+                        command: Command::Get(g),
+                        consumed,
+                    } => {
+                        assert_eq!(consumed, line.len());
+                        assert_eq!(g.exptime, exptime);
+                        let got: Vec<&[u8]> = g.keys.to_vec();
+                        let want: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+                        assert_eq!(got, want, "{count} keys");
+                    }
+                    other => panic!("{count} keys: {other:?}"),
+                }
+            }
+        }
+        let mut parser = Parser::new(Limits::default());
+        let line = format!("set k 0 0 1 {}\r\nx\r\n", vec!["x"; FEW_TOKENS].join(" "));
+        assert!(matches!(parser.parse(line.as_bytes()), Parse::Error { .. }));
+    }
 }

@@ -9,11 +9,11 @@
 //! Records of a lower version never replace a higher one, so writes, write-backs of repaired
 //! chunks and recovery can arrive in any order.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::hash::BuildHasher;
 use std::time::Instant;
 
-use hashbrown::{DefaultHashBuilder, HashTable};
+use hashbrown::{DefaultHashBuilder, HashMap, HashTable};
 
 use crate::member::whole::{ParityPages, Slab, SlotWrite, PAGE_BYTES};
 use crate::record::{self, Header, RecordError, WholeAt};

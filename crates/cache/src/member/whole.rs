@@ -24,7 +24,9 @@
 //! other combination mixes a delta in with its other half missing and yields wrong bytes.
 //! [`consistent`] is the rule; the degraded read retries while deltas are in flight.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use hashbrown::HashMap;
 
 use crate::record::WholeAt;
 
