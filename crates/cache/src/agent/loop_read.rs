@@ -40,8 +40,9 @@ pub enum LoopRead {
     Miss,
     /// Every chunk it needs was on this node.
     Value(LoopValue),
-    /// Its reply is in the output buffer given ([`Node::loop_read_into`]): a value whole at
-    /// this node, copied from the store into the reply once.
+    /// Its reply is in the output buffer given ([`Node::loop_read_into`]), or written to the
+    /// socket given with what the socket did not take in that buffer
+    /// ([`Node::loop_read_send`]): a value whole at this node, read from its slot.
     Composed,
     /// Chunks to ask other members for: [`LoopPending::remote`].
     Fetch(LoopPending),
@@ -359,8 +360,8 @@ impl Node {
                 let read = self.with_own_record(stripe, key, &e, p, |data| match sink.as_mut() {
                     Some(s) => {
                         let cas = s.with_cas.then_some(e.cas());
-                        let now = std::time::Instant::now();
-                        let remembered = s.socket.is_some() && self.leads_remembered(stripe, now);
+                        let remembered = s.socket.is_some()
+                            && self.leads_remembered(stripe, std::time::Instant::now());
                         if let Some(socket) = s.socket.as_mut().filter(|_| remembered) {
                             proto::compose::value_line(s.out, key, e.flags, data.len(), cas);
                             s.sent = send_reply(&mut **socket, data, s.out);

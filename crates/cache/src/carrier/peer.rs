@@ -508,9 +508,8 @@ impl W {
     fn delta(&mut self, v: &[u8]) -> &mut Self {
         match &mut self.1 {
             Some(left) => {
-                self.0.extend_from_slice(&(v.len() as u32).to_le_bytes());
                 *left += v.len();
-                self
+                self.u32(v.len() as u32)
             }
             None => self.bytes(v),
         }
@@ -1201,7 +1200,7 @@ fn push_frame_leaving(out: &mut Vec<u8>, leave: bool, body: impl FnOnce(&mut W))
 
 /// A delta at least this long is sent from where it lies rather than copied into a link's
 /// output ([`push_request_frame_leaving_delta`]).
-pub const DELTA_LEFT_MIN: usize = 1024;
+const DELTA_LEFT_MIN: usize = 1024;
 
 /// [`push_request_frame`] for a link that sends a long delta from where it lies: the frame of a
 /// `Delta` of at least [`DELTA_LEFT_MIN`] bytes (fenced or not) is appended without the delta's
