@@ -243,8 +243,6 @@ pub struct Counters {
     pub whole_deltas_queued: AtomicU64,
     pub whole_deltas_redelivered: AtomicU64,
     pub forced_degraded_reads: AtomicU64,
-    /// Range reads the ranges thread answered (`front/ranges.rs`).
-    pub ranges_answered: AtomicU64,
     pub chunks_repaired: AtomicU64,
     pub chunks_written_back: AtomicU64,
     pub crc_errors: AtomicU64,

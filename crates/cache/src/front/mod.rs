@@ -3885,7 +3885,6 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     }
     compose::stat(out, "degraded_reads", g(&c.degraded_reads));
     compose::stat(out, "forced_degraded_reads", g(&c.forced_degraded_reads));
-    compose::stat(out, "ranges_answered", g(&c.ranges_answered));
     let plan = |f: fn(&crate::carrier::plans::PlanCounters) -> &AtomicU64| {
         node.plan_exec().map_or(0, |x| g(f(&x.counters)))
     };
