@@ -25,15 +25,12 @@ pub const LINK_BASE: usize = 1 << 40;
 /// chunk operation never waits behind a forward on the member's side (on one connection, two
 /// loops forwarding to each other would each hold the other's chunk operations behind a forward
 /// that waits for them, until their patience ran out), and a heartbeat, whose timing the lease
-/// depends on, never waits behind a large frame or a forward. A repair's range reads go to the
-/// node's ranges thread, which answers them without waiting for its loops' turn
-/// (`front/ranges.rs`): their connection starts with [`RANGES_HELLO`].
+/// depends on, never waits behind a large frame or a forward.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lane {
     Chunks = 0,
     Forwards = 1,
     Heartbeats = 2,
-    Ranges = 3,
 }
 
 impl Lane {
@@ -42,20 +39,13 @@ impl Lane {
         match request {
             peer::Request::Agent(_) => Lane::Forwards,
             peer::Request::Heartbeat { .. } => Lane::Heartbeats,
-            peer::Request::Range { .. } => Lane::Ranges,
             _ => Lane::Chunks,
         }
     }
 }
 
 /// Lanes per node.
-pub const LANES: usize = 4;
-
-/// The first bytes of a [`Lane::Ranges`] connection. As a little-endian frame length they are
-/// over [`MESSAGE_MAX_BYTES`], so no connection of another lane starts with them.
-pub const RANGES_HELLO: [u8; 4] = *b"RNG\xff";
-
-const _: () = assert!(u32::from_le_bytes(RANGES_HELLO) as usize > MESSAGE_MAX_BYTES);
+pub const LANES: usize = 3;
 
 /// A request sent on a link: the read it belongs to and the chunk position it asks for.
 pub type Asked = (u64, usize);
@@ -294,18 +284,13 @@ impl Links {
                 Token(LINK_BASE + at),
                 Interest::READABLE | Interest::WRITABLE,
             )?;
-            // A ranges connection says so first.
-            let out = match lane {
-                Lane::Ranges => RANGES_HELLO.to_vec(),
-                _ => Vec::new(),
-            };
             self.links[at] = Some(Link {
                 stream,
-                queued: out.len() as u64,
-                out,
+                out: Vec::new(),
                 out_pos: 0,
                 spans: VecDeque::new(),
                 span_pos: 0,
+                queued: 0,
                 written: 0,
                 inbuf: Vec::new(),
                 asked: VecDeque::new(),
@@ -715,65 +700,6 @@ mod tests {
         let link = links.links[slot].as_ref().unwrap();
         assert_eq!(link.written, link.queued);
         assert!(link.out.is_empty() && link.spans.is_empty());
-    }
-
-    /// A range read travels on a connection of its own, which starts with the hello, then
-    /// carries the requests' frames; other requests' connections start with their frames.
-    #[test]
-    fn a_range_read_opens_its_own_connection_with_the_hello() {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let poll = mio::Poll::new().unwrap();
-        let registry = poll.registry();
-        let mut links = Links::new(vec![addr]);
-        let range = peer::Request::Range {
-            stripe: 0,
-            page_stripe: 1,
-            position: 2,
-            page: 3,
-            offset: 4,
-            len: 5,
-        };
-        let hb = peer::Request::Heartbeat { from: 1 };
-        assert_eq!(Lane::of(&range), Lane::Ranges);
-        assert_eq!(Lane::of(&hb), Lane::Heartbeats);
-        for (i, req) in [&range, &hb, &range].into_iter().enumerate() {
-            links
-                .queue(registry, 0, Lane::of(req), (i as u64, 0), req, false)
-                .unwrap();
-        }
-        let start = Instant::now();
-        while links.links.iter().flatten().any(|l| l.written < l.queued)
-            && start.elapsed() < Duration::from_secs(5)
-        {
-            assert!(links.flush(registry).is_empty());
-            for at in [Lane::Ranges as usize, Lane::Heartbeats as usize] {
-                assert!(links.writable(registry, at).is_empty());
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        let mut seen = Vec::new();
-        for _ in 0..2 {
-            let (mut s, _) = listener.accept().unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-            let mut first = [0u8; 4];
-            s.read_exact(&mut first).unwrap();
-            if first == RANGES_HELLO {
-                for _ in 0..2 {
-                    let body = peer::read_frame(&mut s).unwrap();
-                    assert_eq!(peer::decode_request(&body), Some(range.clone()));
-                }
-                seen.push(Lane::Ranges);
-            } else {
-                let len = u32::from_le_bytes(first) as usize;
-                let mut body = vec![0; len];
-                s.read_exact(&mut body).unwrap();
-                assert_eq!(peer::decode_request(&body), Some(hb.clone()));
-                seen.push(Lane::Heartbeats);
-            }
-        }
-        seen.sort_by_key(|l| *l as usize);
-        assert_eq!(seen, vec![Lane::Heartbeats, Lane::Ranges]);
     }
 
     /// A request to a port nothing listens on fails as not sent, and says the connection was

@@ -24,7 +24,6 @@ use proto::{
 };
 
 mod pool;
-mod ranges;
 
 use crate::agent::{
     LoopGatFetch, LoopGatStart, LoopModify, LoopModifyStart, LoopNotice, LoopNoticeStart,
@@ -110,7 +109,7 @@ enum Mail {
     },
     /// A client connection accepted by the first loop for this one.
     Client(TcpStream),
-    /// A peer connection the ranges thread accepted for this loop (`ranges`).
+    /// A peer connection accepted by the first loop for this one.
     Peer(TcpStream),
     /// Requests of another thread of the node for other nodes (`carrier::calls`).
     Call(Call),
@@ -178,17 +177,6 @@ impl Mailbox {
         }
         self.ring();
         true
-    }
-
-    /// Posts and wakes the loop; the mail back when the loop is gone.
-    fn post_back(&self, mail: Mail) -> Result<(), Mail> {
-        match self.tx.send(mail) {
-            Ok(()) => {
-                self.ring();
-                Ok(())
-            }
-            Err(mpsc::SendError(mail)) => Err(mail),
-        }
     }
 
     /// Wakes the loop after a post; a loop posting to itself is not woken (no system call)
@@ -1772,14 +1760,15 @@ fn value_result(v: crate::agent::LoopValue) -> AgentResult {
 const WAKER: Token = Token(1);
 /// Tokens of the listeners (the first loop only).
 const LISTENER: Token = Token(0);
+const PEER_LISTENER: Token = Token(2);
 /// The first token of a connection.
 const FIRST_CONN: usize = 3;
 
-/// The client listener, held by the first loop, which deals the connections it accepts to the
-/// loops in turn (memcached's dispatch): a connection then belongs to one loop for its life.
-/// (The peer listener is the ranges thread's, which deals the same way: `ranges`.)
+/// The listeners, held by the first loop, which deals the connections it accepts to the loops
+/// in turn (memcached's dispatch): a connection then belongs to one loop for its life.
 struct Acceptor {
     client: mio::net::TcpListener,
+    peer: mio::net::TcpListener,
     loops: Vec<Arc<Mailbox>>,
     next: usize,
 }
@@ -1876,26 +1865,11 @@ pub fn serve(
     peers.set_nonblocking(true)?;
     let mut acceptor = Some(Acceptor {
         client: mio::net::TcpListener::from_std(listener),
+        peer: mio::net::TcpListener::from_std(peers),
         loops: homes.clone(),
         next: 0,
     });
     let (end_tx, end_rx) = mpsc::channel::<io::Result<()>>();
-    {
-        let peers = mio::net::TcpListener::from_std(peers);
-        let (node, loops, end) = (Arc::clone(&node), homes.clone(), end_tx.clone());
-        std::thread::Builder::new()
-            .name("ranges".to_string())
-            .spawn(move || {
-                let mut report = PanicReport {
-                    what: "the ranges thread".to_string(),
-                    end,
-                    ended: false,
-                };
-                let end = ranges::run(&node, peers, &loops);
-                report.ended = true;
-                let _ = report.end.send(end);
-            })?;
-    }
     for (id, ((poll, mail), home)) in polls.into_iter().zip(homes).enumerate() {
         let mut l = EventLoop {
             id,
@@ -1916,6 +1890,7 @@ pub fn serve(
         if let Some(a) = &mut l.acceptor {
             let registry = l.poll.registry();
             registry.register(&mut a.client, LISTENER, Interest::READABLE)?;
+            registry.register(&mut a.peer, PEER_LISTENER, Interest::READABLE)?;
         }
         let (node, cfg, counts, end) = (
             Arc::clone(&node),
@@ -1931,7 +1906,7 @@ pub fn serve(
                 // A loop that panics ends the node as a failed loop does (its connections
                 // would otherwise hang, unserved, while the others run).
                 let mut report = PanicReport {
-                    what: format!("event loop {id}"),
+                    id,
                     end,
                     ended: false,
                 };
@@ -1946,7 +1921,7 @@ pub fn serve(
 
 /// Sends a loop's end as an error if the loop's thread unwinds before the loop ended.
 struct PanicReport {
-    what: String,
+    id: usize,
     end: mpsc::Sender<io::Result<()>>,
     ended: bool,
 }
@@ -1956,10 +1931,10 @@ impl Drop for PanicReport {
         if self.ended {
             return;
         }
-        let what = &self.what;
+        let id = self.id;
         let _ = self
             .end
-            .send(Err(io::Error::other(format!("{what} panicked"))));
+            .send(Err(io::Error::other(format!("event loop {id} panicked"))));
     }
 }
 
@@ -2107,6 +2082,15 @@ impl EventLoop {
                                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                                 Err(_) => break,
                             }
+                        }
+                    }
+                    PEER_LISTENER => {
+                        let Some(a) = &mut self.acceptor else {
+                            continue;
+                        };
+                        while let Ok((stream, _)) = a.peer.accept() {
+                            let _ = stream.set_nodelay(true);
+                            accepted.push((a.deal(), Mail::Peer(stream)));
                         }
                     }
                     WAKER => {}
