@@ -273,6 +273,9 @@ pub struct Counters {
     /// Reads the client loop began and handed to a worker (a member down or slow, a chunk
     /// missing or bad, the lease lost meanwhile).
     pub loop_read_fallbacks: AtomicU64,
+    /// Forced-degraded reads of whole values whose first answers held no consistent cut,
+    /// asked again on the loop (`Node::loop_read_again`).
+    pub loop_range_reasks: AtomicU64,
     /// Degraded reads of coded values the client loop ran to completion, their repair on the
     /// engine's plan (`agent::loop_read`).
     pub loop_degraded_reads: AtomicU64,

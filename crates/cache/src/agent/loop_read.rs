@@ -157,6 +157,10 @@ struct RangeRead {
     pieces: Vec<Piece>,
     /// The range's bytes by position, as they came.
     bytes: Vec<Option<Vec<u8>>>,
+    /// Every position of the page's stripe that is up but this node: asked again, all of
+    /// them, when the first answers held no consistent cut (`Node::loop_read_again`).
+    all: Vec<(usize, usize)>,
+    asked_again: bool,
 }
 
 impl LoopPending {
@@ -612,6 +616,7 @@ impl Node {
         }
         // Any k positions of an RS code rebuild the value; an LRC's may not, so it asks them all.
         let mds = matches!(self.cfg.code, codes::Code::Rs { .. });
+        let all = remote.clone();
         let remote = if mds {
             spare_one(remote, k, key)
         } else {
@@ -633,6 +638,8 @@ impl Node {
                 len: at.len,
                 pieces: Vec::new(),
                 bytes: vec![None; n],
+                all,
+                asked_again: false,
             })),
         })
     }
@@ -678,6 +685,27 @@ impl Node {
                 false
             }
         }
+    }
+
+    /// A range read whose answers are all in and hold no consistent cut of k (a delta still
+    /// on its way to the parity positions when they answered, which a write of another value
+    /// of the page makes likely under a write-heavy load): it asks every position again, once,
+    /// on the loop, rather than go to a worker (which asks them all and waits 2 ms between
+    /// tries). True if it did: its answers so far are dropped and `remote` is every position.
+    /// Counted in `loop_range_reasks`.
+    pub fn loop_read_again(&self, pending: &mut LoopPending) -> bool {
+        let Some(r) = pending.range.as_mut() else {
+            return false;
+        };
+        if r.asked_again || whole::consistent(&r.pieces, self.k()).len() >= self.k() {
+            return false;
+        }
+        r.asked_again = true;
+        r.pieces.clear();
+        r.bytes.iter_mut().for_each(|b| *b = None);
+        pending.remote = r.all.clone();
+        bump(&self.counters.loop_range_reasks);
+        true
     }
 
     /// Whether a range read already holds a consistent cut of k pieces: it finishes then,

@@ -1208,10 +1208,20 @@ impl LoopOps {
 
     /// The request's end, if it has come: every reply in, or a failure.
     fn settle(&mut self, node: &Node, registry: &Registry, id: u64) -> Option<Done> {
-        let pr = self.pending.get(&id)?;
-        let complete = pr.outstanding == 0 && pr.next == pr.op.remote().len() || pr.op.enough(node);
+        let pr = self.pending.get_mut(&id)?;
+        let all_in = pr.outstanding == 0 && pr.next == pr.op.remote().len();
+        let complete = all_in || pr.op.enough(node);
         if !pr.failed && !complete {
             return None;
+        }
+        // A range read with every answer in and no consistent cut asks again, once (none of
+        // its first requests is still on its way: their answers are not taken for the new ones).
+        if let (false, true, LoopOp::Read { read, .. }) = (pr.failed, all_in, &mut pr.op) {
+            if node.loop_read_again(read) {
+                pr.next = 0;
+                self.pump(node, registry, id);
+                return self.settle(node, registry, id);
+            }
         }
         let pr = self.pending.remove(&id).expect("present");
         let failed = pr.failed && !pr.op.tolerant();
@@ -3909,6 +3919,7 @@ fn inec_stats(node: &Node, out: &mut Vec<u8>) {
     compose::stat(out, "forwarded", g(&c.forwarded));
     compose::stat(out, "loop_reads", g(&c.loop_reads));
     compose::stat(out, "loop_read_fallbacks", g(&c.loop_read_fallbacks));
+    compose::stat(out, "loop_range_reasks", g(&c.loop_range_reasks));
     compose::stat(out, "loop_degraded_reads", g(&c.loop_degraded_reads));
     compose::stat(out, "loop_writes", g(&c.loop_writes));
     compose::stat(out, "loop_writes_refused", g(&c.loop_writes_refused));

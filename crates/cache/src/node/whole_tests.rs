@@ -423,6 +423,56 @@ fn a_read_at_the_home_sends_no_message() {
 /// page with a parity page missing its delta (or the reverse). With the rule switched off
 /// (`whole::RULE_OFF`), repairs mix the halves of a delta and their reads fail (the record's
 /// CRC catches the wrong bytes).
+/// A forced-degraded read on the loop whose answers hold no consistent cut (parity pages that
+/// have not applied a delta the data pages have) asks every position again, once, rather than
+/// give up to a worker; its second answers, consistent, rebuild the value.
+#[test]
+fn a_range_read_without_a_cut_asks_again_once_on_the_loop() {
+    use crate::carrier::peer::{Request, Response};
+    let (_hub, nodes) = cluster(Layout::Whole);
+    let key = keys_of(&nodes, 0, "again", 1).remove(0);
+    let value: Vec<u8> = (0..700).map(|i| (i * 11) as u8).collect();
+    stored(set(&nodes[0], &key, &value));
+    let home = &nodes[0];
+    let mut pending = match home.loop_read_start_degraded(&key, 0) {
+        crate::agent::LoopRead::Fetch(p) => p,
+        other => panic!("{other:?}"),
+    };
+    let asked = pending.remote.clone();
+    assert_eq!(asked.len(), 3, "rs:2,2 asks the three other positions");
+    // Answers that agree on nothing: each data page at a seq no parity page has applied, each
+    // parity page at counts of its own.
+    for &(_, position) in &asked {
+        let Request::Range { len, .. } = pending.request(position) else {
+            panic!("a range read asks ranges");
+        };
+        let seqs = if position < 2 {
+            vec![90 + position as u64]
+        } else {
+            vec![position as u64, 10 * position as u64]
+        };
+        let reply = Response::Range {
+            seqs,
+            bytes: vec![0; len as usize],
+        };
+        assert!(home.loop_read_chunk(&mut pending, position, Some(reply)));
+    }
+    assert!(!home.loop_read_enough(&pending));
+    assert!(home.loop_read_again(&mut pending));
+    assert_eq!(pending.remote, asked);
+    assert!(!home.loop_read_again(&mut pending), "asked again twice");
+    assert_eq!(home.counters.loop_range_reasks.load(Ordering::Relaxed), 1);
+    // The members' own answers this time.
+    for &(node, position) in &asked {
+        let reply = nodes[node].handle_peer(pending.request(position));
+        assert!(matches!(reply, Response::Range { .. }), "{reply:?}");
+        assert!(home.loop_read_chunk(&mut pending, position, Some(reply)));
+    }
+    assert!(home.loop_read_enough(&pending));
+    let got = home.loop_read_finish(pending).expect("the value rebuilt");
+    assert_eq!(got.value, value);
+}
+
 #[test]
 fn overwrites_racing_repairs_of_values_on_the_same_pages_read_right() {
     assert_eq!(racing_repairs(), (0, 0));
