@@ -15,6 +15,10 @@ use crate::node::lock;
 const NODES: usize = 5;
 const PAGE: usize = 4096;
 
+/// Held by the tests that switch the rule of a consistent cut off (`whole::RULE_OFF`, a static)
+/// and by those that count on it, so that neither runs while the other does.
+static RULE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn cluster(layout: Layout) -> (Arc<MemHub>, Vec<Arc<Node>>) {
     super::cluster_tests::mem_cluster(NODES, |id| {
         let mut cfg = super::tests::config(id);
@@ -416,19 +420,13 @@ fn a_read_at_the_home_sends_no_message() {
     hub.clear();
 }
 
-/// Overwrites race repairs of values that share their pages: node 0 (a home) is down, and
-/// while nodes 1 and 4 — the other data positions of node 0's page stripes — overwrite their
-/// values, node 1 rebuilds node 0's values from those same pages, whose parity is updated a
-/// message at a time. Every read returns the value, none an error: a repair combines no data
-/// page with a parity page missing its delta (or the reverse). With the rule switched off
-/// (`whole::RULE_OFF`), repairs mix the halves of a delta and their reads fail (the record's
-/// CRC catches the wrong bytes).
 /// A forced-degraded read on the loop whose answers hold no consistent cut (parity pages that
 /// have not applied a delta the data pages have) asks every position again, once, rather than
 /// give up to a worker; its second answers, consistent, rebuild the value.
 #[test]
 fn a_range_read_without_a_cut_asks_again_once_on_the_loop() {
     use crate::carrier::peer::{Request, Response};
+    let _rule = lock(&RULE);
     let (_hub, nodes) = cluster(Layout::Whole);
     let key = keys_of(&nodes, 0, "again", 1).remove(0);
     let value: Vec<u8> = (0..700).map(|i| (i * 11) as u8).collect();
@@ -473,11 +471,20 @@ fn a_range_read_without_a_cut_asks_again_once_on_the_loop() {
     assert_eq!(got.value, value);
 }
 
+/// Overwrites race repairs of values that share their pages: node 0 (a home) is down, and
+/// while nodes 1 and 4 — the other data positions of node 0's page stripes — overwrite their
+/// values, node 1 rebuilds node 0's values from those same pages, whose parity is updated a
+/// message at a time. Every read returns the value, none an error: a repair combines no data
+/// page with a parity page missing its delta (or the reverse). With the rule switched off
+/// (`whole::RULE_OFF`), repairs mix the halves of a delta and their reads fail (the record's
+/// CRC catches the wrong bytes).
 #[test]
 fn overwrites_racing_repairs_of_values_on_the_same_pages_read_right() {
+    let _rule = lock(&RULE);
     assert_eq!(racing_repairs(), (0, 0));
-    // The same with the rule off (in this test: no other test races repairs with writes, so
-    // the switch, a static, changes nothing else that runs meanwhile).
+    // The same with the rule off (in this test: no other test races repairs with writes, and
+    // those here that count on the rule wait for `RULE`, so the switch, a static, changes
+    // nothing else that runs meanwhile).
     whole::RULE_OFF.store(true, Ordering::Relaxed);
     let (failed, wrong) = racing_repairs();
     whole::RULE_OFF.store(false, Ordering::Relaxed);
